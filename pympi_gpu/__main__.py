@@ -1,0 +1,3 @@
+from pympi_gpu.cli import main
+
+main()

@@ -1,0 +1,61 @@
+"""The ``pympi`` command group and the ``pympi-*`` console scripts.
+
+The command line only parses, binds ``MPI.COMM_WORLD``, chooses the backend
+and prints; the library computes and returns records.  Subcommands are
+imported lazily so that ``pympi --help`` starts no MPI and no GPU library.
+"""
+
+from __future__ import annotations
+
+import click
+
+from pympi_gpu import __version__
+from pympi_gpu.cli.common import CONTEXT_SETTINGS, run_command
+
+__all__ = ["cli", "main", "pi_main"]
+
+#: subcommand name -> "module:attribute" of its click command
+COMMANDS = {
+    "pi": "pympi_gpu.cli.pi:pi",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        import importlib
+
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, prog_name="pympi_gpu")
+def cli():
+    """MPI + GPU applications: pi, n-body, launching, scaling studies.
+
+    Every option can also come from the environment: PYMPI_<COMMAND>_<OPTION>
+    (for example PYMPI_PI_SEED=7), which suits job scripts.
+    """
+
+
+def main() -> None:
+    run_command(cli, prog_name="pympi", auto_envvar_prefix="PYMPI")
+
+
+def _standalone(name: str):
+    def entry() -> None:
+        from pympi_gpu.cli.common import lazy
+
+        run_command(lazy(COMMANDS[name])(), prog_name=f"pympi-{name}",
+                    auto_envvar_prefix=f"PYMPI_{name.upper()}")
+    entry.__name__ = f"{name}_main"
+    return entry
+
+
+pi_main = _standalone("pi")

@@ -1,0 +1,170 @@
+"""What every pympi command shares: count parameters, error handling, MPI start-up.
+
+The rules (see README, "Errors"): bad input is refused before any work, with
+one message printed by rank 0 only and exit status 2; an error that strikes
+some ranks only ends the whole job through ``MPI_Abort``, so no rank is left
+waiting in a collective.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+
+import click
+
+from pympi_gpu.counts import MAX_COUNT, CountError, parse_count
+
+__all__ = ["Count", "PositiveFloat", "world_rank_hint", "echo_root", "fail", "run_command",
+           "mpi_world", "configure_threads", "CONTEXT_SETTINGS"]
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class Count(click.ParamType):
+    """A positive whole number as people type it: ``1e7``, ``10_000_000``."""
+
+    name = "count"
+
+    def __init__(self, minimum: int = 1, maximum: int = MAX_COUNT):
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_count(value, minimum=self.minimum, maximum=self.maximum)
+        except CountError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class PositiveFloat(click.ParamType):
+    """A finite float > 0 (or >= 0 with ``allow_zero``)."""
+
+    name = "float"
+
+    def __init__(self, allow_zero: bool = False):
+        self.allow_zero = allow_zero
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if x < 0 or (x == 0 and not self.allow_zero):
+            self.fail(f"{value!r} must be {'>= 0' if self.allow_zero else '> 0'}", param, ctx)
+        return x
+
+
+def world_rank_hint() -> int:
+    """This process's world rank as the launcher tells it, before MPI starts (0 if none)."""
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def echo_root(comm, message: str = "", err: bool = False) -> None:
+    """Print from rank 0 of comm only."""
+    if comm is None or comm.Get_rank() == 0:
+        click.echo(message, err=err)
+
+
+def fail(message: str) -> None:
+    """Refuse the run with exit status 2. Call it on every rank, with the same message."""
+    raise click.UsageError(message)
+
+
+def mpi_world():
+    """``MPI.COMM_WORLD``; the one place where the world communicator is bound."""
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def configure_threads(comm, threads: int | None) -> int:
+    """Give each rank its share of this node's cores for numba's thread pool.
+
+    Collective over comm.  An explicit ``threads`` wins; otherwise the CPUs this
+    process may run on, divided among the ranks of its node.
+    """
+    import numba
+
+    from pympi_gpu.gpu import local_rank
+
+    _, local_size = local_rank(comm)
+    if threads is None:
+        allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        total = os.cpu_count() or 1
+        threads = max(1, min(allowed, total // local_size))
+    threads = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(threads)
+    return threads
+
+
+def _prog() -> str:
+    return os.path.basename(sys.argv[0]) or "pympi"
+
+
+def run_command(command: click.Command, prog_name: str | None = None,
+                args: list[str] | None = None, **extra) -> None:
+    """Run a click command as a console script, applying the error rules.
+
+    Usage errors print once (rank 0 by the launcher's word, since MPI may not
+    have started) and exit 2.  Any other exception prints one line naming the
+    rank and aborts the whole MPI job, unless ``PYMPI_DEBUG`` asks for the
+    traceback.
+    """
+    prog = prog_name or _prog()
+    try:
+        command.main(args=args, prog_name=prog, standalone_mode=False, **extra)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        if world_rank_hint() == 0:
+            click.echo("Aborted!", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        if _mpi_rank() == 0:
+            exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # one rank failed: end the whole job
+        rank = _mpi_rank()
+        click.echo(f"{prog}: error on rank {rank}: {type(exc).__name__}: {exc}", err=True)
+        if os.environ.get("PYMPI_DEBUG"):
+            traceback.print_exc()
+        _abort(1)
+        sys.exit(1)
+
+
+def _mpi_rank() -> int:
+    """World rank if MPI is up, else the launcher's word."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        return mpi.COMM_WORLD.Get_rank()
+    return world_rank_hint()
+
+
+def _abort(code: int) -> None:
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+        sys.stderr.flush()
+        sys.stdout.flush()
+        mpi.COMM_WORLD.Abort(code)
+
+
+def lazy(import_path: str) -> Callable[[], click.Command]:
+    """Import ``module:attr`` on demand (keeps ``pympi --help`` fast)."""
+    def load() -> click.Command:
+        import importlib
+
+        module, attr = import_path.split(":")
+        return getattr(importlib.import_module(module), attr)
+    return load

@@ -1,0 +1,106 @@
+"""``pympi-pi SAMPLES``: estimate pi over MPI ranks."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from pympi_gpu.cli.common import CONTEXT_SETTINGS, Count, configure_threads, echo_root, fail, mpi_world
+from pympi_gpu.counts import MAX_COUNT
+
+SCHEMA = "pympi_gpu.pi/1"
+
+
+def _si(x: float, unit: str = "") -> str:
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:.3f} {prefix}{unit}"
+    return f"{x:.3f} {unit}".rstrip()
+
+
+def format_run(run, threads: int, verbose: bool = False) -> str:
+    """The human summary of a :class:`~pympi_gpu.records.PiRun`."""
+    label = {"mc": "Monte Carlo", "trapezoid": "trapezoid rule"}
+    lines = []
+    for r in run.results:
+        unit = "samples" if r.method == "mc" else "intervals"
+        lines.append(f"pi ~= {r.estimate:.16f}  ({label[r.method]})")
+        lines.append(f"  error      {r.error:+.3e}" + (f"   standard error {r.stderr:.3e}"
+                                                     f"  ({abs(r.error) / r.stderr:.2f} sigma)"
+                                                     if r.stderr else ""))
+        if r.hits is not None:
+            lines.append(f"  hits       {r.hits:,} of {r.n:,}")
+        lines.append(f"  {unit:<10} {r.n:,}" + (" (per rank x ranks)" if run.per_rank else ""))
+        lines.append(f"  time       wall {r.wall_time:.4f} s, compute {r.compute_time:.4f} s, "
+                     f"reduce {r.reduce_time:.2e} s (max over ranks)")
+        lines.append(f"  throughput {_si(r.throughput, unit[:-1] + '/s')} total, "
+                     f"{_si(r.throughput_per_rank, unit[:-1] + '/s')} per rank")
+        if verbose:
+            for s in r.shares:
+                lines.append(f"    rank {s.rank:>4} of {run.ranks} on {s.host}: [{s.start:,}, "
+                             f"{s.start + s.count:,}) {s.count:,} {unit}, {s.compute_time:.4f} s")
+    lines.append(f"ranks {run.ranks}, backend {run.backend}, threads/rank {threads}, seed {run.seed}")
+    return "\n".join(lines)
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("samples", type=Count())
+@click.option("--method", type=click.Choice(["mc", "trapezoid", "both"]), default="mc", show_default=True,
+              help="Monte Carlo sampling, the trapezoid rule, or both.")
+@click.option("--per-rank", is_flag=True,
+              help="SAMPLES per rank (weak scaling) instead of in total (strong scaling).")
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=None,
+              help="Seed of the Monte Carlo stream [default: 20240601].")
+@click.option("--backend", type=click.Choice(["auto", "numba", "numpy", "gpu"]), default="auto",
+              show_default=True, help="Kernels: GPU if really usable, else numba (auto).")
+@click.option("--threads", type=click.IntRange(1, 4096), default=None,
+              help="numba threads per rank [default: this node's CPUs / its ranks].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (schema in README).")
+@click.option("-v", "--verbose", is_flag=True, help="Add one line per rank.")
+def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
+    """Estimate pi from SAMPLES points (Monte Carlo) or intervals (trapezoid rule).
+
+    SAMPLES is a whole number such as 1e7, 10000000 or 10_000_000, at most
+    2**53; by default it is the total over all ranks.
+    """
+    from pympi_gpu import jitcache
+
+    jitcache.configure()
+    from pympi_gpu.pi.backends import kernels_for, resolve
+    from pympi_gpu.pi.driver import DEFAULT_SEED, estimate_pi
+    from pympi_gpu.provenance import collect
+
+    comm = mpi_world()
+    size = comm.Get_size()
+    if per_rank and samples * size > MAX_COUNT:
+        fail(f"SAMPLES x ranks = {samples * size:.4g} exceeds the maximum {MAX_COUNT:.4g}")
+    total = samples * size if per_rank else samples
+    if method in ("trapezoid", "both") and total < 2:
+        fail("the trapezoid rule needs at least 2 intervals")
+    seed = DEFAULT_SEED if seed is None else seed
+    backend_name, why = resolve(backend)
+    kernels = kernels_for(backend_name)
+    if backend_name == "gpu":
+        from pympi_gpu.gpu import bind_device
+
+        bind_device(comm)
+    nthreads = configure_threads(comm, threads)
+    kernels.warmup()
+    methods = ("mc", "trapezoid") if method == "both" else (method,)
+    provenance = collect(comm, extra={"backend_reason": why, "threads_per_rank": str(nthreads)})
+    run = estimate_pi(comm, samples, kernels, methods=methods, seed=seed, per_rank=per_rank,
+                      backend=backend_name, provenance=provenance)
+    if comm.Get_rank() == 0:
+        if as_json:
+            from pympi_gpu.records import to_dict
+
+            doc = to_dict(run, schema=SCHEMA, app="pi", work_unit="samples")
+            doc["throughput"] = run.throughput
+            doc["threads_per_rank"] = nthreads
+            if not verbose:
+                for r in doc["results"]:
+                    r.pop("shares")
+            click.echo(json.dumps(doc, indent=2))
+        else:
+            echo_root(comm, format_run(run, nthreads, verbose))

@@ -1,0 +1,142 @@
+"""The collective pi computations: each takes ``comm`` and returns a record."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pympi_gpu.decomposition import block_range
+from pympi_gpu.pi import grid
+from pympi_gpu.records import PiResult, PiRun, RankShare
+from pympi_gpu.rng import seed_key
+
+__all__ = ["DEFAULT_SEED", "METHODS", "monte_carlo", "trapezoid", "estimate_pi"]
+
+DEFAULT_SEED = 20240601
+METHODS = ("mc", "trapezoid")
+
+
+def _timed_stats(comm, compute: float, reduce: float, wall: float) -> tuple[float, float, float]:
+    from mpi4py import MPI
+
+    mx = np.array([compute, reduce, wall])
+    comm.Allreduce(MPI.IN_PLACE, mx, op=MPI.MAX)
+    return float(mx[0]), float(mx[1]), float(mx[2])
+
+
+def _shares(comm, start: int, count: int, compute: float) -> tuple[RankShare, ...]:
+    from mpi4py import MPI
+
+    mine = (comm.Get_rank(), MPI.Get_processor_name(), start, count, compute)
+    return tuple(RankShare(*row) for row in comm.allgather(mine))
+
+
+def monte_carlo(comm, samples: int, kernels, *, seed: int = DEFAULT_SEED) -> PiResult:
+    """Estimate pi from ``samples`` points in the unit square; collective over comm.
+
+    Sample ``k`` (global index) depends on ``(seed, k)`` alone, and hits are
+    summed as integers, so the estimate is bit-identical for any number of
+    ranks and any backend.
+    """
+    from mpi4py import MPI
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    start, stop = block_range(samples, size, rank)
+    key = seed_key(seed)
+    comm.Barrier()
+    t0 = MPI.Wtime()
+    local = kernels.mc_hits(key, start, stop - start)
+    t1 = MPI.Wtime()
+    hits = comm.allreduce(local, op=MPI.SUM)
+    t2 = MPI.Wtime()
+    compute, reduce, wall = _timed_stats(comm, t1 - t0, t2 - t1, t2 - t0)
+    p = hits / samples
+    estimate = 4.0 * p
+    return PiResult(
+        method="mc",
+        estimate=estimate,
+        error=estimate - math.pi,
+        stderr=4.0 * math.sqrt(p * (1.0 - p) / samples),
+        n=samples,
+        hits=hits,
+        compute_time=compute,
+        reduce_time=reduce,
+        wall_time=wall,
+        throughput=samples / wall if wall > 0 else math.inf,
+        throughput_per_rank=samples / wall / size if wall > 0 else math.inf,
+        shares=_shares(comm, start, stop - start, t1 - t0),
+    )
+
+
+def trapezoid(comm, intervals: int, kernels) -> PiResult:
+    """Integrate 4/(1+x^2) on [0, 1] with ``intervals`` trapezoids; collective over comm.
+
+    Ranks sum whole chunks of a global grid fixed by ``intervals`` alone; each
+    rank reduces its chunk sums to exact partials (Shewchuk), and rank 0 adds
+    all partials with one correctly rounded ``math.fsum``.  The result is thus
+    bit-identical for any number of ranks.
+    """
+    from mpi4py import MPI
+
+    from pympi_gpu.pi.kernels_cpu import exact_partials
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    c0, c1 = grid.rank_chunks(intervals, size, rank)
+    comm.Barrier()
+    t0 = MPI.Wtime()
+    sums = kernels.trapezoid_chunks(intervals, c0, c1)
+    partials = exact_partials(sums) if sums.size else np.empty(0)
+    t1 = MPI.Wtime()
+    gathered = comm.gather(partials, root=0)
+    if rank == 0:
+        interior = math.fsum(np.concatenate(gathered))
+        # h * (f(0)/2 + f(1)/2 + interior) with f(0) = 4, f(1) = 2.
+        estimate = math.fsum((interior, 3.0)) / intervals
+    else:
+        estimate = None
+    estimate = comm.bcast(estimate, root=0)
+    t2 = MPI.Wtime()
+    compute, reduce, wall = _timed_stats(comm, t1 - t0, t2 - t1, t2 - t0)
+    lo = grid.chunk_nodes(intervals, c0)[0] if c1 > c0 else 0
+    hi = grid.chunk_nodes(intervals, c1 - 1)[1] if c1 > c0 else 0
+    return PiResult(
+        method="trapezoid",
+        estimate=estimate,
+        error=estimate - math.pi,
+        stderr=None,
+        n=intervals,
+        hits=None,
+        compute_time=compute,
+        reduce_time=reduce,
+        wall_time=wall,
+        throughput=intervals / wall if wall > 0 else math.inf,
+        throughput_per_rank=intervals / wall / size if wall > 0 else math.inf,
+        shares=_shares(comm, lo, hi - lo, t1 - t0),
+    )
+
+
+def estimate_pi(comm, samples: int, kernels, *, methods=("mc",), seed: int = DEFAULT_SEED,
+                per_rank: bool = False, backend: str | None = None, provenance=None) -> PiRun:
+    """Run each method of ``methods``; collective over comm.
+
+    ``samples`` is the total over all ranks, or with ``per_rank`` the count of
+    each rank (the total is then ``samples * comm.size``).
+    """
+    from mpi4py import MPI
+
+    size = comm.Get_size()
+    total = samples * size if per_rank else samples
+    t0 = MPI.Wtime()
+    results = []
+    for method in methods:
+        if method == "mc":
+            results.append(monte_carlo(comm, total, kernels, seed=seed))
+        elif method == "trapezoid":
+            results.append(trapezoid(comm, total, kernels))
+        else:
+            raise ValueError(f"unknown method {method!r}")
+    wall = MPI.Wtime() - t0
+    return PiRun(samples=total, per_rank=per_rank, ranks=size,
+                 backend=backend or getattr(kernels, "name", "?"), seed=seed,
+                 results=tuple(results), wall_time=wall, provenance=provenance)

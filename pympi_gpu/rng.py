@@ -1,0 +1,83 @@
+"""Counter-based random numbers: value ``k`` of a stream depends only on (seed, k).
+
+The generator is SplitMix64 (Steele, Lea & Flood, "Fast splittable
+pseudorandom number generators", OOPSLA 2014), used as a counter-based
+generator: output ``k`` is the 64-bit finaliser applied to ``key + (k + 1) *
+GAMMA``.  That is exactly the ``k``-th output of the sequential SplitMix64
+stream started from ``key``, which passes BigCrush and PractRand; being a pure
+function of the counter, any rank, thread or GPU thread computes any sample
+without coordination, so results do not depend on how work is split.
+
+Every function here has one body for every backend: registered with numba's
+``register_jitable`` it is inlined into CPU loops, ``prange`` loops and CUDA
+kernels, and called as plain Python it works element-wise on NumPy uint64
+arrays (the NumPy reference backend).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba.extending import register_jitable
+
+__all__ = ["GAMMA", "HIT_RADIUS2", "seed_key", "mix64", "bits", "uniform", "inside", "mc_hit"]
+
+GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_ONE = np.uint64(1)
+_ZERO = np.uint64(0)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_LOW30 = np.uint64((1 << 30) - 1)
+_S34, _S2, _S11 = np.uint64(34), np.uint64(2), np.uint64(11)
+_TWO_M53 = 2.0**-53
+#: (2 * 2**30)**2: the squared radius of the quarter circle on the 31-bit grid.
+HIT_RADIUS2 = np.uint64(1 << 62)
+_SEED_SALT = np.uint64(0x6A09E667F3BCC909)  # fractional bits of sqrt(2)
+
+
+@register_jitable
+def mix64(z):
+    """SplitMix64 finaliser: a bijective avalanche mix of a uint64."""
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+def seed_key(seed: int, stream: int = 0) -> np.uint64:
+    """Key of the stream ``stream`` of ``seed`` (plain Python, run once per run)."""
+    mask = (1 << 64) - 1
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design
+        s = np.uint64(seed & mask)
+        return mix64(s ^ _SEED_SALT) + mix64(np.uint64(stream & mask) * GAMMA + _ONE)
+
+
+@register_jitable
+def bits(key, k):
+    """64 random bits: output ``k`` of the stream keyed ``key`` (uint64 args)."""
+    return mix64(key + (k + _ONE) * GAMMA)
+
+
+@register_jitable
+def uniform(key, k):
+    """A float64 uniform on [0, 1) with 53 random bits."""
+    return np.float64(bits(key, k) >> _S11) * _TWO_M53
+
+
+@register_jitable
+def inside(h):
+    """Whether the point drawn from 64 random bits ``h`` is in the quarter disc.
+
+    The bits give two 30-bit coordinates ``u, v``; the point is the centre of
+    grid cell ``((2u+1)/2**31, (2v+1)/2**31)`` and the test
+    ``(2u+1)**2 + (2v+1)**2 < 2**62`` is exact in integer arithmetic, so CPU,
+    GPU and every compiler agree on every sample.
+    """
+    a = ((h >> _S34) << _ONE) | _ONE
+    b = (((h >> _S2) & _LOW30) << _ONE) | _ONE
+    return a * a + b * b < HIT_RADIUS2
+
+
+@register_jitable
+def mc_hit(key, k):
+    """1 if sample ``k`` of the stream keyed ``key`` is a hit, else 0 (uint64)."""
+    return _ONE if inside(bits(key, k)) else _ZERO

@@ -1,0 +1,76 @@
+"""Shared test fixtures: how to start MPI programs the way users do."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def require_system() -> bool:
+    """In CI (PYMPI_REQUIRE_SYSTEM=1) a missing system tool fails instead of skipping."""
+    return os.environ.get("PYMPI_REQUIRE_SYSTEM", "0") not in ("", "0")
+
+
+def need_tool(*names: str) -> None:
+    """Skip (developer machine) or fail (CI) when a system tool is missing."""
+    missing = [n for n in names if shutil.which(n) is None]
+    if missing:
+        msg = f"system tool(s) not installed: {', '.join(missing)}"
+        if require_system():
+            pytest.fail(msg + " (PYMPI_REQUIRE_SYSTEM=1: .ci/setup.d must install them)")
+        pytest.skip(msg)
+
+
+def mpiexec() -> str:
+    """The mpiexec of this Python environment (the PyPI MPI), else the one on PATH."""
+    for cand in (BIN / "mpiexec", shutil.which("mpiexec")):
+        if cand and Path(cand).exists():
+            return str(cand)
+    pytest.skip("no mpiexec found")
+
+
+def mpiexec_argv(n: int) -> list[str]:
+    """argv prefix that starts ``n`` ranks with this environment's MPI."""
+    exe = mpiexec()
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    argv = [exe, "-n", str(n)]
+    if "Open MPI" in out or "OpenRTE" in out:
+        argv[1:1] = ["--oversubscribe", "--allow-run-as-root"]
+    return argv
+
+
+def script(name: str) -> str:
+    """Path of an installed console script of this environment."""
+    path = BIN / name
+    return str(path) if path.exists() else name
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment for child runs: launcher variables of an outer job removed."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "MPI_LOCAL", "HYDRA_", "MV2_"))}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(extra)
+    return env
+
+
+def run(argv: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    """Run a command as a user would, with a hard timeout (a hang is a failure)."""
+    kw.setdefault("env", clean_env())
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+@pytest.fixture
+def mpirun():
+    """``mpirun(n, *argv)`` runs argv over n ranks of this environment's MPI."""
+    def _run(n: int, *argv: str, timeout: float = 300, **kw):
+        return run(mpiexec_argv(n) + list(argv), timeout=timeout, **kw)
+    return _run
