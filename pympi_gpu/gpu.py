@@ -64,6 +64,7 @@ def bind_device(comm) -> dict[str, object]:
         raise RuntimeError("no CUDA device visible to this rank")
     index = lrank % ndev
     dev = cuda.select_device(index)
-    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    name = getattr(dev, "name", None) or "CUDA simulator"  # the simulator returns no device
+    name = name.decode() if isinstance(name, bytes) else str(name)
     return {"local_rank": lrank, "local_size": lsize, "visible": ndev, "device": index, "name": name,
             "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}

@@ -12,11 +12,12 @@ import click
 from pympi_gpu import __version__
 from pympi_gpu.cli.common import CONTEXT_SETTINGS, run_command
 
-__all__ = ["cli", "main", "pi_main"]
+__all__ = ["cli", "main", "pi_main", "nbody_main"]
 
 #: subcommand name -> "module:attribute" of its click command
 COMMANDS = {
     "pi": "pympi_gpu.cli.pi:pi",
+    "nbody": "pympi_gpu.cli.nbody:nbody",
 }
 
 
@@ -59,3 +60,4 @@ def _standalone(name: str):
 
 
 pi_main = _standalone("pi")
+nbody_main = _standalone("nbody")

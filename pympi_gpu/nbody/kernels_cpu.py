@@ -23,6 +23,13 @@ __all__ = ["NumbaKernels", "NumpyKernels", "direct_sum_fp64", "FLOPS_PER_INTERAC
 FLOPS_PER_INTERACTION = 20
 
 
+@njit(parallel=True, fastmath=True, cache=True)
+def _axpy(y, h, x):
+    """y += h * x, element-wise (kicks and drifts)."""
+    for i in prange(y.size):
+        y[i] += h * x[i]
+
+
 @njit(parallel=True, fastmath=True, error_model="numpy", cache=True)
 def _accel32(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
     one, zero = np.float32(1.0), np.float32(0.0)
@@ -123,6 +130,11 @@ class NumbaKernels:
         z = np.zeros(3, dtype=dtype)
         self.accel(a, a, a, a, a, a, a, 0.1, z, z.copy(), z.copy())
         self.potential(a, a, a, a, a, a, a, 0.1, np.zeros(3))
+        self.axpy(z, 0.5, a)
+
+    def axpy(self, y, h, x) -> None:
+        """y += h * x (h cast to y's precision)."""
+        _axpy(y, y.dtype.type(h), x)
 
 
 class NumpyKernels:
@@ -154,8 +166,12 @@ class NumpyKernels:
             dy = sy[None, :] - ty[lo:hi, None]
             dz = sz[None, :] - tz[lo:hi, None]
             r2 = dx * dx + dy * dy + dz * dz
-            term = sm[None, :] * (dt.type(1) / np.sqrt(r2 + eps2))
+            with np.errstate(divide="ignore"):
+                term = sm[None, :] * (dt.type(1) / np.sqrt(r2 + eps2))
             phi[lo:hi] -= np.where(r2 > 0, term, 0).sum(axis=1, dtype=np.float64)
+
+    def axpy(self, y, h, x) -> None:
+        y += y.dtype.type(h) * x
 
     def warmup(self, dtype) -> None:
         pass

@@ -1,0 +1,231 @@
+"""``pympi-nbody BODIES``: all-pairs gravitational n-body over MPI ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+import click
+
+from pympi_gpu.cli.common import CONTEXT_SETTINGS, Count, PositiveFloat, configure_threads, fail, mpi_world
+
+SCHEMA = "pympi_gpu.nbody/1"
+MAX_BODIES = 2**31 - 1
+MIN_SOFTENING = 1e-15
+#: options a restart file fixes; giving a different value is an error
+_FROM_FILE = ("dt", "softening", "precision", "seed", "init")
+
+
+def _si(x: float, unit: str = "") -> str:
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:.3f} {prefix}{unit}"
+    return f"{x:.3f} {unit}".rstrip()
+
+
+def format_run(run, threads: int) -> str:
+    """The human summary of a :class:`~pympi_gpu.nbody.record.NbodyRun`."""
+    lines = [f"n-body: {run.bodies:,} bodies, {run.ranks} rank(s), {run.precision}, {run.init} "
+             f"(seed {run.seed}), dt {run.dt:g}, softening {run.softening:g}"]
+    lines.append(f"  steps      {run.steps} (step {run.first_step} -> {run.last_step})"
+                 + (f", restarted from {run.restarted_from}" if run.restarted_from else ""))
+    lines.append(f"  backend    {run.backend} ({run.backend_reason}), threads/rank {threads}")
+    lines.append(f"  exchange   {run.exchange}, transport {run.transport} ({run.transport_reason})")
+    if run.steps:
+        lines.append(f"  time       {run.wall_time:.4f} s, {run.time_per_step:.4e} s/step "
+                     f"(median {run.median_step_time:.4e}), MPI wait {run.comm_time:.3e} s (max over ranks)")
+        lines.append(f"  rate       {run.throughput:.4e} interactions/s, {run.gflops:.2f} GFLOP/s "
+                     f"(20 flops/interaction)")
+    if run.initial is not None and run.final is not None:
+        lines.append(f"  energy     {run.initial.energy:.10g} (step {run.initial.step}) -> {run.final.energy:.10g}"
+                     f", relative drift {run.energy_drift:.3e}")
+        lines.append(f"  momentum   |P1 - P0| = {run.momentum_change:.3e}")
+    if run.stopped_by:
+        lines.append(f"  stopped    by {run.stopped_by} after step {run.last_step}")
+    if run.checkpoint:
+        lines.append(f"  checkpoint {run.checkpoint} (step {run.last_step}; resume with --restart)")
+    v = run.verification
+    if v is not None:
+        lines.append(f"  verify     {'PASSED' if v.passed else 'FAILED'}: acceleration error {v.max_error:.3e} "
+                     f"(bound {v.error_bound:.3e}, {v.sample} bodies, median relative {v.median_relative_error:.3e})"
+                     + (f", energy drift {v.energy_drift:.3e} (bound {v.drift_bound:.1e})"
+                        if v.energy_drift is not None else ""))
+        for f in v.failures:
+            lines.append(f"  FAILED     {f}")
+    return "\n".join(lines)
+
+
+class _Stop:
+    """SIGTERM (what Slurm sends before its time limit) asks for a clean stop."""
+
+    def __init__(self):
+        self.signal = None
+
+    def __call__(self, signum, frame):
+        self.signal = signum
+
+    def __bool__(self):
+        return self.signal is not None
+
+
+def _progress(comm, enabled: bool):
+    if not enabled or comm.Get_rank() != 0 or not sys.stderr.isatty():
+        return None, None
+    from rich.progress import Progress
+
+    bar = Progress(transient=True, console=None)
+    task = bar.add_task("n-body steps", total=None)
+    bar.start()
+
+    def on_step(step, last):
+        bar.update(task, completed=step, total=last)
+    return bar, on_step
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("bodies", type=Count(maximum=MAX_BODIES))
+@click.option("--steps", type=Count(minimum=0, maximum=10**12), default=10, show_default=True,
+              help="Leapfrog steps; with --restart, the step to reach.")
+@click.option("--dt", type=PositiveFloat(), default=1e-3, show_default=True, help="Time step (N-body units).")
+@click.option("--softening", type=PositiveFloat(), default=0.01, show_default=True,
+              help="Softening length eps (> 0): forces ~ 1/(r^2 + eps^2).")
+@click.option("--precision", type=click.Choice(["fp32", "fp64"]), default="fp32", show_default=True)
+@click.option("--backend", type=click.Choice(["auto", "gpu", "numba", "numpy"]), default="auto",
+              show_default=True, help="Kernels: GPU if really usable, else numba (auto).")
+@click.option("--exchange", type=click.Choice(["ring", "allgather"]), default="ring", show_default=True,
+              help="How bodies travel between ranks.")
+@click.option("--transport", type=click.Choice(["auto", "device", "host"]), default="auto", show_default=True,
+              help="GPU only: device buffers straight to MPI (CUDA-aware) or staged through host memory.")
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=20240601, show_default=True)
+@click.option("--init", type=click.Choice(["plummer", "uniform"]), default="plummer", show_default=True,
+              help="Initial conditions: Plummer sphere or cold uniform ball.")
+@click.option("--verify", is_flag=True, help="Check sampled accelerations and the energy drift; exit 1 on failure.")
+@click.option("--energy-tolerance", type=PositiveFloat(), default=1e-3, show_default=True,
+              help="Relative energy drift that --verify accepts.")
+@click.option("--benchmark", is_flag=True, help="Time the steps only: skip energy diagnostics (unless --verify).")
+@click.option("--checkpoint", "checkpoint", type=str, default=None, metavar="PATH",
+              help="Write the state here at the end (and every K steps, on SIGTERM).")
+@click.option("--checkpoint-every", type=Count(minimum=1, maximum=10**12), default=None, metavar="K",
+              help="Also write a checkpoint every K steps.")
+@click.option("--restart", type=str, default=None, metavar="PATH", help="Continue from this checkpoint.")
+@click.option("--threads", type=click.IntRange(1, 4096), default=None,
+              help="numba threads per rank [default: this node's CPUs / its ranks].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (schema in README).")
+@click.pass_context
+def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init, verify,
+          energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, threads, as_json):
+    """All-pairs gravitational n-body of BODIES bodies (e.g. 65536 or 1e6), leapfrog KDK.
+
+    Bodies are spread over the MPI ranks in contiguous blocks; each rank uses
+    one GPU (--backend gpu) or its share of the node's cores (numba).
+    """
+    from pympi_gpu import jitcache
+    from pympi_gpu.nbody import simd
+
+    jitcache.configure()
+    simd_note = simd.configure()
+    from pympi_gpu.nbody import checkpoint as ckpt
+    from pympi_gpu.nbody.backends import make_backend, resolve
+    from pympi_gpu.nbody.driver import NbodyConfig, initial_state, local_arrays, simulate, state_from_arrays
+    from pympi_gpu.nbody.exchange import choose_transport, make_exchange
+
+    if softening < MIN_SOFTENING:
+        fail(f"--softening {softening:g} is below {MIN_SOFTENING:g}")
+    if checkpoint_every is not None and not checkpoint:
+        fail("--checkpoint-every needs --checkpoint PATH")
+    if checkpoint and (why := ckpt.check_writable(checkpoint)):
+        fail(why)
+    comm = mpi_world()
+    size = comm.Get_size()
+    if bodies < size:
+        fail(f"BODIES ({bodies}) must be at least the number of ranks ({size})")
+
+    meta = local = None
+    if restart:
+        try:
+            meta, local = ckpt.load(comm, restart)
+        except ckpt.CheckpointError as exc:
+            fail(f"--restart: {exc}")
+        if meta["bodies"] != bodies:
+            fail(f"--restart: {restart!r} holds {meta['bodies']} bodies, but BODIES is {bodies}")
+        given = {name: ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+                 or ctx.get_parameter_source(name) == click.core.ParameterSource.ENVIRONMENT
+                 for name in _FROM_FILE}
+        values = {"dt": dt, "softening": softening, "precision": precision, "seed": seed, "init": init}
+        for name in _FROM_FILE:
+            if given[name] and values[name] != meta[name]:
+                fail(f"--restart: {restart!r} was run with --{name} {meta[name]}, not {values[name]}")
+        dt, softening, precision, seed, init = (meta[k] for k in ("dt", "softening", "precision", "seed", "init"))
+        if meta["step"] > steps:
+            fail(f"--restart: {restart!r} is at step {meta['step']}, beyond --steps {steps}")
+
+    backend_name, backend_why = resolve(backend)
+    device_backend = backend_name == "gpu"
+    awareness = None
+    if device_backend:
+        from pympi_gpu.gpu import bind_device
+
+        bind_device(comm)
+        if transport == "auto" or transport == "device":
+            from pympi_gpu.cuda_aware import detect
+
+            awareness = detect()
+    try:
+        transport_name, transport_why = choose_transport(transport, device_backend, awareness)
+    except ValueError as exc:
+        fail(str(exc))
+    be = make_backend(backend_name, precision)
+    nthreads = configure_threads(comm, threads)
+    be.warmup()
+
+    config = NbodyConfig(bodies=bodies, steps=steps, dt=dt, softening=softening, precision=precision,
+                         init=init, seed=seed, diagnostics=(not benchmark) or verify,
+                         checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                         stop_checkpoint=f"pympi-nbody-{bodies}.ckpt.npz")
+    ex = make_exchange(comm, be, bodies, exchange, transport_name)
+    state = state_from_arrays(be, local, meta) if restart else initial_state(comm, be, config)
+
+    from pympi_gpu.provenance import collect
+
+    provenance = collect(comm, extra={"backend_reason": backend_why, "threads_per_rank": str(nthreads),
+                                      "simd": simd_note})
+    stop = _Stop()
+    previous = signal.signal(signal.SIGTERM, stop)
+    bar, on_step = _progress(comm, not as_json and steps - (meta["step"] if meta else 0) >= 20)
+    try:
+        run, state = simulate(comm, config, be, ex, state, backend_reason=backend_why,
+                              transport_reason=transport_why, on_step=on_step, stop_requested=stop.__bool__,
+                              restarted_from=restart, provenance=provenance)
+    except ckpt.CheckpointError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        if bar is not None:
+            bar.stop()
+        signal.signal(signal.SIGTERM, previous)
+
+    if verify:
+        from dataclasses import replace
+
+        from pympi_gpu.nbody.verify import verify as run_verify
+
+        result = run_verify(comm, local_arrays(be, state), bodies, softening, precision, run.energy_drift,
+                            energy_tolerance)
+        run = replace(run, verification=result)
+    if comm.Get_rank() == 0:
+        if as_json:
+            from pympi_gpu.records import to_dict
+
+            doc = to_dict(run, schema=SCHEMA, app="nbody", work_unit="interactions")
+            doc["threads_per_rank"] = nthreads
+            doc["awareness"] = None if awareness is None else {"supported": awareness.supported,
+                                                              "method": awareness.method,
+                                                              "detail": awareness.detail}
+            click.echo(json.dumps(doc, indent=2))
+        else:
+            click.echo(format_run(run, nthreads))
+    if run.verification is not None and not run.verification.passed:
+        if comm.Get_rank() == 0:
+            click.echo("pympi-nbody: verification FAILED: " + "; ".join(run.verification.failures), err=True)
+        raise click.exceptions.Exit(1)

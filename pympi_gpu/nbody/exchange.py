@@ -1,0 +1,201 @@
+"""Moving source bodies between ranks so that every rank sees every body.
+
+Each rank owns a contiguous block of bodies (:func:`pympi_gpu.decomposition.block_range`,
+uneven splits allowed).  A rank's bodies travel packed in one flat buffer,
+``[x | y | z | m]`` of ``4 * count`` numbers, so that one message carries a
+block.
+
+``ring``
+    P - 1 steps: every rank sends the block in hand to its right neighbour and
+    receives the next one from its left neighbour, with non-blocking calls into
+    a second buffer, while it computes the pull of the block in hand.  Memory
+    per rank: two blocks, ~8 N / P numbers.
+``allgather``
+    One ``Allgatherv`` of every block, then the pull of each in turn.  Memory
+    per rank: 4 N numbers.  The simple variant, for comparison.
+
+Transport (GPU backends only): ``device`` hands device buffers straight to
+mpi4py (CUDA-aware MPI), synchronising the backend's stream before every MPI
+call so that MPI never reads a buffer a kernel is still writing or vice
+versa; ``host`` stages through pinned host buffers: a received block is kept
+on the host to be forwarded and copied to the device for the kernel.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pympi_gpu.decomposition import block_counts, block_starts
+
+__all__ = ["EXCHANGES", "TRANSPORTS", "Exchange", "make_exchange"]
+
+EXCHANGES = ("ring", "allgather")
+TRANSPORTS = ("auto", "device", "host")
+_TAG = 0x6E62  # "nb"
+
+
+def _views(buf, count: int):
+    """The x, y, z, m views of a packed block of ``count`` bodies."""
+    return buf[0:count], buf[count:2 * count], buf[2 * count:3 * count], buf[3 * count:4 * count]
+
+
+class Exchange:
+    """Visits every block of sources for the local targets; see the module docstring.
+
+    Parameters
+    ----------
+    comm : mpi4py communicator the bodies are spread over
+    backend : the backend object holding the bodies
+    n : int, total number of bodies
+    kind : {"ring", "allgather"}
+    transport : {"device", "host"}; "host" for host backends
+    """
+
+    def __init__(self, comm, backend, n: int, kind: str, transport: str):
+        if kind not in EXCHANGES:
+            raise ValueError(f"unknown exchange {kind!r} (choose from {', '.join(EXCHANGES)})")
+        if transport not in ("device", "host"):
+            raise ValueError(f"transport must be 'device' or 'host', got {transport!r}")
+        self.backend = backend
+        self.kind = kind
+        self.transport = transport
+        self.size, self.rank = comm.Get_size(), comm.Get_rank()
+        self.counts = block_counts(n, self.size)
+        self.starts = block_starts(n, self.size)
+        self.count = self.counts[self.rank]
+        self.staging = backend.device and transport == "host"
+        maxc = max(self.counts)
+        self.home = backend.zeros(4 * max(self.count, 1))
+        if kind == "ring":
+            self.bufs = [backend.zeros(4 * maxc), backend.zeros(4 * maxc)]
+            if self.staging:
+                self.hbufs = [backend.pinned(4 * maxc), backend.pinned(4 * maxc)]
+        else:
+            self.full = backend.zeros(4 * n)
+            if self.staging:
+                self.hhome = backend.pinned(4 * max(self.count, 1))
+                self.hfull = backend.pinned(4 * n)
+        #: seconds spent waiting for MPI, summed over calls (reset by the caller)
+        self.comm_time = 0.0
+
+    def set_masses(self, mass) -> None:
+        """Store the (constant) masses of the local bodies in the home block."""
+        c = self.count
+        self.backend.copy_into(self.home[3 * c:4 * c], mass)
+
+    def _pack(self, x, y, z) -> None:
+        c = self.count
+        for k, a in enumerate((x, y, z)):
+            self.backend.copy_into(self.home[k * c:(k + 1) * c], a)
+
+    def visit(self, comm, pos, fn) -> None:
+        """Call ``fn(sx, sy, sz, sm)`` once for every rank's block of sources.
+
+        Collective over comm.  ``pos`` are the local x, y, z arrays; the masses
+        come from :meth:`set_masses`.  ``fn`` may be asynchronous on the
+        backend's stream; the stream is synchronised on return.
+        """
+        self._pack(*pos)
+        if self.kind == "ring":
+            self._ring(comm, fn)
+        else:
+            self._allgather(comm, fn)
+        self.backend.sync()
+
+    def _wait(self, requests) -> None:
+        from mpi4py import MPI
+
+        t0 = time.perf_counter()
+        MPI.Request.Waitall(requests)
+        self.comm_time += time.perf_counter() - t0
+
+    def _ring(self, comm, fn) -> None:
+        from mpi4py import MPI
+
+        b, size, rank = self.backend, self.size, self.rank
+        right, left = (rank + 1) % size, (rank - 1) % size
+        cur, nxt = self.bufs
+        c = self.count
+        b.copy_into(cur[:4 * c], self.home[:4 * c])
+        if self.staging:
+            hcur, hnxt = self.hbufs
+            b.d2h(cur[:4 * c], hcur[:4 * c])
+        for s in range(size):
+            c = self.counts[(rank - s) % size]
+            requests = []
+            if s < size - 1:
+                cin = self.counts[(rank - s - 1) % size]
+                b.sync()  # no MPI call while the stream may touch its buffers
+                if self.staging:
+                    send, recv = hcur[:4 * c], hnxt[:4 * cin]
+                else:
+                    send, recv = b.mpi_buffer(cur[:4 * c]), b.mpi_buffer(nxt[:4 * cin])
+                requests = [comm.Irecv([recv, MPI.DOUBLE if b.dtype.itemsize == 8 else MPI.FLOAT],
+                                       source=left, tag=_TAG),
+                            comm.Isend([send, MPI.DOUBLE if b.dtype.itemsize == 8 else MPI.FLOAT],
+                                       dest=right, tag=_TAG)]
+            fn(*_views(cur, c))  # the block in hand, while the next one travels
+            if requests:
+                self._wait(requests)
+                if self.staging:
+                    b.h2d(hnxt[:4 * cin], nxt[:4 * cin])
+                    hcur, hnxt = hnxt, hcur
+                cur, nxt = nxt, cur
+
+    def _allgather(self, comm, fn) -> None:
+        from mpi4py import MPI
+
+        b = self.backend
+        mpitype = MPI.DOUBLE if b.dtype.itemsize == 8 else MPI.FLOAT
+        counts4 = [4 * c for c in self.counts]
+        displs4 = [4 * s for s in self.starts]
+        c = self.count
+        t0 = time.perf_counter()
+        if self.staging:
+            b.d2h(self.home[:4 * c], self.hhome[:4 * c])
+            b.sync()
+            comm.Allgatherv([self.hhome[:4 * c], mpitype], [self.hfull, (counts4, displs4), mpitype])
+            b.h2d(self.hfull, self.full)
+        else:
+            b.sync()
+            comm.Allgatherv([b.mpi_buffer(self.home[:4 * c]), mpitype],
+                            [b.mpi_buffer(self.full), (counts4, displs4), mpitype])
+        self.comm_time += time.perf_counter() - t0
+        for r in range(self.size):
+            lo = 4 * self.starts[r]
+            fn(*_views(self.full[lo:lo + 4 * self.counts[r]], self.counts[r]))
+
+
+def make_exchange(comm, backend, n: int, kind: str, transport: str) -> Exchange:
+    """An :class:`Exchange`; collective over comm only in that all ranks must agree."""
+    return Exchange(comm, backend, n, kind, transport)
+
+
+def choose_transport(requested: str, device_backend: bool, awareness=None) -> tuple[str, str]:
+    """Which path device buffers take through MPI, and why: a pure function.
+
+    Parameters
+    ----------
+    requested : {"auto", "device", "host"}
+    device_backend : whether the bodies live in GPU memory
+    awareness : :class:`pympi_gpu.cuda_aware.CudaAwareness` or None
+        The verdict on the MPI library (only consulted for GPU backends).
+    """
+    if requested not in TRANSPORTS:
+        raise ValueError(f"unknown transport {requested!r} (choose from {', '.join(TRANSPORTS)})")
+    if not device_backend:
+        if requested == "device":
+            raise ValueError("--transport device needs the GPU backend (bodies in device memory)")
+        return "host", "CPU backend: the bodies are in host memory"
+    verdict = ""
+    if awareness is not None:
+        verdict = f"{awareness.method}: {awareness.detail}".strip(": ")
+    if requested == "device":
+        doubt = "" if awareness is None or awareness.supported else f" (the MPI library: {verdict or 'unknown'})"
+        return "device", "requested" + doubt
+    if requested == "host":
+        return "host", "requested: staged through pinned host buffers"
+    if awareness is not None and awareness.supported:
+        return "device", f"CUDA-aware MPI ({verdict})"
+    why = "not CUDA-aware" if awareness is not None and awareness.supported is False else "CUDA-awareness unknown"
+    return "host", f"{why} ({verdict or 'no verdict'}): staged through pinned host buffers"
