@@ -18,6 +18,15 @@ MIN_SOFTENING = 1e-15
 _FROM_FILE = ("dt", "softening", "precision", "seed", "init")
 
 
+class _Count(Count):
+    """A :class:`Count` that says "negative" for negative numbers."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.strip().startswith("-") and value.strip()[1:2].isdigit():
+            self.fail(f"{value!r} is negative (must be at least {self.minimum})", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def _si(x: float, unit: str = "") -> str:
     for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= factor:
@@ -85,8 +94,8 @@ def _progress(comm, enabled: bool):
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("bodies", type=Count(maximum=MAX_BODIES))
-@click.option("--steps", type=Count(minimum=0, maximum=10**12), default=10, show_default=True,
+@click.argument("bodies", type=_Count(maximum=MAX_BODIES))
+@click.option("--steps", type=_Count(minimum=0, maximum=10**12), default=10, show_default=True,
               help="Leapfrog steps; with --restart, the step to reach.")
 @click.option("--dt", type=PositiveFloat(), default=1e-3, show_default=True, help="Time step (N-body units).")
 @click.option("--softening", type=PositiveFloat(), default=0.01, show_default=True,
@@ -107,7 +116,7 @@ def _progress(comm, enabled: bool):
 @click.option("--benchmark", is_flag=True, help="Time the steps only: skip energy diagnostics (unless --verify).")
 @click.option("--checkpoint", "checkpoint", type=str, default=None, metavar="PATH",
               help="Write the state here at the end (and every K steps, on SIGTERM).")
-@click.option("--checkpoint-every", type=Count(minimum=1, maximum=10**12), default=None, metavar="K",
+@click.option("--checkpoint-every", type=_Count(minimum=1, maximum=10**12), default=None, metavar="K",
               help="Also write a checkpoint every K steps.")
 @click.option("--restart", type=str, default=None, metavar="PATH", help="Continue from this checkpoint.")
 @click.option("--threads", type=click.IntRange(1, 4096), default=None,
@@ -228,4 +237,4 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     if run.verification is not None and not run.verification.passed:
         if comm.Get_rank() == 0:
             click.echo("pympi-nbody: verification FAILED: " + "; ".join(run.verification.failures), err=True)
-        raise click.exceptions.Exit(1)
+        sys.exit(1)  # every rank holds the same verdict; click's Exit would be swallowed here

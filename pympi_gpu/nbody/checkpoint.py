@@ -74,6 +74,9 @@ def read_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     if path.is_dir():
         raise CheckpointError(f"restart file {str(path)!r} is a directory")
     try:
+        if not zipfile.is_zipfile(path):
+            raise CheckpointError(f"{str(path)!r} is not a readable checkpoint: not an .npz archive "
+                                  "(truncated, corrupt, or another kind of file)")
         with np.load(path, allow_pickle=False) as data:
             names = set(data.files)
             if "meta" not in names:
@@ -89,7 +92,7 @@ def read_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
         raise CheckpointError(f"restart file {str(path)!r} is not readable (permission denied)") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, KeyError) as exc:
         raise CheckpointError(f"{str(path)!r} is not a readable checkpoint (truncated or corrupt?): "
-                              f"{type(exc).__name__}: {exc}") from None
+                              f"{exc}") from None
     _validate(str(path), meta, arrays)
     return meta, arrays
 
