@@ -173,10 +173,11 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     backend_name, backend_why = resolve(backend)
     device_backend = backend_name == "gpu"
     awareness = None
+    binding = {}
     if device_backend:
         from pympi_gpu.gpu import bind_device
 
-        bind_device(comm)
+        binding = bind_device(comm)
         if transport == "auto" or transport == "device":
             from pympi_gpu.cuda_aware import detect
 
@@ -199,7 +200,10 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     from pympi_gpu.provenance import collect
 
     provenance = collect(comm, extra={"backend_reason": backend_why, "threads_per_rank": str(nthreads),
-                                      "simd": simd_note})
+                                      "simd": simd_note,
+                                      **({"gpu": "device {device} of {visible} visible ({name}), local rank "
+                                                 "{local_rank} of {local_size}".format(**binding)}
+                                         if binding else {})})
     stop = _Stop()
     previous = signal.signal(signal.SIGTERM, stop)
     bar, on_step = _progress(comm, not as_json and steps - (meta["step"] if meta else 0) >= 20)

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Benchmark of pympi-nbody (not a test): prints a table and writes JSON.
+
+CPU (always):
+  * force kernel throughput per core (numba, one thread) in fp32 and fp64,
+    beside the NumPy reference measured in the same run;
+  * the same kernels on every core of this process;
+  * strong scaling of the whole program: ``mpiexec -n 1`` vs ``-n 2`` at
+    65,536 bodies with the ring exchange (one numba thread per rank).
+GPU (when a CUDA GPU is usable; skipped with the reason otherwise):
+  * ``pympi-nbody 1048576 --backend gpu --precision fp32 --benchmark`` on one
+    rank, beside NVIDIA cuda-samples ``nbody -benchmark -numbodies=1048576``
+    when its binary is given (``--cuda-samples PATH``) or found on PATH.
+
+Figures are medians of ``--repeats`` runs; interactions are N^2 per step and
+GFLOP/s count 20 flops per interaction (as cuda-samples does).
+
+    python benchmarks/nbody.py                      # CPU + GPU if any
+    python benchmarks/nbody.py --quick              # smaller sizes, fewer repeats
+    python benchmarks/nbody.py --mode gpu --cuda-samples ~/cuda-samples/bin/nbody
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+FLOPS = 20
+
+
+def _exe(name: str) -> str:
+    path = BIN / name
+    return str(path) if path.exists() else (shutil.which(name) or name)
+
+
+def _mpiexec(n: int) -> list[str]:
+    exe = _exe("mpiexec")
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    argv = [exe, "-n", str(n)]
+    if "Open MPI" in out or "OpenRTE" in out:
+        argv[1:1] = ["--oversubscribe", "--allow-run-as-root"]
+    return argv
+
+
+def _median_rate(fn, interactions: int, repeats: int) -> tuple[float, list[float]]:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return interactions / statistics.median(times), times
+
+
+def cpu_kernels(n: int, n_numpy: int, repeats: int) -> list[dict]:
+    """In-process kernel rates: numba 1 thread, numba all threads, NumPy."""
+    from pympi_gpu.nbody import simd
+
+    simd_note = simd.configure()
+    import numba
+    import numpy as np
+
+    from pympi_gpu.nbody.initial import generate
+    from pympi_gpu.nbody.kernels_cpu import NumbaKernels, NumpyKernels
+
+    rows = []
+    for precision, dtype in (("fp32", np.float32), ("fp64", np.float64)):
+        for label, kernels, size, threads in (("numba", NumbaKernels(), n, 1),
+                                              ("numba", NumbaKernels(), n, numba.config.NUMBA_NUM_THREADS),
+                                              ("numpy", NumpyKernels(), n_numpy, 1)):
+            pos, _, mass = generate("plummer", 1, size, 0, size)
+            p = [np.ascontiguousarray(a, dtype=dtype) for a in pos]
+            m = mass.astype(dtype)
+            acc = [np.zeros(size, dtype) for _ in range(3)]
+            kernels.warmup(dtype)
+            numba.set_num_threads(threads)
+            rate, times = _median_rate(lambda: kernels.accel(*p, *p, m, 1e-4, *acc), size * size, repeats)
+            rows.append({"what": f"kernel {label}", "precision": precision, "bodies": size, "threads": threads,
+                         "interactions_per_s": rate, "per_core": rate / threads,
+                         "gflops": rate * FLOPS / 1e9, "times_s": times,
+                         "simd": simd_note if label == "numba" else "NumPy"})
+    return rows
+
+
+def _run_json(argv: list[str], timeout: float = 1200) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "HYDRA_"))}
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def cpu_scaling(n: int, steps: int, repeats: int, precision: str = "fp32") -> list[dict]:
+    """Whole-program strong scaling, 1 and 2 ranks, one numba thread per rank."""
+    rows = []
+    base = None
+    for ranks in (1, 2):
+        docs = [_run_json(_mpiexec(ranks) + [_exe("pympi-nbody"), str(n), "--steps", str(steps), "--benchmark",
+                                             "--backend", "numba", "--threads", "1", "--exchange", "ring",
+                                             "--precision", precision, "--json"])
+                for _ in range(repeats)]
+        rate = statistics.median(d["throughput"] for d in docs)
+        base = base or rate
+        rows.append({"what": "pympi-nbody ring", "precision": precision, "bodies": n, "ranks": ranks,
+                     "threads": 1, "steps": steps, "interactions_per_s": rate, "gflops": rate * FLOPS / 1e9,
+                     "speedup": rate / base, "median_step_s": statistics.median(d["median_step_time"] for d in docs),
+                     "comm_wait_s": statistics.median(d["comm_time"] for d in docs),
+                     "runs": [d["throughput"] for d in docs]})
+    return rows
+
+
+def gpu_usable() -> tuple[bool, str]:
+    out = subprocess.run([sys.executable, "-c", "from pympi_gpu.gpu import gpu_usable; import json; "
+                          "print(json.dumps(gpu_usable()))"], capture_output=True, text=True, timeout=300)
+    try:
+        ok, why = json.loads(out.stdout.strip().splitlines()[-1])
+        return bool(ok), why
+    except Exception:
+        return False, out.stderr.strip()[-300:] or "probe failed"
+
+
+def _device_name() -> str:
+    out = subprocess.run([sys.executable, "-c", "from numba import cuda; d = cuda.get_current_device(); "
+                          "n = d.name; print(n.decode() if isinstance(n, bytes) else n)"],
+                         capture_output=True, text=True, timeout=300)
+    return out.stdout.strip() or "unknown GPU"
+
+
+def cuda_samples(binary: str, n: int, fp64: bool, repeats: int) -> dict:
+    rates = []
+    for _ in range(repeats):
+        argv = [binary, "-benchmark", f"-numbodies={n}"] + (["-fp64"] if fp64 else [])
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
+        m = re.search(r"=\s*([0-9.]+)\s*billion interactions per second", out.stdout)
+        if not m:
+            raise RuntimeError(f"cannot read cuda-samples output: {out.stdout[-500:]} {out.stderr[-500:]}")
+        rates.append(float(m.group(1)) * 1e9)
+    return {"what": "cuda-samples nbody -benchmark", "precision": "fp64" if fp64 else "fp32", "bodies": n,
+            "ranks": 1, "interactions_per_s": statistics.median(rates), "runs": rates,
+            "gflops": statistics.median(rates) * FLOPS / 1e9, "binary": binary}
+
+
+def gpu_rows(n: int, steps: int, repeats: int, samples_bin: str | None) -> list[dict]:
+    rows = []
+    for precision in ("fp32",):
+        docs = [_run_json([_exe("pympi-nbody"), str(n), "--steps", str(steps), "--benchmark", "--backend", "gpu",
+                           "--precision", precision, "--json"]) for _ in range(repeats)]
+        rate = statistics.median(d["throughput"] for d in docs)
+        rows.append({"what": "pympi-nbody gpu", "precision": precision, "bodies": n, "ranks": 1, "steps": steps,
+                     "interactions_per_s": rate, "gflops": rate * FLOPS / 1e9,
+                     "median_step_s": statistics.median(d["median_step_time"] for d in docs),
+                     "runs": [d["throughput"] for d in docs]})
+        if samples_bin:
+            ref = cuda_samples(samples_bin, n, precision == "fp64", repeats)
+            rows.append(ref)
+            rows[-2]["vs_cuda_samples"] = rate / ref["interactions_per_s"]
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    head = f"{'what':<32} {'prec':<5} {'bodies':>9} {'ranks':>5} {'thr':>4} {'interactions/s':>15} " \
+           f"{'per core':>11} {'GFLOP/s':>9} {'note':<}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        note = ""
+        if "speedup" in r:
+            note = f"speedup {r['speedup']:.2f}x"
+        if "vs_cuda_samples" in r:
+            note = f"{100 * r['vs_cuda_samples']:.1f}% of cuda-samples"
+        per_core = f"{r['per_core']:.3e}" if "per_core" in r else ""
+        lines.append(f"{r['what']:<32} {r['precision']:<5} {r['bodies']:>9,} {r.get('ranks', 1):>5} "
+                     f"{r.get('threads', ''):>4} {r['interactions_per_s']:>15.4e} {per_core:>11} "
+                     f"{r['gflops']:>9.1f} {note}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=["all", "cpu", "gpu"], default="all")
+    ap.add_argument("--quick", action="store_true", help="smaller problems, 3 repeats")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--bodies", type=int, default=65536, help="bodies of the CPU scaling runs")
+    ap.add_argument("--gpu-bodies", type=int, default=1 << 20)
+    ap.add_argument("--cuda-samples", default=None, help="path of cuda-samples' nbody binary")
+    ap.add_argument("--out", default=None, help="JSON output [benchmarks/results/nbody-<host>.json]")
+    args = ap.parse_args()
+    repeats = args.repeats or (3 if args.quick else 5)
+    result = {"schema": "pympi_gpu.bench.nbody/1", "host": socket.gethostname(),
+              "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "load_average": os.getloadavg(), "repeats": repeats, "rows": [], "skipped": []}
+    rows = result["rows"]
+    if args.mode in ("all", "cpu"):
+        rows += cpu_kernels(8192 if args.quick else 16384, 2048 if args.quick else 4096, repeats)
+        rows += cpu_scaling(args.bodies // (4 if args.quick else 1), 2 if args.quick else 3, repeats)
+    if args.mode in ("all", "gpu"):
+        ok, why = gpu_usable()
+        if ok:
+            result["device"] = _device_name()
+            samples = args.cuda_samples or shutil.which("nbody")
+            if not samples:
+                result["skipped"].append("cuda-samples nbody: no binary (--cuda-samples PATH)")
+            rows += gpu_rows(args.gpu_bodies, 10, repeats, samples)
+        else:
+            result["skipped"].append(f"GPU: {why}")
+    print(table(rows))
+    for s in result["skipped"]:
+        print(f"skipped: {s}")
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"nbody-{socket.gethostname()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"JSON: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
