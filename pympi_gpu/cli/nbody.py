@@ -148,6 +148,9 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
         fail(why)
     comm = mpi_world()
     size = comm.Get_size()
+    # From here on SIGTERM only asks for a stop at the end of the current step.
+    stop = _Stop()
+    previous = signal.signal(signal.SIGTERM, stop)
     if bodies < size:
         fail(f"BODIES ({bodies}) must be at least the number of ranks ({size})")
 
@@ -204,8 +207,6 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
                                       **({"gpu": "device {device} of {visible} visible ({name}), local rank "
                                                  "{local_rank} of {local_size}".format(**binding)}
                                          if binding else {})})
-    stop = _Stop()
-    previous = signal.signal(signal.SIGTERM, stop)
     bar, on_step = _progress(comm, not as_json and steps - (meta["step"] if meta else 0) >= 20)
     try:
         run, state = simulate(comm, config, be, ex, state, backend_reason=backend_why,
