@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -58,6 +59,14 @@ def checkpoint_file(tmp_path_factory):
 
 def _mpi(*args, ranks=2):
     return run(mpiexec_argv(ranks) + [NBODY, *map(str, args)], timeout=120, env=clean_env(OMP_NUM_THREADS="1"))
+
+
+def test_gpu_backend_without_gpu():
+    probe = run([sys.executable, "-c", "from pympi_gpu.gpu import gpu_usable; print(gpu_usable()[0])"],
+                timeout=120)
+    if probe.stdout.strip() == "True":
+        pytest.skip("a GPU is usable here")
+    _refused(_mpi(100, "--backend", "gpu"), "--backend gpu: no usable GPU here")
 
 
 def test_fewer_bodies_than_ranks():

@@ -175,6 +175,12 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
 
     backend_name, backend_why = resolve(backend)
     device_backend = backend_name == "gpu"
+    if backend == "gpu":
+        from pympi_gpu.gpu import gpu_usable, simulator
+
+        usable, why = gpu_usable()
+        if not usable and not simulator():
+            fail(f"--backend gpu: no usable GPU here ({why}); use --backend numba or auto")
     awareness = None
     binding = {}
     if device_backend:
