@@ -66,7 +66,7 @@ def test_gpu_backend_without_gpu():
                 timeout=120)
     if probe.stdout.strip() == "True":
         pytest.skip("a GPU is usable here")
-    _refused(_mpi(100, "--backend", "gpu"), "--backend gpu: no usable GPU here")
+    _refused(_mpi(100, "--backend", "gpu"), "--backend gpu: no usable GPU on rank 0")
 
 
 def test_fewer_bodies_than_ranks():

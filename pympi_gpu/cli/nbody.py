@@ -179,8 +179,12 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
         from pympi_gpu.gpu import gpu_usable, simulator
 
         usable, why = gpu_usable()
-        if not usable and not simulator():
-            fail(f"--backend gpu: no usable GPU here ({why}); use --backend numba or auto")
+        # Decided together, so that a rank on a node without a GPU leaves none waiting.
+        verdicts = comm.allgather((usable or simulator(), why))
+        bad = [(r, w) for r, (ok, w) in enumerate(verdicts) if not ok]
+        if bad:
+            r, w = bad[0]
+            fail(f"--backend gpu: no usable GPU on rank {r} ({w}); use --backend numba or auto")
     awareness = None
     binding = {}
     if device_backend:

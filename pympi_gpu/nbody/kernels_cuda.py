@@ -44,7 +44,7 @@ def make_kernels(dtype, block: int):
     if block % _UNROLL:
         raise ValueError(f"block must be a multiple of {_UNROLL}")
 
-    @cuda.jit(device=True, inline=True)
+    @cuda.jit(device=True)
     def pair(xi, yi, zi, xj, yj, zj, mj, eps2, ax, ay, az):
         dx = xj - xi
         dy = yj - yi
