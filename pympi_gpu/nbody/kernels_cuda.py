@@ -15,14 +15,26 @@ it, which the exchange does before every MPI call.
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, float32, float64
+from numba import cuda, float32, float64, uint32
 
 from pympi_gpu.gpu import simulator
 from pympi_gpu.nbody.backends import PRECISIONS
 
 __all__ = ["CudaBackend", "make_kernels"]
 
-_UNROLL = 4
+_UNROLL = 8
+
+
+def _aligned_shared() -> bool:
+    """Whether ``cuda.shared.array`` takes ``alignment`` (numba-cuda, not the simulator)."""
+    if simulator():
+        return False
+    import inspect
+
+    try:
+        return "alignment" in inspect.signature(cuda.shared.array).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def make_kernels(dtype, block: int):
@@ -41,28 +53,28 @@ def make_kernels(dtype, block: int):
 
         rsqrt = libdevice.rsqrtf if dtype is np.float32 else libdevice.rsqrt
     zero = dtype(0.0)
+    tile_len = 4 * block
     if block % _UNROLL:
         raise ValueError(f"block must be a multiple of {_UNROLL}")
 
-    @cuda.jit(device=True)
+    @cuda.jit(device=True, fastmath=True)
     def pair(xi, yi, zi, xj, yj, zj, mj, eps2, ax, ay, az):
         dx = xj - xi
         dy = yj - yi
         dz = zj - zi
-        inv = rsqrt(dx * dx + dy * dy + dz * dz + eps2)
+        inv = rsqrt(eps2 + dx * dx + dy * dy + dz * dz)
         s = mj * inv * inv * inv
         return ax + s * dx, ay + s * dy, az + s * dz
 
-    @cuda.jit(fastmath=True)
-    def accel(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
+    @cuda.jit(device=True, fastmath=True)
+    def accel_tiles(tile, tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
+        # ``tile`` holds body k at [4k, 4k + 4): x, y, z, m side by side, so
+        # that with 16-byte alignment the four scalars of a body come in one
+        # vector load (as cuda-samples' float4), not four.
         t = cuda.threadIdx.x
         i = cuda.blockIdx.x * cuda.blockDim.x + t
         n = tx.shape[0]
         m = sx.shape[0]
-        shx = cuda.shared.array(block, nbt)
-        shy = cuda.shared.array(block, nbt)
-        shz = cuda.shared.array(block, nbt)
-        shm = cuda.shared.array(block, nbt)
         xi, yi, zi = zero, zero, zero
         if i < n:
             xi, yi, zi = tx[i], ty[i], tz[i]
@@ -70,23 +82,32 @@ def make_kernels(dtype, block: int):
         for base in range(0, m, block):
             j = base + t
             if j < m:
-                shx[t], shy[t], shz[t], shm[t] = sx[j], sy[j], sz[j], sm[j]
+                tile[4 * t], tile[4 * t + 1], tile[4 * t + 2], tile[4 * t + 3] = sx[j], sy[j], sz[j], sm[j]
             else:  # padding: a massless body pulls nothing (eps2 > 0 keeps it finite)
-                shx[t], shy[t], shz[t], shm[t] = zero, zero, zero, zero
+                tile[4 * t], tile[4 * t + 1], tile[4 * t + 2], tile[4 * t + 3] = zero, zero, zero, zero
             cuda.syncthreads()
-            for k in range(0, block, _UNROLL):
-                axi, ayi, azi = pair(xi, yi, zi, shx[k], shy[k], shz[k], shm[k], eps2, axi, ayi, azi)
-                axi, ayi, azi = pair(xi, yi, zi, shx[k + 1], shy[k + 1], shz[k + 1], shm[k + 1],
-                                     eps2, axi, ayi, azi)
-                axi, ayi, azi = pair(xi, yi, zi, shx[k + 2], shy[k + 2], shz[k + 2], shm[k + 2],
-                                     eps2, axi, ayi, azi)
-                axi, ayi, azi = pair(xi, yi, zi, shx[k + 3], shy[k + 3], shz[k + 3], shm[k + 3],
-                                     eps2, axi, ayi, azi)
+            for k in range(0, tile_len, 4 * _UNROLL):
+                for u in range(_UNROLL):  # a constant trip count: unrolled by the compiler
+                    # unsigned: no negative-index wraparound code in the hot loop
+                    b = uint32(k + 4 * u)
+                    axi, ayi, azi = pair(xi, yi, zi, tile[b], tile[b + 1], tile[b + 2], tile[b + 3],
+                                         eps2, axi, ayi, azi)
             cuda.syncthreads()
         if i < n:
             ax[i] += axi
             ay[i] += ayi
             az[i] += azi
+
+    if _aligned_shared():
+        @cuda.jit(fastmath=True)
+        def accel(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
+            tile = cuda.shared.array(tile_len, nbt, alignment=16)
+            accel_tiles(tile, tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az)
+    else:  # the simulator and numba's own (older) numba.cuda take no alignment
+        @cuda.jit(fastmath=True)
+        def accel(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
+            tile = cuda.shared.array(tile_len, nbt)
+            accel_tiles(tile, tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az)
 
     @cuda.jit
     def potential(tx, ty, tz, sx, sy, sz, sm, eps2, phi):
