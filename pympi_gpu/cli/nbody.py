@@ -82,9 +82,10 @@ class _Stop:
 def _progress(comm, enabled: bool):
     if not enabled or comm.Get_rank() != 0 or not sys.stderr.isatty():
         return None, None
+    from rich.console import Console
     from rich.progress import Progress
 
-    bar = Progress(transient=True, console=None)
+    bar = Progress(transient=True, console=Console(stderr=True))
     task = bar.add_task("n-body steps", total=None)
     bar.start()
 

@@ -1,0 +1,17 @@
+"""All-pairs gravitational n-body over MPI ranks (``pympi-nbody``).
+
+One concern per module:
+
+``initial``      initial conditions; body i depends only on (seed, i)
+``kernels_cpu``  numba and NumPy force kernels, the float64 reference
+``kernels_cuda`` the GPU backend (numba.cuda, tiled like cuda-samples)
+``backends``     the backend objects, chosen once at the command-line edge
+``exchange``     ring and allgather exchange, device or host-staged transport
+``driver``       leapfrog KDK, diagnostics, the run record
+``checkpoint``   atomic checkpoint files and their validation
+``verify``       ``--verify``
+``record``       result records
+``simd``         512-bit vectors for numba on AVX-512 CPUs
+
+Importing this package imports neither mpi4py nor numba.
+"""
