@@ -11,7 +11,8 @@ from pympi_gpu import jitcache
 @pytest.fixture
 def env(monkeypatch, tmp_path):
     for var in ("NUMBA_CACHE_DIR", jitcache.SEED_ENV):
-        monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv(var, "")  # recorded, so configure()'s changes are undone after the test
+        monkeypatch.delenv(var)
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     return tmp_path
