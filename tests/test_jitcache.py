@@ -51,3 +51,28 @@ def test_seeded_cache_is_copied_once(env, monkeypatch):
 def test_cache_dir_writable_reports(env, monkeypatch):
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(env / "c"))
     assert jitcache.cache_dir_writable() == (True, str(env / "c"))
+
+
+TUNE = "from pympi_gpu import jitcache; import os; print(jitcache.tune_cpu(), os.environ.get('NUMBA_CPU_NAME'))"
+
+
+def _host_has_avx512() -> bool:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    return bool(llvm.get_host_cpu_features().get("avx512f"))
+
+
+def test_wide_vector_tuning_in_a_fresh_process():
+    import sys
+
+    from conftest import clean_env, run
+
+    env = clean_env()
+    env.pop("NUMBA_CPU_NAME", None)
+    out = run([sys.executable, "-c", TUNE], env=env).stdout.split()
+    assert out == (["generic", "generic"] if _host_has_avx512() else ["None", "None"])
+    out = run([sys.executable, "-c", TUNE], env=dict(env, PYMPI_WIDE_VECTORS="0")).stdout.split()
+    assert out == ["None", "None"]
+    out = run([sys.executable, "-c", TUNE], env=dict(env, NUMBA_CPU_NAME="skylake")).stdout.split()
+    assert out == ["None", "skylake"]
