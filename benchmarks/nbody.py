@@ -73,9 +73,10 @@ def _median_rate(fn, interactions: int, repeats: int) -> tuple[float, list[float
 
 def cpu_kernels(n: int, n_numpy: int, repeats: int) -> list[dict]:
     """In-process kernel rates: numba 1 thread, numba all threads, NumPy."""
-    from pympi_gpu.nbody import simd
+    from pympi_gpu import jitcache
 
-    simd_note = simd.configure()
+    simd_note = jitcache.tune_cpu()
+    jitcache.configure()
     import numba
     import numpy as np
 

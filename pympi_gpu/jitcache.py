@@ -1,4 +1,7 @@
-"""Where numba keeps its compiled kernels, also inside a read-only image.
+"""How numba compiles for this process: where it caches kernels, for which CPU.
+
+Cache
+-----
 
 numba caches next to the source when that directory is writable, else in
 ``$NUMBA_CACHE_DIR`` or the user's cache directory.  Inside an Apptainer image
@@ -10,16 +13,28 @@ imported: it picks a writable cache directory and, when the image ships a
 cache compiled at build time (``$PYMPI_NUMBA_CACHE_SEED``, see the docker
 recipes), copies it there once, atomically, so concurrent ranks never see half
 a cache.
+
+CPU tuning
+----------
+numba compiles for the host CPU model.  LLVM's tuning of recent Intel server
+parts (Skylake-SP to Emerald Rapids) carries ``prefer-256-bit``: it vectorises
+with 256-bit registers even where AVX-512 is available.  The pi kernels (64-bit
+integer hashing, division-bound quadrature) run 1.3-1.6x faster with 512-bit
+vectors and the n-body force loop nearly 2x, so where the host has AVX-512,
+:func:`tune_cpu` hands numba the host's features minus that one preference.
+``NUMBA_CPU_NAME`` or ``NUMBA_CPU_FEATURES`` set by the user win (an image
+compiled for a generic CPU, say), and ``PYMPI_WIDE_VECTORS=0`` turns this off.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["configure", "cache_dir_writable"]
+__all__ = ["configure", "cache_dir_writable", "tune_cpu"]
 
 SEED_ENV = "PYMPI_NUMBA_CACHE_SEED"
 
@@ -71,11 +86,38 @@ def _seed(src: Path, dest: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def configure() -> str:
-    """Make numba's cache writable for this process; return the directory used.
+def tune_cpu(environ=None) -> str:
+    """Ask for 512-bit vectors where the host has AVX-512 (see module docs).
 
-    Must be called before numba is first imported (it sets ``NUMBA_CACHE_DIR``).
+    Must run before numba is imported.  Returns what was done, for reports.
     """
+    env = os.environ if environ is None else environ
+    if env.get("PYMPI_WIDE_VECTORS", "1") in ("0", "", "no", "false", "off"):
+        return "off (PYMPI_WIDE_VECTORS=0)"
+    if env.get("NUMBA_CPU_NAME") or env.get("NUMBA_CPU_FEATURES"):
+        return "left to NUMBA_CPU_NAME/NUMBA_CPU_FEATURES"
+    if "numba" in sys.modules:
+        return "too late (numba already imported)"
+    try:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        features = llvm.get_host_cpu_features().flatten()
+    except Exception as exc:  # an llvmlite without host introspection
+        return f"host features unknown ({exc})"
+    if "+avx512f" not in features.split(","):
+        return "no AVX-512"
+    env["NUMBA_CPU_FEATURES"] = features + ",-prefer-256-bit"
+    return "512-bit vectors"
+
+
+def configure() -> str:
+    """Set numba up for this process; return the cache directory used.
+
+    Must be called before numba is first imported (it sets ``NUMBA_CACHE_DIR``
+    and, see :func:`tune_cpu`, ``NUMBA_CPU_FEATURES``).
+    """
+    tune_cpu()
     seed = os.environ.get(SEED_ENV)
     ok, where = cache_dir_writable()
     if seed:

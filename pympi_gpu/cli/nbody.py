@@ -132,10 +132,9 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     one GPU (--backend gpu) or its share of the node's cores (numba).
     """
     from pympi_gpu import jitcache
-    from pympi_gpu.nbody import simd
 
+    simd_note = jitcache.tune_cpu()  # before configure(), which would find it done
     jitcache.configure()
-    simd_note = simd.configure()
     from pympi_gpu.nbody import checkpoint as ckpt
     from pympi_gpu.nbody.backends import make_backend, resolve
     from pympi_gpu.nbody.driver import NbodyConfig, initial_state, local_arrays, simulate, state_from_arrays

@@ -11,7 +11,6 @@ One concern per module:
 ``checkpoint``   atomic checkpoint files and their validation
 ``verify``       ``--verify``
 ``record``       result records
-``simd``         512-bit vectors for numba on AVX-512 CPUs
 
 Importing this package imports neither mpi4py nor numba.
 """
