@@ -79,23 +79,37 @@ def _accel64(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
         az[i] += azi
 
 
-def _make_potential(dtype):
-    one = dtype(1.0)
+@njit(fastmath=True, inline="always")
+def _rsqrt32(r2):
+    return np.float32(1.0) / np.sqrt(r2)
 
-    @njit(parallel=True, fastmath=False, error_model="numpy", cache=True)
+
+@njit(fastmath=True, inline="always")
+def _rsqrt64(r2):
+    """1/sqrt(r2) in float64 from the float32 estimate and two Newton steps (see _accel64)."""
+    y = np.float64(np.float32(1.0) / np.sqrt(np.float32(r2)))
+    h = 0.5 * r2
+    y = y * (1.5 - h * y * y)
+    return y * (1.5 - h * y * y)
+
+
+def _make_potential(dtype):
+    zero = dtype(0.0)
+    rsqrt = _rsqrt32 if dtype is np.float32 else _rsqrt64
+
+    @njit(parallel=True, fastmath=True, error_model="numpy", cache=True)
     def potential(tx, ty, tz, sx, sy, sz, sm, eps2, phi):
-        n = tx.size
-        m = sx.size
-        for i in prange(n):
+        for i in prange(tx.size):
             xi, yi, zi = tx[i], ty[i], tz[i]
             acc = 0.0
-            for j in range(m):
+            for j in range(sx.size):
                 dx = sx[j] - xi
                 dy = sy[j] - yi
                 dz = sz[j] - zi
                 r2 = dx * dx + dy * dy + dz * dz
-                if r2 > 0:  # the self term (and exact coincidences) left out
-                    acc += np.float64(sm[j] * (one / np.sqrt(r2 + eps2)))
+                w = sm[j] * rsqrt(r2 + eps2)
+                # the self term (and exact coincidences) left out, as a select: the loop vectorises
+                acc += np.float64(w if r2 > zero else zero)
             phi[i] -= acc
 
     return potential
