@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 from pathlib import Path
 
 import click
@@ -181,7 +182,7 @@ def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_js
     from pympi_gpu.scale.runner import run_study
     from pympi_gpu.scale.store import ResultsStore, StudyMismatch
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     out = Console()
     if not out.is_terminal:  # a job's log: room for every column
         out = Console(width=160)
@@ -251,6 +252,6 @@ def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_js
     if interrupted:
         err.print(f"interrupted: {len(runs)} run(s) kept in {jsonl}; run the same command again to resume",
                   highlight=False)
-        raise click.exceptions.Exit(130)
+        sys.exit(130)  # not click's Exit: main(standalone_mode=False) returns its code unused
     if summary.failed:
-        raise click.exceptions.Exit(1)
+        sys.exit(1)
