@@ -18,8 +18,7 @@ from pympi_gpu import __version__
 from pympi_gpu.environment import container, expected_world_size, launcher_env
 from pympi_gpu.provenance import mpi_vendor, version_of
 
-__all__ = ["RankInfo", "InfoReport", "cupy_version", "guess_launcher", "world_mismatch", "rank_info",
-           "collect"]
+__all__ = ["RankInfo", "InfoReport", "cupy_version", "guess_launcher", "rank_info", "collect"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +75,8 @@ def cupy_version() -> str | None:
 def guess_launcher(environ: dict[str, str] | None = None) -> str:
     """Which launcher started this process, from the variables it set."""
     env = os.environ if environ is None else environ
-    if "SLURM_STEP_ID" in env and "SLURM_PROCID" in env and env.get("SLURM_STEP_ID") not in ("batch", "extern"):
+    if "SLURM_STEP_ID" in env and "SLURM_PROCID" in env and env.get("SLURM_STEP_ID") not in (
+            "batch", "extern", "4294967294", "4294967295"):
         return "srun"
     if "OMPI_COMM_WORLD_SIZE" in env:
         return "mpirun (Open MPI)"
@@ -87,23 +87,6 @@ def guess_launcher(environ: dict[str, str] | None = None) -> str:
     if "MV2_COMM_WORLD_SIZE" in env:
         return "mpirun_rsh (MVAPICH)"
     return "none (started directly, a singleton)"
-
-
-def world_mismatch(size: int, environ: dict[str, str] | None = None) -> str | None:
-    """A warning when the MPI world differs from what the launcher or Slurm says, else None.
-
-    The classic case: ``srun -n 2`` starts two processes whose MPI (often the
-    one inside a container) cannot talk to Slurm's PMI, so each is a world of
-    one rank and the job silently runs the same work twice.
-    """
-    expected, var = expected_world_size(environ)
-    if expected is None or expected == size:
-        return None
-    return (f"MPI says this world has {size} rank(s) but {var}={expected}: the processes the launcher "
-            "started do not see each other. The MPI library in use does not speak the launcher's "
-            "process manager (PMI): in a container, use an MPI ABI-compatible with the host's and "
-            "srun --mpi=pmi2 (MPICH family) or --mpi=pmix (Open MPI); outside Slurm, start the job "
-            "with this MPI's own mpiexec.")
 
 
 def rank_info(comm, probe_gpus: bool = True) -> RankInfo:
@@ -141,6 +124,7 @@ def collect(comm, probe_gpus: bool = True) -> InfoReport:
 
     from pympi_gpu.cuda_aware import detect
     from pympi_gpu.jitcache import cache_dir_writable
+    from pympi_gpu.worldcheck import world_mismatch
 
     mine = rank_info(comm, probe_gpus)
     gathered = comm.gather(mine, root=0)
@@ -155,7 +139,7 @@ def collect(comm, probe_gpus: bool = True) -> InfoReport:
     versions = {"mpi4py": mpi4py.__version__, "numpy": version_of("numpy"), "numba": version_of("numba"),
                 "cupy": cupy_version(), "numba-cuda": version_of("numba-cuda")}
     warnings = []
-    mismatch = world_mismatch(comm.Get_size())
+    mismatch = world_mismatch(comm.Get_size(), library=lib.splitlines()[0] if lib else None)
     if mismatch:
         warnings.append(mismatch)
     expected, var = expected_world_size()

@@ -42,7 +42,7 @@ def format_report(rep) -> str:
         else:
             lines.append(f"{head}: no GPU ({r.gpu_reason}){cvd}")
     for w in rep.warnings:
-        lines.append(f"WARNING: {w}")
+        lines.append(w if w.lower().startswith("warning") else f"warning: {w}")
     return "\n".join(lines)
 
 
@@ -63,14 +63,12 @@ def info(as_json, no_gpu):
     if comm.Get_rank() != 0:
         return
     if rep.warnings and comm.Get_size() == 1 and world_rank_hint() != 0:
-        # One of several singleton worlds (MPI/launcher mismatch): one report
-        # (from the launcher's rank 0) is enough; the others only say so.
-        for w in rep.warnings:
-            click.echo(f"pympi-info (launcher rank {world_rank_hint()}): WARNING: {w}", err=True)
+        # One of several singleton worlds (MPI/launcher mismatch): one report,
+        # from the launcher's rank 0, is enough; the others only say who they are.
+        click.echo(f"pympi-info: launcher rank {world_rank_hint()} is alone in its MPI world too "
+                   "(see the warning of launcher rank 0)", err=True)
         return
     if as_json:
         click.echo(json.dumps(to_dict(rep, schema="pympi_gpu.info/1", app="info"), indent=2))
-        for w in rep.warnings:
-            click.echo(f"pympi-info: WARNING: {w}", err=True)
     else:
         click.echo(format_report(rep))

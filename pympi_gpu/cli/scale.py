@@ -19,7 +19,7 @@ import click
 
 from pympi_gpu.cli.common import CONTEXT_SETTINGS, fail
 
-LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")
+LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")  # as pympi_gpu.launch.LAUNCHERS
 
 
 def _sizes(value, what):
@@ -41,22 +41,11 @@ def _default_prefix(command, weak: bool) -> str:
 
 def _planner(launcher: str, image: str | None, gpu: bool):
     """``planner(argv, point)`` through :func:`pympi_gpu.launch.plan`."""
-    try:
-        from pympi_gpu import launch
-    except ImportError:  # until pympi_gpu.launch lands: plain mpiexec
-        launch = None
+    from pympi_gpu import launch
 
     def plan(argv, point):
-        if launch is not None:
-            return launch.plan(argv, point.ranks, nodes=point.nodes, tasks_per_node=point.tasks_per_node,
-                               image=image, gpu=gpu, launcher=launcher)
-        from pympi_gpu.scale.runner import SimpleLaunch
-
-        exe = shutil.which("mpiexec")
-        if exe is None or image or launcher not in ("auto", "mpiexec"):
-            raise ValueError("only plain mpiexec is available here (no pympi_gpu.launch)")
-        ppn = ("-ppn", str(point.tasks_per_node)) if point.tasks_per_node else ()
-        return SimpleLaunch(("mpiexec", "-n", str(point.ranks), *ppn, *argv), "mpiexec", "fallback")
+        return launch.plan(argv, point.ranks, nodes=point.nodes, tasks_per_node=point.tasks_per_node,
+                           image=image, gpu=gpu, launcher=launcher)
     return plan
 
 
