@@ -83,7 +83,7 @@ def write_plot(summary: StudySummary, path: Path) -> tuple[Path | None, str]:
 
         matplotlib.use("Agg", force=True)
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter, LogLocator
+        from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
     except ImportError as exc:
         return None, f"matplotlib is not installed ({exc}); pip install 'pympi_gpu[plot]'"
 
@@ -97,9 +97,8 @@ def write_plot(summary: StudySummary, path: Path) -> tuple[Path | None, str]:
     ax1.set_xscale("log", base=2)
     ax1.set_yscale("log", base=2)
     plain = FuncFormatter(lambda v, _: f"{v:g}")
-    for axis in (ax1.xaxis, ax1.yaxis):
-        axis.set_major_locator(LogLocator(base=2))
-        axis.set_major_formatter(plain)
+    ax1.yaxis.set_major_locator(LogLocator(base=2))
+    ax1.yaxis.set_major_formatter(plain)
     ax1.set_xlabel("MPI ranks")
     ax1.set_ylabel("scaled speedup" if weak else "speedup")
     ax1.set_title(("weak scaling: scaled speedup" if weak else "strong scaling: speedup")
@@ -110,8 +109,10 @@ def write_plot(summary: StudySummary, path: Path) -> tuple[Path | None, str]:
     ax2.axhline(1.0, ls="--", color="0.5", label="ideal")
     ax2.plot(x, [p.efficiency for p in rows], "o-", color="C1", label="measured")
     ax2.set_xscale("log", base=2)
-    ax2.xaxis.set_major_locator(LogLocator(base=2))
-    ax2.xaxis.set_major_formatter(plain)
+    for ax in (ax1, ax2):  # a tick at every measured size
+        ax.xaxis.set_major_locator(FixedLocator(x))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(plain)
     ax2.set_ylim(0, max(1.1, max(p.efficiency for p in rows) * 1.1))
     ax2.set_xlabel("MPI ranks")
     ax2.set_ylabel("parallel efficiency")
