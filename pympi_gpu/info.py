@@ -145,7 +145,7 @@ def collect(comm, probe_gpus: bool = True) -> InfoReport:
     expected, var = expected_world_size()
     return InfoReport(
         package=__version__, python=platform.python_version(), versions=versions,
-        mpi_library=lib.splitlines()[0].strip() if lib else "", mpi_vendor=mpi_vendor(lib),
+        mpi_library=" ".join(lib.splitlines()[0].split()) if lib else "", mpi_vendor=mpi_vendor(lib),
         mpi_standard=f"{major}.{minor}", ranks=comm.Get_size(), ranks_per_host=dict(sorted(hosts.items())),
         launcher=guess_launcher(), launcher_env=launcher_env(), expected_ranks=expected, expected_from=var,
         cuda_aware=dataclasses.asdict(aware), container=container(),
