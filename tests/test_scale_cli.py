@@ -228,3 +228,19 @@ def test_bad_input_exit_2_one_message(tmp_path, args, words):
 def test_refuses_to_run_under_a_launcher(tmp_path):
     p = run([SCALE, "--ranks", "1", "--", *PI], env=env(PMI_SIZE="2", PMI_RANK="0"), timeout=60, cwd=tmp_path)
     assert p.returncode == 2 and "one process" in p.stderr
+
+
+def test_options_from_the_environment(tmp_path):
+    """PYMPI_SCALE_<OPTION> works as in job scripts; a study with nothing left runs nothing."""
+    out = tmp_path / "envstudy"
+    seeded = {"schema": "pympi_gpu.scale.run/1", "command": PI, "kind": "weak", "point": "n2", "ranks": 2,
+              "repeat": 0, "ok": True, "argv": [], "launcher": "mpiexec", "elapsed": 1.0,
+              "record": {"schema": "s", "app": "pi", "ranks": 2, "wall_time": 7.0, "throughput": 1.0,
+                         "work_unit": "samples"}}
+    out.with_suffix(".jsonl").write_text(json.dumps(seeded) + "\n")
+    p = run([SCALE, "--", *PI], env=env(PYMPI_SCALE_RANKS="2", PYMPI_SCALE_WEAK="1",
+                                        PYMPI_SCALE_OUT=str(out), PYMPI_SCALE_AS_JSON="1"), timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["kind"] == "weak" and [pt["time"] for pt in doc["points"]] == [7.0]
+    assert len(read_jsonl(out.with_suffix(".jsonl"))) == 1

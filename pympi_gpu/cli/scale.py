@@ -94,14 +94,14 @@ def render_table(summary):
 
 
 @click.command(context_settings=dict(CONTEXT_SETTINGS, allow_interspersed_args=False))
-@click.option("--ranks", "ranks_text", metavar="LIST", help="Rank counts, e.g. 1,2,4,8.")
-@click.option("--nodes", "nodes_text", metavar="LIST", help="Node counts, e.g. 1,2,4 (with --tasks-per-node).")
+@click.option("--ranks", metavar="LIST", help="Rank counts, e.g. 1,2,4,8.")
+@click.option("--nodes", metavar="LIST", help="Node counts, e.g. 1,2,4 (with --tasks-per-node).")
 @click.option("--tasks-per-node", type=click.IntRange(min=1), default=None, help="Ranks per node with --nodes.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Runs per size; the table shows the median.")
 @click.option("--weak", is_flag=True,
               help="A weak-scaling study (fixed work per rank, e.g. pympi-pi --per-rank): efficiency t_b/t_p.")
-@click.option("--out", "prefix", metavar="PREFIX", default=None,
+@click.option("--out", metavar="PREFIX", default=None,
               help="Write PREFIX.jsonl/.json/.csv/.png [default: scale-<app>-<strong|weak>].")
 @click.option("--fresh", is_flag=True, help="Set earlier results aside (PREFIX.jsonl.N.bak) instead of resuming.")
 @click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
@@ -112,7 +112,7 @@ def render_table(summary):
               help="Seconds one run may take before it is killed and counted as failed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the study as one JSON object instead of the table.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def scale(ranks_text, nodes_text, tasks_per_node, repeat, weak, prefix, fresh, launcher, image, gpu,
+def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, image, gpu,
           timeout, as_json, command):
     """Run COMMAND at each size, REPEAT times, and report speedup and efficiency.
 
@@ -131,16 +131,16 @@ def scale(ranks_text, nodes_text, tasks_per_node, repeat, weak, prefix, fresh, l
 
     if not command:
         fail("no command to study: give it after --, e.g. pympi-scale --ranks 1,2 -- pympi-pi 1e8")
-    if ranks_text is None and nodes_text is None:
+    if ranks is None and nodes is None:
         fail("give the sizes: --ranks 1,2,4 or --nodes 1,2 --tasks-per-node 56")
-    if ranks_text is not None and nodes_text is not None:
+    if ranks is not None and nodes is not None:
         fail("give --ranks or --nodes, not both")
-    if nodes_text is not None and tasks_per_node is None:
+    if nodes is not None and tasks_per_node is None:
         fail("--nodes needs --tasks-per-node")
-    if ranks_text is not None and tasks_per_node is not None:
+    if ranks is not None and tasks_per_node is not None:
         fail("--tasks-per-node goes with --nodes (with --ranks the launcher places the ranks)")
-    ranks = _sizes(ranks_text, "ranks")
-    nodes = _sizes(nodes_text, "nodes")
+    ranks = _sizes(ranks, "ranks")
+    nodes = _sizes(nodes, "nodes")
     size, var = expected_world_size()
     if size and size > 1 and var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
         fail(f"pympi-scale runs on one process and launches the ranks itself, but {var}={size}: "
@@ -159,7 +159,7 @@ def scale(ranks_text, nodes_text, tasks_per_node, repeat, weak, prefix, fresh, l
     except ValueError as exc:
         fail(str(exc))
     _study(command, points, repeat, "weak" if weak else "strong", planner,
-           Path(prefix or _default_prefix(command, weak)), fresh, timeout, as_json)
+           Path(out or _default_prefix(command, weak)), fresh, timeout, as_json)
 
 
 def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json):
