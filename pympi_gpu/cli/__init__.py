@@ -12,11 +12,12 @@ import click
 from pympi_gpu import __version__
 from pympi_gpu.cli.common import CONTEXT_SETTINGS, run_command
 
-__all__ = ["cli", "main", "pi_main"]
+__all__ = ["cli", "main", "pi_main", "launch_main"]
 
 #: subcommand name -> "module:attribute" of its click command
 COMMANDS = {
     "pi": "pympi_gpu.cli.pi:pi",
+    "launch": "pympi_gpu.cli.launch:launch",
 }
 
 
@@ -59,3 +60,4 @@ def _standalone(name: str):
 
 
 pi_main = _standalone("pi")
+launch_main = _standalone("launch")
