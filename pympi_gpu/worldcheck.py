@@ -34,7 +34,7 @@ def world_mismatch(size: int, environ: Mapping[str, str] | None = None,
     expected, var = expected_world_size(None if environ is None else dict(environ))
     if size != 1 or expected is None or expected <= 1:
         return None
-    lib = f" ({library.strip()})" if library and library.strip() else ""
+    lib = " ({})".format(" ".join(library.split())) if library and library.strip() else ""
     return (
         f"warning: MPI started a world of 1 rank, but {var}={expected} says this job step has "
         f"{expected}: every process is running alone, each doing the whole job.\n"
