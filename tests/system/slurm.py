@@ -263,6 +263,15 @@ class SlurmCluster:
         cmd += [*extra, *argv]
         return self.run(cmd, timeout=timeout, env=env, path_prepend=path_prepend)
 
+    def salloc(self, argv: Sequence[str], ntasks: int = 1, nodes: int | None = None,
+               timeout: float = 120, env: Mapping[str, str] | None = None,
+               path_prepend: Sequence[str] = ()) -> subprocess.CompletedProcess:
+        """``salloc -n ntasks argv``: argv runs here, inside a fresh allocation (SLURM_JOB_ID set)."""
+        cmd = ["salloc", f"--ntasks={ntasks}", f"--immediate={max(1, int(timeout // 2))}"]
+        if nodes is not None:
+            cmd.append(f"--nodes={nodes}")
+        return self.run([*cmd, *argv], timeout=timeout, env=env, path_prepend=path_prepend)
+
     def sbatch(self, script: str | os.PathLike, *args: str, env: Mapping[str, str] | None = None,
                timeout: float = 180, options: Sequence[str] = (), path_prepend: Sequence[str] = (),
                cwd: str | os.PathLike | None = None) -> tuple[int, str]:
