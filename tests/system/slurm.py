@@ -98,7 +98,7 @@ class SlurmCluster:
 
     # -- start / stop -------------------------------------------------------------------------
     def _write_conf(self) -> None:
-        for sub in ("etc", "state", "log", "run", "spool", "tmp"):
+        for sub in ("etc", "state", "log", "run", "spool", "tmp", *(f"spool/{n}" for n in NODES)):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.ctld_port = _free_port()
         ports = [_free_port() for _ in NODES]
