@@ -63,7 +63,9 @@ def bind_device(comm) -> dict[str, object]:
     if ndev == 0:
         raise RuntimeError("no CUDA device visible to this rank")
     index = lrank % ndev
-    dev = cuda.select_device(index)
-    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    cuda.select_device(index)
+    dev = cuda.current_context().device
+    name = getattr(dev, "name", "CUDA simulator" if simulator() else "unknown")
+    name = name.decode() if isinstance(name, bytes) else str(name)
     return {"local_rank": lrank, "local_size": lsize, "visible": ndev, "device": index, "name": name,
             "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}

@@ -80,11 +80,14 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
         fail("the trapezoid rule needs at least 2 intervals")
     seed = DEFAULT_SEED if seed is None else seed
     backend_name, why = resolve(backend)
-    kernels = kernels_for(backend_name)
     if backend_name == "gpu":
-        from pympi_gpu.gpu import bind_device
+        from pympi_gpu.gpu import bind_device, gpu_usable, simulator
 
+        usable, reason = gpu_usable()
+        if not (usable or simulator()):
+            fail(f"--backend gpu: no usable GPU ({reason}); use --backend numba or auto")
         bind_device(comm)
+    kernels = kernels_for(backend_name)
     nthreads = configure_threads(comm, threads)
     kernels.warmup()
     methods = ("mc", "trapezoid") if method == "both" else (method,)

@@ -1,0 +1,246 @@
+"""Benchmark of pympi-pi: kernels per core against baselines measured in the same run.
+
+    python benchmarks/pi.py                 # table on the terminal, JSON in benchmarks/results/
+    python benchmarks/pi.py --quick         # smaller sizes (smoke test)
+
+Reports, each a median of repeats (the machine is shared and noisy; compare ratios):
+  * per-core throughput (numba limited to 1 thread) of the Monte Carlo and trapezoid kernels,
+    beside a pure-Python loop (the algorithm of the TACC tutorial's pi-mpi.py) and NumPy;
+  * the trapezoid error at 1e8 intervals;
+  * end-to-end wall time of ``mpiexec -n 2 pympi-pi 1e7`` (warm numba cache) against the
+    pure-Python MPI program on the same total;
+  * 2-rank strong-scaling efficiency of Monte Carlo at 2e9 samples;
+  * on a usable GPU only: Monte Carlo samples/s of the GPU kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+
+
+def median_time(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def pure_python_mc(n: int) -> int:
+    count = 0
+    for _ in range(n):
+        x, y = random.random(), random.random()
+        if x * x + y * y <= 1.0:
+            count += 1
+    return count
+
+
+def numpy_naive_mc(n: int, batch: int = 1 << 22) -> int:
+    rng = np.random.default_rng(1)
+    hits = 0
+    for lo in range(0, n, batch):
+        xy = rng.random((2, min(batch, n - lo)))
+        hits += int(np.count_nonzero(xy[0] * xy[0] + xy[1] * xy[1] < 1.0))
+    return hits
+
+
+def pure_python_trapezoid(n: int) -> float:
+    h = 1.0 / n
+    s = 3.0
+    for i in range(1, n):
+        x = i * h
+        s += 4.0 / (1.0 + x * x)
+    return s * h
+
+
+def numpy_trapezoid(n: int, batch: int = 1 << 22) -> float:
+    h = 1.0 / n
+    s = 3.0
+    for lo in range(1, n, batch):
+        x = np.arange(lo, min(lo + batch, n), dtype=np.float64) * h
+        s += float(np.sum(4.0 / (1.0 + x * x)))
+    return s * h
+
+
+def mpiexec() -> list[str]:
+    exe = str(BIN / "mpiexec") if (BIN / "mpiexec").exists() else shutil.which("mpiexec")
+    return [exe]
+
+
+def wall(argv: list[str], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        subprocess.run(argv, check=True, capture_output=True, timeout=900)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def json_run(argv: list[str]) -> dict:
+    out = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=1800).stdout
+    return json.loads(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "pi.json")
+    args = ap.parse_args()
+    q = args.quick
+    rep = 2 if q else args.repeat
+
+    from pympi_gpu import jitcache
+
+    jitcache.configure()  # as the command line does: cache and CPU tuning, before numba loads
+    import numba
+
+    from pympi_gpu.pi import grid
+    from pympi_gpu.pi.kernels_cpu import NumbaKernels, NumpyKernels, exact_partials
+    from pympi_gpu.rng import seed_key
+
+    numba.set_num_threads(1)
+    nk, npk = NumbaKernels(), NumpyKernels()
+    nk.warmup()
+    key = seed_key(1)
+    rows = []
+
+    def row(kind, impl, n, seconds, note=""):
+        rows.append({"kernel": kind, "implementation": impl, "n": n, "seconds": seconds,
+                     "per_core_per_s": n / seconds, "note": note})
+
+    n_mc = 10**7 if q else 4 * 10**8
+    row("monte carlo", "pympi numba (1 thread)", n_mc, median_time(lambda: nk.mc_hits(key, 0, n_mc), rep))
+    n = 10**6 if q else 2 * 10**7
+    row("monte carlo", "pympi NumPy reference", n, median_time(lambda: npk.mc_hits(key, 0, n), rep))
+    row("monte carlo", "NumPy default_rng", n, median_time(lambda: numpy_naive_mc(n), rep))
+    n = 10**5 if q else 2 * 10**6
+    row("monte carlo", "pure Python loop", n, median_time(lambda: pure_python_mc(n), rep))
+
+    n_tr = 10**7 if q else 10**9
+    row("trapezoid", "pympi numba (1 thread)", n_tr,
+        median_time(lambda: nk.trapezoid_chunks(n_tr, 0, grid.n_chunks(n_tr)), rep))
+    n = 10**6 if q else 5 * 10**7
+    row("trapezoid", "NumPy vectorised", n, median_time(lambda: numpy_trapezoid(n), rep))
+    n = 10**5 if q else 2 * 10**6
+    row("trapezoid", "pure Python loop", n, median_time(lambda: pure_python_trapezoid(n), rep))
+
+    n_err = 10**8
+    sums = nk.trapezoid_chunks(n_err, 0, grid.n_chunks(n_err))
+    est = math.fsum(list(exact_partials(sums)) + [3.0]) / n_err
+    accuracy = {"intervals": n_err, "estimate": est, "error": est - math.pi,
+                "ulps": (est - math.pi) / math.ulp(math.pi)}
+
+    def rate(kind, impl):
+        return next(r["per_core_per_s"] for r in rows if r["kernel"] == kind and r["implementation"] == impl)
+
+    ratios = {
+        "mc_numba_over_pure_python": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", "pure Python loop"),
+        "mc_numba_over_numpy": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", "NumPy default_rng"),
+        "trap_numba_over_numpy": rate("trapezoid", "pympi numba (1 thread)") / rate("trapezoid", "NumPy vectorised"),
+        "trap_numba_over_pure_python": rate("trapezoid", "pympi numba (1 thread)") / rate("trapezoid", "pure Python loop"),
+    }
+
+    # End to end, warm cache: the first run below fills numba's cache.
+    e2e_n = "1e6" if q else "1e7"
+    pympi = mpiexec() + ["-n", "2", str(BIN / "pympi-pi"), e2e_n]
+    pure = mpiexec() + ["-n", "2", sys.executable, str(HERE / "baselines" / "pi_pure_python.py"), e2e_n]
+    subprocess.run(pympi, check=True, capture_output=True)
+    end_to_end = {"samples": float(e2e_n), "pympi_pi_s": wall(pympi, rep), "pure_python_s": wall(pure, max(1, rep // 2 + 1))}
+    end_to_end["ratio"] = end_to_end["pympi_pi_s"] / end_to_end["pure_python_s"]
+
+    # Strong scaling 1 -> 2 ranks, one thread per rank, Monte Carlo only.
+    s_n = "1e8" if q else "2e9"
+    t = {}
+    for ranks in (1, 2):
+        docs = [json_run(mpiexec() + ["-n", str(ranks), str(BIN / "pympi-pi"), s_n, "--json", "--threads", "1"])
+                for _ in range(max(1, rep // 2 + 1))]
+        t[ranks] = statistics.median(d["results"][0]["wall_time"] for d in docs)
+    scaling = {"samples": float(s_n), "t1_s": t[1], "t2_s": t[2], "speedup": t[1] / t[2],
+               "efficiency": t[1] / (2 * t[2])}
+
+    gpu = None
+    from pympi_gpu.gpu import gpu_usable
+
+    ok, why = gpu_usable()
+    if ok:
+        from numba import cuda
+
+        from pympi_gpu.pi.kernels_cuda import CudaKernels
+
+        ck = CudaKernels()
+        ck.warmup()
+        n_gpu = 10**10 if q else 10**12
+        secs = median_time(lambda: ck.mc_hits(key, 0, n_gpu), 3)
+        gpu = {"device": cuda.get_current_device().name.decode(), "samples": n_gpu, "seconds": secs,
+               "samples_per_s": n_gpu / secs}
+    else:
+        gpu = {"skipped": why}
+
+    result = {
+        "benchmark": "pi", "quick": q, "repeat": rep,
+        "machine": {"node": platform.node(), "cpu": _cpu_name(), "cores": os.cpu_count(),
+                    "python": platform.python_version(), "numba": numba.__version__, "numpy": np.__version__},
+        "kernels": rows, "ratios": ratios, "trapezoid_accuracy": accuracy,
+        "end_to_end": end_to_end, "strong_scaling_2_ranks": scaling, "gpu": gpu,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    _print(result)
+    print(f"\nJSON written to {args.out}")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _print(res: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    tab = Table(title="pi kernels, per core (median)")
+    for col in ("kernel", "implementation", "n", "seconds", "items/s per core"):
+        tab.add_column(col, justify="right" if col in ("n", "seconds", "items/s per core") else "left")
+    for r in res["kernels"]:
+        tab.add_row(r["kernel"], r["implementation"], f"{r['n']:.3g}", f"{r['seconds']:.4f}",
+                    f"{r['per_core_per_s']:.3e}")
+    con.print(tab)
+    for k, v in res["ratios"].items():
+        con.print(f"{k:32s} {v:10.1f}x")
+    a = res["trapezoid_accuracy"]
+    con.print(f"trapezoid at {a['intervals']:.0e} intervals: error {a['error']:+.3e} ({a['ulps']:+.2f} ulp of pi)")
+    e = res["end_to_end"]
+    con.print(f"mpiexec -n 2 pympi-pi {e['samples']:.0e}: {e['pympi_pi_s']:.3f} s vs pure Python "
+              f"{e['pure_python_s']:.3f} s -> {e['ratio']:.3f}x")
+    s = res["strong_scaling_2_ranks"]
+    con.print(f"strong scaling at {s['samples']:.0e}: 1 rank {s['t1_s']:.3f} s, 2 ranks {s['t2_s']:.3f} s, "
+              f"speedup {s['speedup']:.2f}, efficiency {100 * s['efficiency']:.1f}%")
+    con.print(f"GPU: {res['gpu']}")
+
+
+if __name__ == "__main__":
+    main()

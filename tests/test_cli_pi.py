@@ -1,0 +1,113 @@
+"""pympi-pi driven as users drive it: console script under mpiexec."""
+
+import json
+import math
+import sys
+
+import pytest
+
+from conftest import ROOT, clean_env, mpiexec_argv, run, script
+
+PI = script("pympi-pi")
+
+
+def pi_json(mpirun, ranks, *args, **kw):
+    proc = mpirun(ranks, PI, *args, "--json", **kw)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_json_is_rank_invariant(mpirun):
+    docs = {n: pi_json(mpirun, n, "1_000_003", "--method", "both", "--seed", "42") for n in (1, 2, 3)}
+    for n, doc in docs.items():
+        assert doc["schema"] == "pympi_gpu.pi/1" and doc["app"] == "pi"
+        assert doc["ranks"] == n and doc["provenance"]["ranks"] == n
+        assert doc["samples"] == 1_000_003 and doc["seed"] == 42
+        mc, trap = doc["results"]
+        assert mc["method"] == "mc" and trap["method"] == "trapezoid"
+        assert mc["hits"] == docs[1]["results"][0]["hits"]
+        assert mc["estimate"] == docs[1]["results"][0]["estimate"]
+        assert trap["estimate"] == docs[1]["results"][1]["estimate"]
+        assert abs(mc["error"]) < 5 * mc["stderr"]
+        assert abs(trap["error"]) < 1e-12
+        assert doc["wall_time"] > 0 and doc["throughput"] > 0 and doc["work_unit"] == "samples"
+        prov = doc["provenance"]
+        for key in ("package", "python", "mpi4py", "numpy", "numba", "mpi_library", "hosts", "launcher"):
+            assert prov[key] not in (None, "")
+        assert "PMI_RANK" in prov["launcher"] or "PMI_SIZE" in prov["launcher"] or n == 1
+
+
+def test_human_summary_printed_once(mpirun):
+    proc = mpirun(3, PI, "2e6", "--verbose")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.count("pi ~= ") == 1
+    assert out.count("    rank ") == 3  # one line per rank, gathered to rank 0
+    for word in ("standard error", "samples", "throughput", "per rank", "ranks 3", "backend numba"):
+        assert word in out
+    est = float(out.split("pi ~= ")[1].split()[0])
+    assert abs(est - math.pi) < 0.01
+
+
+def test_per_rank_multiplies(mpirun):
+    doc = pi_json(mpirun, 3, "1e5", "--per-rank")
+    assert doc["samples"] == 300_000 and doc["per_rank"] is True
+
+
+def test_options_from_environment(mpirun):
+    doc = pi_json(mpirun, 2, "1e5", env=clean_env(PYMPI_PI_SEED="7", PYMPI_PI_METHOD="trapezoid"))
+    assert doc["seed"] == 7 and doc["results"][0]["method"] == "trapezoid"
+    proc = run([script("pympi"), "pi", "1e5", "--json"], env=clean_env(PYMPI_PI_SEED="8"))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["seed"] == 8
+
+
+def test_module_entry_and_group_help():
+    proc = run([sys.executable, "-m", "pympi_gpu", "pi", "1e4"])
+    assert proc.returncode == 0 and "pi ~= " in proc.stdout
+    proc = run([script("pympi"), "--help"])
+    assert proc.returncode == 0 and "pi" in proc.stdout
+
+
+BAD = [
+    (["-5"], "SAMPLES"), (["0"], "SAMPLES"), (["1.5"], "SAMPLES"), (["nan"], "SAMPLES"),
+    (["inf"], "SAMPLES"), (["1e30"], "SAMPLES"), (["abc"], "SAMPLES"), ([""], "SAMPLES"),
+    ([], "Missing argument"), (["1e6", "--method", "simpson"], "--method"),
+    (["1e6", "--backend", "tpu"], "--backend"), (["1e6", "--seed", "-1"], "--seed"),
+    (["1e6", "--seed", "x"], "--seed"), (["1e6", "--threads", "0"], "--threads"),
+    (["1e6", "--bogus"], "No such option"), (["9e15", "--per-rank"], "exceeds the maximum"),
+    (["1", "--method", "trapezoid"], "at least 2 intervals"),
+    (["1e6", "--backend", "gpu"], "no usable GPU"),
+]
+
+
+@pytest.mark.parametrize("args, words", BAD, ids=[" ".join(a) or "none" for a, _ in BAD])
+def test_bad_input_one_message_exit_2(mpirun, args, words):
+    proc = mpirun(2, PI, *args, timeout=120)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.count("Error:") == 1, proc.stderr
+    assert words in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stdout == ""
+
+
+def test_error_on_one_rank_ends_the_job():
+    argv = mpiexec_argv(2) + [sys.executable, str(ROOT / "tests" / "data" / "one_rank_fails.py")]
+    proc = run(argv, timeout=120)
+    assert proc.returncode != 0
+    assert "error on rank 1: RuntimeError: disk quota exceeded" in proc.stderr
+    assert "unreachable" not in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_gpu_backend_in_simulator_matches_cpu(mpirun):
+    sim = pi_json(mpirun, 2, "3001", "--backend", "gpu", env=clean_env(NUMBA_ENABLE_CUDASIM="1"), timeout=600)
+    cpu = pi_json(mpirun, 2, "3001")
+    assert sim["backend"] == "gpu" and cpu["backend"] == "numba"
+    assert sim["results"][0]["hits"] == cpu["results"][0]["hits"]
+
+
+def test_auto_never_picks_the_simulator(mpirun):
+    doc = pi_json(mpirun, 2, "1e4", env=clean_env(NUMBA_ENABLE_CUDASIM="1"))
+    assert doc["backend"] == "numba"
+    assert "NUMBA_ENABLE_CUDASIM" in doc["provenance"]["extra_versions"]["backend_reason"]
