@@ -223,6 +223,8 @@ def plan(command: Sequence[str], ntasks: int, *, nodes: int | None = None,
         if which(launcher) is None:
             raise LaunchError(f"launcher {launcher!r} is not on PATH")
 
+    if gpu and image is None:
+        why += "; --gpu without an image changes nothing (GPUs are bound per rank by the program)"
     if launcher == "ibrun":
         return _ibrun(payload, ntasks, env, why)
     if mpi is None:

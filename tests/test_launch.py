@@ -221,3 +221,9 @@ def test_bad_input_exits_2_with_one_message(args, match):
     assert match in out.stderr
     assert out.stderr.count("Error:") == 1
     assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_gpu_without_image_is_said_to_change_nothing():
+    p = plan(CMD, 2, gpu=True, environ={}, which=which_of("mpiexec"), mpi="mpich")
+    assert p.argv == ("mpiexec", "-n", "2", *CMD)
+    assert "--gpu without an image" in p.reason
