@@ -215,6 +215,10 @@ class SlurmCluster:
         """Cancel what still runs, stop every daemon (TERM, then KILL) in reverse order."""
         if any(n == "slurmctld" and p.poll() is None for n, p in self._procs):
             self.run(["scancel", "--user", self.user], timeout=10, check=False)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and self.run(
+                    ["squeue", "-h", "-o", "%i"], timeout=10, check=False).stdout.strip():
+                time.sleep(0.3)
         for name, proc in reversed(self._procs):
             if proc.poll() is None:
                 try:
@@ -228,6 +232,23 @@ class SlurmCluster:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
         self._procs.clear()
+        self._kill_stepds()
+
+    def _kill_stepds(self) -> None:
+        # slurmstepd runs in a session of its own, so it outlives its slurmd when a step is
+        # still ending as the cluster stops: end those of this cluster (found by SLURM_CONF).
+        mine = f"SLURM_CONF={self.conf}".encode()
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                if not (proc / "cmdline").read_bytes().startswith(b"slurmstepd"):
+                    continue
+                if mine not in (proc / "environ").read_bytes().split(b"\0"):
+                    continue
+                os.kill(int(proc.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                continue
 
     def __enter__(self) -> SlurmCluster:
         return self.start()
