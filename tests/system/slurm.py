@@ -273,8 +273,8 @@ class SlurmCluster:
              ) -> subprocess.CompletedProcess:
         """``srun -n ntasks [-N nodes] [--mpi=mpi] argv`` as a job of its own.
 
-        ``--immediate`` makes a request the cluster can never satisfy fail at once
-        instead of pending until the timeout.
+        ``--immediate`` (half the timeout) makes a request the cluster cannot satisfy
+        give up with a message of srun's own before the timeout kills it.
         """
         cmd = ["srun", f"--ntasks={ntasks}", f"--immediate={max(1, int(timeout // 2))}"]
         if nodes is not None:

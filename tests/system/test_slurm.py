@@ -158,3 +158,17 @@ def test_frontera_clx_job_script_with_the_stand_in_ibrun(slurm):
     (s,) = pi_summaries(out)
     assert s["ranks"] == 2
     assert_good_pi(s)
+
+
+def test_waits_are_bounded_and_pending_jobs_cancelled(slurm, tmp_path):
+    from system.slurm import SlurmError
+
+    job = tmp_path / "later.sbatch"
+    job.write_text("#!/bin/bash\n#SBATCH --ntasks=1\necho never\n")
+    with pytest.raises(SlurmError, match="ended TIMEOUT"):
+        slurm.sbatch(job, options=["--begin=now+1hour"], timeout=3)
+    assert slurm.run(["squeue", "-h"], timeout=20).stdout.strip() == ""   # cancelled, not left pending
+    # more tasks than the two fake nodes have CPUs: refused, not pending forever
+    proc = slurm.srun(["true"], ntasks=64, timeout=8)
+    assert proc.returncode != 0
+    assert "allocate" in proc.stderr.lower() or "not available" in proc.stderr.lower(), proc.stderr
