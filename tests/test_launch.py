@@ -31,6 +31,12 @@ def test_ibrun_subset_of_the_allocation_uses_n_and_offset():
     assert p.argv == ("ibrun", "-n", "2", "-o", "0", *CMD)
 
 
+def test_ibrun_leaves_placement_to_the_allocation():
+    p = plan(CMD, 4, nodes=2, environ={"SLURM_NTASKS": "4"}, which=which_of("ibrun"))
+    assert p.argv == ("ibrun", *CMD)
+    assert "allocation" in p.reason
+
+
 def test_ibrun_with_apptainer_image():
     p = plan(CMD, 4, image="pi.sif", environ={"SLURM_NTASKS": "4"}, which=which_of("ibrun", "apptainer"))
     assert p.argv == ("ibrun", "apptainer", "run", "pi.sif", *CMD)
