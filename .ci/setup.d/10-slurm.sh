@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # System tier "slurm": a real Slurm (controller, node daemon, client), munge for
-# its authentication, the PMI libraries srun's --mpi=pmi2/pmix plugins load,
-# and shellcheck for jobs/*.sbatch.  The daemons are started by the tests
-# (tests/system/slurm.py), not here.  Idempotent.
+# its authentication, the PMI libraries srun's --mpi=pmi2/pmix plugins load (pmix
+# is tested with the Open MPI wheel), and shellcheck for jobs/*.sbatch.  The
+# daemons are started by the tests (tests/system/slurm.py), not here.  Idempotent.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-pkgs=(slurmctld slurmd slurm-client munge libpmix2 libpmi2-0 shellcheck)
+# libpmix-dev: Debian's mpi/pmix plugin opens pmix2/lib/libpmix.so, which only the -dev
+# package installs (without it `srun --mpi=pmix` fails: "Cannot create context for mpi/pmix").
+pkgs=(slurmctld slurmd slurm-client munge libpmix2 libpmix-dev libpmi2-0 shellcheck)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

