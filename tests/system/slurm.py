@@ -32,7 +32,8 @@ from pathlib import Path
 __all__ = ["SlurmCluster", "SlurmError", "TOOLS"]
 
 #: what must be on PATH to start the cluster
-TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "salloc", "squeue", "scontrol", "sinfo")
+TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "salloc", "squeue", "scontrol", "sinfo",
+         "scancel", "setpriv")
 
 NODES = ("n1", "n2")
 #: CPUs declared per fake node; more than the machine has (SlurmdParameters=config_overrides)
