@@ -223,7 +223,11 @@ def plan(command: Sequence[str], ntasks: int, *, nodes: int | None = None,
         if which(launcher) is None:
             raise LaunchError(f"launcher {launcher!r} is not on PATH")
 
+    if gpu and image is None:
+        why += "; --gpu without an image changes nothing (GPUs are bound per rank by the program)"
     if launcher == "ibrun":
+        if nodes is not None or tasks_per_node is not None:
+            why += "; ibrun places the ranks as the allocation says (sbatch -N/--ntasks-per-node)"
         return _ibrun(payload, ntasks, env, why)
     if mpi is None:
         mpi, mpi_how = mpi_from_env(env)

@@ -53,14 +53,15 @@ def test_cache_dir_writable_reports(env, monkeypatch):
     assert jitcache.cache_dir_writable() == (True, str(env / "c"))
 
 
-TUNE = "from pympi_gpu import jitcache; import os; print(jitcache.tune_cpu(), os.environ.get('NUMBA_CPU_NAME'))"
+TUNE = ("from pympi_gpu import jitcache; import os; "
+        "print(jitcache.tune_cpu()); print(os.environ.get('NUMBA_CPU_FEATURES', 'unset'))")
 
 
 def _host_has_avx512() -> bool:
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
-    return bool(llvm.get_host_cpu_features().get("avx512f"))
+    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
 
 
 def test_wide_vector_tuning_in_a_fresh_process():
@@ -69,10 +70,21 @@ def test_wide_vector_tuning_in_a_fresh_process():
     from conftest import clean_env, run
 
     env = clean_env()
-    env.pop("NUMBA_CPU_NAME", None)
-    out = run([sys.executable, "-c", TUNE], env=env).stdout.split()
-    assert out == (["generic", "generic"] if _host_has_avx512() else ["None", "None"])
-    out = run([sys.executable, "-c", TUNE], env=dict(env, PYMPI_WIDE_VECTORS="0")).stdout.split()
-    assert out == ["None", "None"]
-    out = run([sys.executable, "-c", TUNE], env=dict(env, NUMBA_CPU_NAME="skylake")).stdout.split()
-    assert out == ["None", "skylake"]
+    for var in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "PYMPI_WIDE_VECTORS"):
+        env.pop(var, None)
+    what, features = run([sys.executable, "-c", TUNE], env=env).stdout.splitlines()
+    if _host_has_avx512():
+        assert what == "512-bit vectors" and features.endswith(",-prefer-256-bit")
+        assert "+avx512f" in features
+    else:
+        assert what == "no AVX-512" and features == "unset"
+    out = run([sys.executable, "-c", TUNE], env=dict(env, PYMPI_WIDE_VECTORS="0")).stdout.splitlines()
+    assert out == ["off (PYMPI_WIDE_VECTORS=0)", "unset"]
+    out = run([sys.executable, "-c", TUNE], env=dict(env, NUMBA_CPU_NAME="skylake")).stdout.splitlines()
+    assert out == ["left to NUMBA_CPU_NAME/NUMBA_CPU_FEATURES", "unset"]
+
+
+def test_too_late_once_numba_is_loaded():
+    import numba  # noqa: F401  (loaded by the test process already)
+
+    assert jitcache.tune_cpu({}) == "too late (numba already imported)"

@@ -12,11 +12,12 @@ import click
 from pympi_gpu import __version__
 from pympi_gpu.cli.common import CONTEXT_SETTINGS, run_command
 
-__all__ = ["cli", "main", "pi_main", "scale_main", "info_main"]
+__all__ = ["cli", "main", "pi_main", "launch_main", "scale_main", "info_main"]
 
 #: subcommand name -> "module:attribute" of its click command
 COMMANDS = {
     "pi": "pympi_gpu.cli.pi:pi",
+    "launch": "pympi_gpu.cli.launch:launch",
     "scale": "pympi_gpu.cli.scale:scale",
     "info": "pympi_gpu.cli.info:info",
 }
@@ -61,5 +62,6 @@ def _standalone(name: str):
 
 
 pi_main = _standalone("pi")
+launch_main = _standalone("launch")
 scale_main = _standalone("scale")
 info_main = _standalone("info")

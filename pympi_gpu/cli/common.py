@@ -81,10 +81,26 @@ def fail(message: str) -> None:
 
 
 def mpi_world():
-    """``MPI.COMM_WORLD``; the one place where the world communicator is bound."""
+    """``MPI.COMM_WORLD``; the one place where the world communicator is bound.
+
+    Warns once on stderr (from the launcher's rank 0) when the world has 1 rank
+    but Slurm or the PMI said more: the host's launcher and this MPI do not match.
+    """
     from mpi4py import MPI
 
-    return MPI.COMM_WORLD
+    comm = MPI.COMM_WORLD
+    global _world_checked
+    if not _world_checked:
+        _world_checked = True
+        from pympi_gpu.worldcheck import world_mismatch
+
+        warning = world_mismatch(comm.Get_size(), library=MPI.Get_library_version().splitlines()[0])
+        if warning and world_rank_hint() == 0:
+            click.echo(f"{_prog()}: {warning}", err=True)
+    return comm
+
+
+_world_checked = False
 
 
 def configure_threads(comm, threads: int | None) -> int:

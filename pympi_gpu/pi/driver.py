@@ -17,19 +17,27 @@ DEFAULT_SEED = 20240601
 METHODS = ("mc", "trapezoid")
 
 
-def _timed_stats(comm, compute: float, reduce: float, wall: float) -> tuple[float, float, float]:
+def _record(comm, method: str, n: int, estimate: float, stderr: float | None, hits: int | None,
+            times: tuple[float, float, float], share: tuple[int, int]) -> PiResult:
+    """Build the record of one method; collective over comm.
+
+    ``times`` are this rank's (start, end of compute, end of reduction) from
+    MPI.Wtime; the record holds the maximum over ranks of each interval.
+    """
     from mpi4py import MPI
 
-    mx = np.array([compute, reduce, wall])
+    t0, t1, t2 = times
+    mx = np.array([t1 - t0, t2 - t1, t2 - t0])
     comm.Allreduce(MPI.IN_PLACE, mx, op=MPI.MAX)
-    return float(mx[0]), float(mx[1]), float(mx[2])
-
-
-def _shares(comm, start: int, count: int, compute: float) -> tuple[RankShare, ...]:
-    from mpi4py import MPI
-
-    mine = (comm.Get_rank(), MPI.Get_processor_name(), start, count, compute)
-    return tuple(RankShare(*row) for row in comm.allgather(mine))
+    compute, reduce, wall = (float(x) for x in mx)
+    mine = (comm.Get_rank(), MPI.Get_processor_name(), share[0], share[1], t1 - t0)
+    rate = n / wall if wall > 0 else math.inf
+    return PiResult(
+        method=method, estimate=estimate, error=estimate - math.pi, stderr=stderr, n=n, hits=hits,
+        compute_time=compute, reduce_time=reduce, wall_time=wall,
+        throughput=rate, throughput_per_rank=rate / comm.Get_size(),
+        shares=tuple(RankShare(*row) for row in comm.allgather(mine)),
+    )
 
 
 def monte_carlo(comm, samples: int, kernels, *, seed: int = DEFAULT_SEED) -> PiResult:
@@ -50,23 +58,9 @@ def monte_carlo(comm, samples: int, kernels, *, seed: int = DEFAULT_SEED) -> PiR
     t1 = MPI.Wtime()
     hits = comm.allreduce(local, op=MPI.SUM)
     t2 = MPI.Wtime()
-    compute, reduce, wall = _timed_stats(comm, t1 - t0, t2 - t1, t2 - t0)
     p = hits / samples
-    estimate = 4.0 * p
-    return PiResult(
-        method="mc",
-        estimate=estimate,
-        error=estimate - math.pi,
-        stderr=4.0 * math.sqrt(p * (1.0 - p) / samples),
-        n=samples,
-        hits=hits,
-        compute_time=compute,
-        reduce_time=reduce,
-        wall_time=wall,
-        throughput=samples / wall if wall > 0 else math.inf,
-        throughput_per_rank=samples / wall / size if wall > 0 else math.inf,
-        shares=_shares(comm, start, stop - start, t1 - t0),
-    )
+    return _record(comm, "mc", samples, 4.0 * p, 4.0 * math.sqrt(p * (1.0 - p) / samples), hits,
+                   (t0, t1, t2), (start, stop - start))
 
 
 def trapezoid(comm, intervals: int, kernels) -> PiResult:
@@ -97,23 +91,9 @@ def trapezoid(comm, intervals: int, kernels) -> PiResult:
         estimate = None
     estimate = comm.bcast(estimate, root=0)
     t2 = MPI.Wtime()
-    compute, reduce, wall = _timed_stats(comm, t1 - t0, t2 - t1, t2 - t0)
     lo = grid.chunk_nodes(intervals, c0)[0] if c1 > c0 else 0
     hi = grid.chunk_nodes(intervals, c1 - 1)[1] if c1 > c0 else 0
-    return PiResult(
-        method="trapezoid",
-        estimate=estimate,
-        error=estimate - math.pi,
-        stderr=None,
-        n=intervals,
-        hits=None,
-        compute_time=compute,
-        reduce_time=reduce,
-        wall_time=wall,
-        throughput=intervals / wall if wall > 0 else math.inf,
-        throughput_per_rank=intervals / wall / size if wall > 0 else math.inf,
-        shares=_shares(comm, lo, hi - lo, t1 - t0),
-    )
+    return _record(comm, "trapezoid", intervals, estimate, None, None, (t0, t1, t2), (lo, hi - lo))
 
 
 def estimate_pi(comm, samples: int, kernels, *, methods=("mc",), seed: int = DEFAULT_SEED,

@@ -18,6 +18,21 @@ __all__ = ["CudaKernels"]
 _THREADS = 256
 
 
+@cuda.jit(device=True)
+def _block_sum(buf, value):
+    """Sum ``value`` over the block through shared ``buf``, in a fixed tree order."""
+    t = cuda.threadIdx.x
+    buf[t] = value
+    cuda.syncthreads()
+    s = _THREADS // 2
+    while s > 0:
+        if t < s:
+            buf[t] += buf[t + s]
+        cuda.syncthreads()
+        s //= 2
+    return buf[0]
+
+
 @cuda.jit
 def _mc_kernel(key, start, count, per_thread, out):
     """Each thread counts ``per_thread`` consecutive samples; the block sums in shared memory."""
@@ -30,17 +45,9 @@ def _mc_kernel(key, start, count, per_thread, out):
         acc += mc_hit(key, k)
         k += uint64(1)
     buf = cuda.shared.array(_THREADS, uint64)
-    t = cuda.threadIdx.x
-    buf[t] = acc
-    cuda.syncthreads()
-    s = _THREADS // 2
-    while s > 0:
-        if t < s:
-            buf[t] += buf[t + s]
-        cuda.syncthreads()
-        s //= 2
-    if t == 0:
-        cuda.atomic.add(out, 0, buf[0])
+    total = _block_sum(buf, acc)
+    if cuda.threadIdx.x == 0:
+        cuda.atomic.add(out, 0, total)
 
 
 @cuda.jit
@@ -56,16 +63,9 @@ def _trap_kernel(n, c0, csize, out):
         x = i * h
         acc += 4.0 / (1.0 + x * x)
     buf = cuda.shared.array(_THREADS, float64)
-    buf[t] = acc
-    cuda.syncthreads()
-    s = _THREADS // 2
-    while s > 0:
-        if t < s:
-            buf[t] += buf[t + s]
-        cuda.syncthreads()
-        s //= 2
+    total = _block_sum(buf, acc)
     if t == 0:
-        out[cuda.blockIdx.x] = buf[0]
+        out[cuda.blockIdx.x] = total
 
 
 class CudaKernels:
