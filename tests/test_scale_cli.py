@@ -244,3 +244,18 @@ def test_options_from_the_environment(tmp_path):
     doc = json.loads(p.stdout)
     assert doc["kind"] == "weak" and [pt["time"] for pt in doc["points"]] == [7.0]
     assert len(read_jsonl(out.with_suffix(".jsonl"))) == 1
+
+
+def test_dry_run_shows_each_launch_and_runs_nothing(tmp_path):
+    p = run([SCALE, "--ranks", "1,3", "--launcher", "mpiexec", "--dry-run", "--", "pympi-pi", "1e9"],
+            env=env(), cwd=tmp_path, timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("# 1 rank: mpiexec") and lines[2].startswith("# 3 ranks: mpiexec")
+    assert lines[1].split()[:3] == ["mpiexec", "-n", "1"] and lines[1].endswith("pympi-pi 1e9 --json")
+    assert lines[3].split()[:3] == ["mpiexec", "-n", "3"]
+    p = run([SCALE, "--nodes", "1,2", "--tasks-per-node", "3", "--launcher", "mpiexec", "--dry-run", "--",
+             "pympi-pi", "1e9"], env=env(), cwd=tmp_path, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "# 2 nodes x 3: mpiexec" in p.stdout and "mpiexec -n 6 " in p.stdout
+    assert list(tmp_path.iterdir()) == []

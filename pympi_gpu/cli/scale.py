@@ -111,9 +111,10 @@ def render_table(summary):
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds one run may take before it is killed and counted as failed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the study as one JSON object instead of the table.")
+@click.option("--dry-run", is_flag=True, help="Print the command line of each size (and why that launcher); run nothing.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, image, gpu,
-          timeout, as_json, command):
+          timeout, as_json, dry_run, command):
     """Run COMMAND at each size, REPEAT times, and report speedup and efficiency.
 
     \b
@@ -153,11 +154,17 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
     planner = _planner(launcher, image, gpu)
     from pympi_gpu.scale.runner import with_json
 
-    try:
-        for p in points:  # refuse a plan that cannot be made before running anything
-            planner(with_json(command), p)
+    try:  # refuse a plan that cannot be made before running anything
+        plans = [planner(with_json(command), p) for p in points]
     except ValueError as exc:
         fail(str(exc))
+    if dry_run:
+        import shlex
+
+        for p, plan in zip(points, plans):
+            click.echo(f"# {p.label()}: {plan.launcher} ({plan.reason})")
+            click.echo(shlex.join(plan.argv))
+        return
     _study(command, points, repeat, "weak" if weak else "strong", planner,
            Path(out or _default_prefix(command, weak)), fresh, timeout, as_json)
 
