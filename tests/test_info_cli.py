@@ -64,6 +64,7 @@ def test_mismatch_warning_without_launcher():
     p = run([INFO], env=env, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "warning: MPI started a world of 1 rank" in p.stdout and "SLURM_NTASKS=2" in p.stdout
+    assert "warning" not in p.stderr  # said once, in the report, not again by mpi_world()
     p = run([INFO, "--json"], env=env, timeout=120)
     doc = json.loads(p.stdout)
     assert doc["ranks"] == 1 and doc["expected_ranks"] == 2 and doc["expected_from"] == "SLURM_NTASKS"

@@ -58,7 +58,7 @@ def info(as_json, no_gpu):
     from pympi_gpu.info import collect
     from pympi_gpu.records import to_dict
 
-    comm = mpi_world()
+    comm = mpi_world(check=False)  # the report carries the mismatch warning itself
     rep = collect(comm, probe_gpus=not no_gpu)
     if comm.Get_rank() != 0:
         return

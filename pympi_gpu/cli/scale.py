@@ -248,6 +248,6 @@ def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_js
     if interrupted:
         err.print(f"interrupted: {len(runs)} run(s) kept in {jsonl}; run the same command again to resume",
                   highlight=False)
-        sys.exit(130)  # not click's Exit: main(standalone_mode=False) returns its code unused
+        sys.exit(130)
     if summary.failed:
         sys.exit(1)
