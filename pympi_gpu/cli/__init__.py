@@ -12,12 +12,15 @@ import click
 from pympi_gpu import __version__
 from pympi_gpu.cli.common import CONTEXT_SETTINGS, run_command
 
-__all__ = ["cli", "main", "pi_main", "nbody_main"]
+__all__ = ["cli", "main", "pi_main", "nbody_main", "launch_main", "scale_main", "info_main"]
 
 #: subcommand name -> "module:attribute" of its click command
 COMMANDS = {
     "pi": "pympi_gpu.cli.pi:pi",
     "nbody": "pympi_gpu.cli.nbody:nbody",
+    "launch": "pympi_gpu.cli.launch:launch",
+    "scale": "pympi_gpu.cli.scale:scale",
+    "info": "pympi_gpu.cli.info:info",
 }
 
 
@@ -61,3 +64,6 @@ def _standalone(name: str):
 
 pi_main = _standalone("pi")
 nbody_main = _standalone("nbody")
+launch_main = _standalone("launch")
+scale_main = _standalone("scale")
+info_main = _standalone("info")

@@ -80,11 +80,28 @@ def fail(message: str) -> None:
     raise click.UsageError(message)
 
 
-def mpi_world():
-    """``MPI.COMM_WORLD``; the one place where the world communicator is bound."""
+def mpi_world(check: bool = True):
+    """``MPI.COMM_WORLD``; the one place where the world communicator is bound.
+
+    With ``check``, warns once on stderr (from the launcher's rank 0) when the
+    world has 1 rank but Slurm or the PMI said more: the host's launcher and this
+    MPI do not match.  Commands that report the mismatch themselves pass False.
+    """
     from mpi4py import MPI
 
-    return MPI.COMM_WORLD
+    comm = MPI.COMM_WORLD
+    global _world_checked
+    if check and not _world_checked:
+        _world_checked = True
+        from pympi_gpu.worldcheck import world_mismatch
+
+        warning = world_mismatch(comm.Get_size(), library=MPI.Get_library_version().splitlines()[0])
+        if warning and world_rank_hint() == 0:
+            click.echo(f"{_prog()}: {warning}", err=True)
+    return comm
+
+
+_world_checked = False
 
 
 def configure_threads(comm, threads: int | None) -> int:
@@ -122,7 +139,10 @@ def run_command(command: click.Command, prog_name: str | None = None,
     """
     prog = prog_name or _prog()
     try:
-        command.main(args=args, prog_name=prog, standalone_mode=False, **extra)
+        # Without standalone mode click returns ctx.exit()'s code instead of exiting.
+        code = command.main(args=args, prog_name=prog, standalone_mode=False, **extra)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:

@@ -1,0 +1,68 @@
+"""``pympi-launch -n N [--nodes M] [--image SIF] [--gpu] [--dry-run] -- COMMAND...``
+
+Parses, asks :func:`pympi_gpu.launch.plan` for the command line, prints it
+(``--dry-run``) or replaces this process with it, so signals and the exit
+status are the launcher's own.  No MPI starts in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+import click
+
+from pympi_gpu.cli.common import CONTEXT_SETTINGS
+from pympi_gpu.launch import LAUNCHERS, MPI_VENDORS, LaunchError, plan, probe_mpi
+
+
+@click.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True,
+                                 "allow_interspersed_args": False})
+@click.option("-n", "--ntasks", type=click.IntRange(min=1), required=True,
+              help="Number of MPI ranks.")
+@click.option("-N", "--nodes", type=click.IntRange(min=1), default=None,
+              help="Spread the ranks over this many nodes (srun; ibrun takes the allocation's).")
+@click.option("--tasks-per-node", type=click.IntRange(min=1), default=None, help="Ranks per node.")
+@click.option("--image", metavar="SIF", default=None,
+              help="Run COMMAND inside this Apptainer image: apptainer run [--nv] SIF COMMAND.")
+@click.option("--gpu", is_flag=True, help="Give the image the host's NVIDIA GPUs (apptainer --nv).")
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
+              help="Launcher; auto: ibrun if on PATH, srun inside Slurm, else mpiexec/mpirun.")
+@click.option("--mpi", "mpi", type=click.Choice(MPI_VENDORS), default=None,
+              help="The MPI COMMAND uses [default: detected: MPI wheel, mpi4py config, mpiexec --version].")
+@click.option("--pmi", default=None, metavar="PLUGIN",
+              help="srun --mpi plugin (pmi2, pmix, ...; 'default' for the cluster's) [default: from --mpi].")
+@click.option("--dry-run", is_flag=True, help="Print the command line (and why) instead of running it.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def launch(ntasks, nodes, tasks_per_node, image, gpu, launcher, mpi, pmi, dry_run, command):
+    """Start COMMAND on N MPI ranks with the launcher this system wants.
+
+    Put COMMAND after --, for example:
+
+        pympi-launch -n 4 --image nbody.sif --gpu -- pympi-nbody 1e6
+
+    In a Slurm allocation the ranks start with srun and the PMI plugin of the
+    MPI in use (pmi2 for MPICH, MVAPICH and Intel MPI, pmix for Open MPI).
+    """
+    if image is not None and "://" not in image and not dry_run and not os.path.isfile(image):
+        raise click.BadParameter(f"no such image file: {image}", param_hint="--image")
+    try:
+        how = "--mpi"
+        if mpi is None and launcher != "ibrun":
+            mpi, how = probe_mpi()
+        chosen = plan(list(command), ntasks, nodes=nodes, tasks_per_node=tasks_per_node, image=image,
+                      gpu=gpu, launcher=launcher, mpi=mpi, pmi=pmi, mpi_how=how)
+    except LaunchError as exc:
+        raise click.UsageError(str(exc)) from None
+    if dry_run:
+        click.echo(shlex.join(chosen.argv))
+        click.echo(f"# {chosen.launcher}: {chosen.reason}", err=True)
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(chosen.argv[0], chosen.argv)
+    except OSError as exc:
+        click.echo(f"pympi-launch: cannot run {chosen.argv[0]}: {exc.strerror}", err=True)
+        sys.exit(127)

@@ -1,0 +1,253 @@
+"""``pympi-scale -- COMMAND...``: a strong or weak scaling study of a pympi command.
+
+The study is a driver on one process: it launches COMMAND at each size
+through :func:`pympi_gpu.launch.plan`, reads each run's JSON record and
+writes PREFIX.jsonl (every run, appended as it ends), PREFIX.json,
+PREFIX.csv and PREFIX.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from pympi_gpu.cli.common import CONTEXT_SETTINGS, fail
+
+LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")  # as pympi_gpu.launch.LAUNCHERS
+
+
+def _sizes(value, what):
+    from pympi_gpu.scale.points import parse_sizes
+
+    if value is None:
+        return None
+    try:
+        return parse_sizes(value, what)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _default_prefix(command, weak: bool) -> str:
+    name = os.path.basename(command[0]) if command else "study"
+    name = name[len("pympi-"):] if name.startswith("pympi-") else name
+    return f"scale-{name}-{'weak' if weak else 'strong'}"
+
+
+def _planner(launcher: str, image: str | None, gpu: bool):
+    """``planner(argv, point)`` through :func:`pympi_gpu.launch.plan`."""
+    from pympi_gpu import launch
+
+    def plan(argv, point):
+        return launch.plan(argv, point.ranks, nodes=point.nodes, tasks_per_node=point.tasks_per_node,
+                           image=image, gpu=gpu, launcher=launcher)
+    return plan
+
+
+def _fmt(x, spec: str, none: str = "-") -> str:
+    return none if x is None else format(x, spec)
+
+
+def _si(x) -> str:
+    if x is None:
+        return "-"
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:.4g} {prefix}"
+    return f"{x:.3f}"
+
+
+def render_table(summary):
+    """The study as a rich Table."""
+    from rich.table import Table
+
+    weak = summary.kind == "weak"
+    unit = summary.work_unit or "units"
+    table = Table(title=f"{summary.kind} scaling: {' '.join(summary.command)}",
+                  caption=(f"time = median of the command's wall_time over repeats; vs "
+                           f"{summary.baseline_ranks} rank(s)" if summary.baseline_ranks else None))
+    nodes = any(p.nodes is not None for p in summary.points)
+    table.add_column("ranks", justify="right")
+    if nodes:
+        table.add_column("nodes x tpn", justify="right")
+    for name in ("runs", "time [s]", "min..max [s]", "scaled speedup" if weak else "speedup",
+                 "ideal", "efficiency", f"{unit}/s", "status"):
+        table.add_column(name, justify="right" if name != "status" else "left")
+    for p in summary.points:
+        status = {"ok": "[green]ok[/]", "partial": "[yellow]partial[/]", "failed": "[red]failed[/]",
+                  "missing": "[dim]not run[/]"}[p.status]
+        row = [str(p.ranks)]
+        if nodes:
+            row.append(f"{p.nodes} x {p.tasks_per_node}" if p.nodes else "")
+        row += [f"{p.repeats}/{summary.repeat}", _fmt(p.time, ".4f"),
+                f"{p.time_min:.4f}..{p.time_max:.4f}" if p.times else "-",
+                _fmt(p.speedup, ".2f"), _fmt(p.ideal, ".0f"),
+                _fmt(p.efficiency * 100 if p.efficiency is not None else None, ".1f") + ("%" if p.efficiency is not None else ""),
+                _si(p.throughput), status]
+        table.add_row(*row)
+    return table
+
+
+@click.command(context_settings=dict(CONTEXT_SETTINGS, allow_interspersed_args=False))
+@click.option("--ranks", metavar="LIST", help="Rank counts, e.g. 1,2,4,8.")
+@click.option("--nodes", metavar="LIST", help="Node counts, e.g. 1,2,4 (with --tasks-per-node).")
+@click.option("--tasks-per-node", type=click.IntRange(min=1), default=None, help="Ranks per node with --nodes.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs per size; the table shows the median.")
+@click.option("--weak", is_flag=True,
+              help="A weak-scaling study (fixed work per rank, e.g. pympi-pi --per-rank): efficiency t_b/t_p.")
+@click.option("--out", metavar="PREFIX", default=None,
+              help="Write PREFIX.jsonl/.json/.csv/.png [default: scale-<app>-<strong|weak>].")
+@click.option("--fresh", is_flag=True, help="Set earlier results aside (PREFIX.jsonl.N.bak) instead of resuming.")
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
+              help="How to start each run (auto: ibrun, else srun in Slurm, else mpiexec).")
+@click.option("--image", metavar="SIF", default=None, help="Run the command inside this Apptainer image.")
+@click.option("--gpu", is_flag=True, help="Make GPUs visible inside --image (apptainer --nv).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds one run may take before it is killed and counted as failed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the study as one JSON object instead of the table.")
+@click.option("--dry-run", is_flag=True, help="Print the command line of each size (and why that launcher); run nothing.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, image, gpu,
+          timeout, as_json, dry_run, command):
+    """Run COMMAND at each size, REPEAT times, and report speedup and efficiency.
+
+    \b
+      pympi-scale --ranks 1,2,4,8 --repeat 3 -- pympi-pi 1e10
+      pympi-scale --ranks 1,2,4 --weak -- pympi-pi 1e9 --per-rank
+      pympi-scale --nodes 1,2,4 --tasks-per-node 56 -- pympi-pi 1e12
+
+    COMMAND is a pympi command; --json is added to it.  Every finished run is
+    appended to PREFIX.jsonl at once, so an interrupted study keeps its runs
+    and the same command run again resumes it.  A failed size is reported
+    with its error and the study goes on; the exit status is then 1.
+    """
+    from pympi_gpu.environment import expected_world_size
+    from pympi_gpu.scale.points import make_points
+
+    if not command:
+        fail("no command to study: give it after --, e.g. pympi-scale --ranks 1,2 -- pympi-pi 1e8")
+    if ranks is None and nodes is None:
+        fail("give the sizes: --ranks 1,2,4 or --nodes 1,2 --tasks-per-node 56")
+    if ranks is not None and nodes is not None:
+        fail("give --ranks or --nodes, not both")
+    if nodes is not None and tasks_per_node is None:
+        fail("--nodes needs --tasks-per-node")
+    if ranks is not None and tasks_per_node is not None:
+        fail("--tasks-per-node goes with --nodes (with --ranks the launcher places the ranks)")
+    ranks = _sizes(ranks, "ranks")
+    nodes = _sizes(nodes, "nodes")
+    size, var = expected_world_size()
+    if size and size > 1 and var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
+        fail(f"pympi-scale runs on one process and launches the ranks itself, but {var}={size}: "
+             "start it without srun/mpiexec/ibrun")
+    if image is None and shutil.which(command[0]) is None:
+        fail(f"command {command[0]!r} not found on PATH")
+    if gpu and image is None:
+        fail("--gpu goes with --image")
+    points = make_points(ranks=ranks, nodes=nodes, tasks_per_node=tasks_per_node)
+    planner = _planner(launcher, image, gpu)
+    from pympi_gpu.scale.runner import with_json
+
+    try:  # refuse a plan that cannot be made before running anything
+        plans = [planner(with_json(command), p) for p in points]
+    except ValueError as exc:
+        fail(str(exc))
+    if dry_run:
+        import shlex
+
+        for p, plan in zip(points, plans):
+            click.echo(f"# {p.label()}: {plan.launcher} ({plan.reason})")
+            click.echo(shlex.join(plan.argv))
+        return
+    _study(command, points, repeat, "weak" if weak else "strong", planner,
+           Path(out or _default_prefix(command, weak)), fresh, timeout, as_json)
+
+
+def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pympi_gpu.scale import report
+    from pympi_gpu.scale.analysis import summarise
+    from pympi_gpu.scale.runner import run_study
+    from pympi_gpu.scale.store import ResultsStore, StudyMismatch
+
+    err = Console(stderr=True, soft_wrap=True)
+    out = Console()
+    if not out.is_terminal:  # a job's log: room for every column
+        out = Console(width=160)
+    jsonl = prefix.with_name(prefix.name + ".jsonl")
+    store = ResultsStore(jsonl, list(command), kind)
+    if fresh:
+        moved = store.set_aside()
+        if moved:
+            err.print(f"earlier results set aside as {moved}")
+    try:
+        before = store.load()
+    except StudyMismatch as exc:
+        fail(str(exc))
+    done = {(r["point"], r["repeat"]) for r in before if r.get("ok")}
+    todo = sum(1 for p in points for i in range(repeat) if (p.key, i) not in done)
+    if done:
+        err.print(f"resuming {jsonl}: {len(points) * repeat - todo} run(s) already done, {todo} to go")
+
+    def _term(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, _term)
+    interrupted = False
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=err, transient=True)
+    try:
+        with progress:
+            task = progress.add_task(f"{kind} scaling", total=todo)
+
+            def on_start(point, i, launch):
+                progress.update(task, description=f"{point.label()}, run {i + 1}/{repeat} ({launch.launcher})")
+
+            def on_done(o):
+                progress.advance(task)
+                if o.ok:
+                    progress.console.print(f"  {o.point.label():>14} run {o.repeat + 1}/{repeat}: "
+                                           f"{o.record['wall_time']:.4f} s (elapsed {o.elapsed:.2f} s)",
+                                           highlight=False)
+                else:
+                    progress.console.print(f"  {o.point.label():>14} run {o.repeat + 1}/{repeat}: "
+                                           f"[red]FAILED[/] {o.error}", highlight=False)
+            run_study(command, points, repeat, planner, store, timeout=timeout,
+                      on_start=on_start, on_done=on_done)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    runs = store.load()
+    summary = summarise(runs, points, repeat, kind, command)
+    files = [jsonl, report.write_json(summary, prefix.with_name(prefix.name + ".json")),
+             report.write_csv(summary, prefix.with_name(prefix.name + ".csv"))]
+    png, why = report.write_plot(summary, prefix.with_name(prefix.name + ".png"))
+    if as_json:
+        click.echo(json.dumps(report.study_dict(summary), indent=2))
+    else:
+        out.print(render_table(summary))
+        for p in summary.failed:
+            where = f"{p.ranks} ranks" + (f" ({p.nodes} nodes x {p.tasks_per_node})" if p.nodes else "")
+            out.print(f"[red]{where} failed[/]: {p.error}", highlight=False)
+            if p.stderr_tail.strip():
+                tail = "\n".join(p.stderr_tail.strip().splitlines()[-5:])
+                out.print("  " + tail.replace("\n", "\n  "), highlight=False, markup=False)
+    for f in files + ([png] if png else []):
+        err.print(f"wrote {f}", highlight=False)
+    if png is None:
+        err.print(f"plot skipped: {why}", highlight=False)
+    if interrupted:
+        err.print(f"interrupted: {len(runs)} run(s) kept in {jsonl}; run the same command again to resume",
+                  highlight=False)
+        sys.exit(130)
+    if summary.failed:
+        sys.exit(1)

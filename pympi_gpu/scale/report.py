@@ -1,0 +1,128 @@
+"""The files of a study: JSON, CSV and a PNG plot, each replaced atomically.
+
+They are derived from the results file (``.jsonl``) and rewritten whole after
+every study, through a temporary file and ``os.replace``: a reader sees the
+old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from pympi_gpu.records import to_dict
+from pympi_gpu.scale.analysis import StudySummary
+
+__all__ = ["SCHEMA", "CSV_COLUMNS", "study_dict", "write_json", "write_csv", "write_plot"]
+
+SCHEMA = "pympi_gpu.scale/1"
+
+CSV_COLUMNS = ("ranks", "nodes", "tasks_per_node", "status", "repeats", "time", "time_min",
+               "time_max", "elapsed", "speedup", "ideal", "efficiency", "throughput",
+               "throughput_per_rank", "work_unit", "launcher", "error")
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def study_dict(summary: StudySummary) -> dict:
+    """The study as one JSON-ready dict (schema ``pympi_gpu.scale/1``)."""
+    doc = to_dict(summary, schema=SCHEMA)
+    doc["complete"] = summary.complete
+    return doc
+
+
+def write_json(summary: StudySummary, path: Path) -> Path:
+    _atomic_write(path, (json.dumps(study_dict(summary), indent=2) + "\n").encode())
+    return Path(path)
+
+
+def write_csv(summary: StudySummary, path: Path) -> Path:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for p in summary.points:
+        row = dict(to_dict(p), work_unit=summary.work_unit)
+        w.writerow(["" if row[c] is None else (f"{row[c]:.9g}" if isinstance(row[c], float) else row[c])
+                    for c in CSV_COLUMNS])
+    _atomic_write(path, buf.getvalue().encode())
+    return Path(path)
+
+
+def write_plot(summary: StudySummary, path: Path) -> tuple[Path | None, str]:
+    """Speedup (log-log, with the ideal line) and efficiency against ranks.
+
+    Returns ``(path, "")``, or ``(None, reason)`` when there is nothing to
+    plot or matplotlib is not installed (it is the ``plot`` extra).
+    """
+    rows = [p for p in summary.points if p.speedup is not None]
+    if not rows:
+        return None, "no successful point to plot"
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
+    except ImportError as exc:
+        return None, f"matplotlib is not installed ({exc}); pip install 'pympi_gpu[plot]'"
+
+    x = [p.ranks for p in rows]
+    weak = summary.kind == "weak"
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=100, layout="constrained")
+    ideal_x = [min(x), max(x)]
+    ideal_y = [p / summary.baseline_ranks for p in ideal_x]
+    ax1.plot(ideal_x, ideal_y, "--", color="0.5", label="ideal")
+    ax1.plot(x, [p.speedup for p in rows], "o-", color="C0", label="measured")
+    ax1.set_xscale("log", base=2)
+    ax1.set_yscale("log", base=2)
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax1.yaxis.set_major_locator(LogLocator(base=2))
+    ax1.yaxis.set_major_formatter(plain)
+    ax1.set_xlabel("MPI ranks")
+    ax1.set_ylabel("scaled speedup" if weak else "speedup")
+    ax1.set_title(("weak scaling: scaled speedup" if weak else "strong scaling: speedup")
+                  + f" vs {summary.baseline_ranks} rank(s)")
+    ax1.grid(True, which="both", alpha=0.3)
+    ax1.legend()
+
+    ax2.axhline(1.0, ls="--", color="0.5", label="ideal")
+    ax2.plot(x, [p.efficiency for p in rows], "o-", color="C1", label="measured")
+    ax2.set_xscale("log", base=2)
+    for ax in (ax1, ax2):  # a tick at every measured size
+        ax.xaxis.set_major_locator(FixedLocator(x))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(plain)
+    ax2.set_ylim(0, max(1.1, max(p.efficiency for p in rows) * 1.1))
+    ax2.set_xlabel("MPI ranks")
+    ax2.set_ylabel("parallel efficiency")
+    ax2.set_title("weak scaling: efficiency t_b / t_p" if weak
+                  else "strong scaling: efficiency S / (p / p_b)")
+    ax2.grid(True, alpha=0.3)
+    ax2.legend()
+    fig.suptitle(" ".join(summary.command), fontsize=9)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    _atomic_write(path, buf.getvalue())
+    return Path(path), ""

@@ -1,0 +1,235 @@
+"""launch.plan: every branch, without a cluster (PATH and environment are stand-ins)."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from conftest import run, script
+from pympi_gpu.launch import LaunchError, mpi_from_env, plan, vendor_of_text
+
+
+def which_of(*present):
+    """A ``shutil.which`` that finds exactly ``present``."""
+    return lambda name: f"/usr/bin/{name}" if name in present else None
+
+
+CMD = ["pympi-pi", "1e7", "--json"]
+
+
+def test_ibrun_wins_where_it_is_on_path():
+    p = plan(CMD, 4, environ={"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"},
+             which=which_of("ibrun", "srun", "mpiexec"))
+    assert p.launcher == "ibrun"
+    assert p.argv == ("ibrun", *CMD)
+    assert "TACC" in p.reason
+
+
+def test_ibrun_subset_of_the_allocation_uses_n_and_offset():
+    p = plan(CMD, 2, environ={"SLURM_JOB_ID": "7", "SLURM_NTASKS": "56"}, which=which_of("ibrun"))
+    assert p.argv == ("ibrun", "-n", "2", "-o", "0", *CMD)
+
+
+def test_ibrun_leaves_placement_to_the_allocation():
+    p = plan(CMD, 4, nodes=2, environ={"SLURM_NTASKS": "4"}, which=which_of("ibrun"))
+    assert p.argv == ("ibrun", *CMD)
+    assert "allocation" in p.reason
+
+
+def test_ibrun_with_apptainer_image():
+    p = plan(CMD, 4, image="pi.sif", environ={"SLURM_NTASKS": "4"}, which=which_of("ibrun", "apptainer"))
+    assert p.argv == ("ibrun", "apptainer", "run", "pi.sif", *CMD)
+
+
+@pytest.mark.parametrize("mpi, pmi", [("mpich", "pmi2"), ("intelmpi", "pmi2"), ("mvapich", "pmi2"),
+                                      ("openmpi", "pmix")])
+def test_srun_inside_an_allocation_with_the_pmi_of_the_mpi(mpi, pmi):
+    p = plan(CMD, 2, environ={"SLURM_JOB_ID": "12"}, which=which_of("srun", "mpiexec"), mpi=mpi)
+    assert p.launcher == "srun"
+    assert p.argv == ("srun", "--ntasks=2", f"--mpi={pmi}", *CMD)
+    assert "SLURM_JOB_ID" in p.reason and mpi in p.reason
+
+
+def test_srun_nodes_and_tasks_per_node():
+    p = plan(CMD, 8, nodes=2, tasks_per_node=4, environ={"SLURM_JOB_ID": "1"},
+             which=which_of("srun"), mpi="mpich")
+    assert p.argv == ("srun", "--ntasks=8", "--nodes=2", "--ntasks-per-node=4", "--mpi=pmi2", *CMD)
+
+
+def test_srun_pmi_override_and_default():
+    env = {"SLURM_JOB_ID": "1", "PYMPI_PMI": "cray_shasta"}
+    assert "--mpi=cray_shasta" in plan(CMD, 2, environ=env, which=which_of("srun"), mpi="mpich").argv
+    p = plan(CMD, 2, environ={"SLURM_JOB_ID": "1"}, which=which_of("srun"), mpi="openmpi", pmi="pmi2")
+    assert "--mpi=pmi2" in p.argv
+    p = plan(CMD, 2, environ={"SLURM_JOB_ID": "1"}, which=which_of("srun"), mpi="openmpi", pmi="default")
+    assert not any(a.startswith("--mpi") for a in p.argv)
+
+
+def test_srun_unknown_mpi_leaves_the_cluster_default(monkeypatch):
+    import pympi_gpu.launch as launch
+
+    monkeypatch.setattr(launch, "_MPI_WHEELS", ())
+    monkeypatch.setattr("mpi4py.get_config", lambda: {})
+    p = plan(CMD, 2, environ={"SLURM_JOB_ID": "1"}, which=which_of("srun"))
+    assert p.argv == ("srun", "--ntasks=2", *CMD)
+    assert "MpiDefault" in p.reason
+
+
+def test_mpi_detected_from_the_environment():
+    assert mpi_from_env({"PYMPI_MPI": "openmpi"}) == ("openmpi", "PYMPI_MPI")
+    with pytest.raises(LaunchError, match="PYMPI_MPI"):
+        mpi_from_env({"PYMPI_MPI": "lam"})
+    p = plan(CMD, 2, environ={"SLURM_JOB_ID": "1", "PYMPI_MPI": "openmpi"}, which=which_of("srun"))
+    assert "--mpi=pmix" in p.argv
+
+
+def test_mpi_wheel_of_this_environment_is_found():
+    # the test environment installs the mpich extra
+    assert mpi_from_env({}) == ("mpich", "the mpich wheel mpi4py loads")
+
+
+@pytest.mark.parametrize("text, vendor", [
+    ("mpiexec (OpenRTE) 4.1.4\n", "openmpi"), ("mpirun (Open MPI) 5.0.3", "openmpi"),
+    ("HYDRA build details:\n    Version: 4.2.0", "mpich"),
+    ("Intel(R) MPI Library for Linux* OS, Version 2019 Update 9", "intelmpi"),
+    ("MVAPICH2 Version: 2.3.7", "mvapich"), ("something else", None)])
+def test_vendor_of_version_text(text, vendor):
+    assert vendor_of_text(text) == vendor
+
+
+def test_mpiexec_without_slurm():
+    p = plan(CMD, 3, environ={}, which=which_of("mpiexec", "mpirun"), mpi="mpich", as_root=True)
+    assert p.launcher == "mpiexec"
+    assert p.argv == ("mpiexec", "-n", "3", *CMD)
+    p = plan(CMD, 4, tasks_per_node=2, environ={}, which=which_of("mpiexec"), mpi="mpich")
+    assert p.argv == ("mpiexec", "-n", "4", "-ppn", "2", *CMD)
+
+
+def test_mpiexec_flags_open_mpi_needs():
+    p = plan(CMD, 3, environ={}, which=which_of("mpiexec"), mpi="openmpi", as_root=True)
+    assert p.argv == ("mpiexec", "-n", "3", "--oversubscribe", "--allow-run-as-root", *CMD)
+    p = plan(CMD, 3, environ={}, which=which_of("mpiexec"), mpi="openmpi", as_root=False)
+    assert p.argv == ("mpiexec", "-n", "3", "--oversubscribe", *CMD)
+    p = plan(CMD, 4, tasks_per_node=2, environ={}, which=which_of("mpiexec"), mpi="openmpi", as_root=False)
+    assert p.argv[-len(CMD) - 2:-len(CMD)] == ("--map-by", "ppr:2:node")
+
+
+def test_mpirun_when_there_is_no_mpiexec():
+    p = plan(CMD, 2, environ={}, which=which_of("mpirun"), mpi="mpich")
+    assert p.launcher == "mpirun" and p.argv[:3] == ("mpirun", "-n", "2")
+
+
+def test_launcher_forced():
+    p = plan(CMD, 2, launcher="mpiexec", environ={"SLURM_JOB_ID": "3"}, which=which_of("ibrun", "srun", "mpiexec"),
+             mpi="mpich")
+    assert p.launcher == "mpiexec" and p.reason.startswith("asked for")
+    p = plan(CMD, 2, launcher="srun", environ={}, which=which_of("srun"), mpi="mpich")
+    assert p.argv[0] == "srun"
+
+
+def test_apptainer_wrap_with_nv_under_srun():
+    p = plan(CMD, 4, image="/scratch/nbody.sif", gpu=True, environ={"SLURM_JOB_ID": "9"},
+             which=which_of("srun", "apptainer"), mpi="mpich")
+    assert p.argv == ("srun", "--ntasks=4", "--mpi=pmi2", "apptainer", "run", "--nv", "/scratch/nbody.sif", *CMD)
+    p = plan(CMD, 2, image="pi.sif", environ={}, which=which_of("mpiexec", "singularity"), mpi="mpich")
+    assert p.argv == ("mpiexec", "-n", "2", "singularity", "run", "pi.sif", *CMD)
+
+
+def test_argv_is_a_list_never_a_shell_string():
+    cmd = ["pympi-pi", "1e5; rm -rf /", "$(id)"]
+    p = plan(cmd, 2, environ={}, which=which_of("mpiexec"), mpi="mpich")
+    assert p.argv[-3:] == tuple(cmd)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(command=[], ntasks=2), "no command"),
+    (dict(command=CMD, ntasks=0), "tasks"),
+    (dict(command=CMD, ntasks=-3), "tasks"),
+    (dict(command=CMD, ntasks=2.5), "tasks"),
+    (dict(command=CMD, ntasks=2, nodes=0), "nodes"),
+    (dict(command=CMD, ntasks=2, nodes=3), "nodes"),
+    (dict(command=CMD, ntasks=2, launcher="aprun"), "unknown launcher"),
+    (dict(command=CMD, ntasks=2, mpi="lam"), "unknown MPI"),
+    (dict(command=CMD, ntasks=2, launcher="srun"), "not on PATH"),
+])
+def test_bad_requests(kwargs, match):
+    with pytest.raises(LaunchError, match=match):
+        plan(environ={}, which=which_of("mpiexec"), **kwargs)
+
+
+def test_no_launcher_at_all():
+    with pytest.raises(LaunchError, match="no launcher found"):
+        plan(CMD, 2, environ={}, which=which_of())
+
+
+# -- the command line ------------------------------------------------------------------------
+
+def venv_env(**extra):
+    """The child environment with this venv's bin first on PATH (its mpiexec, its pympi-*)."""
+    import os
+
+    from conftest import BIN, clean_env
+
+    env = clean_env(**extra)
+    env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", os.defpath)])
+    return env
+
+
+def launch(*args, env=None):
+    return run([script("pympi-launch"), *args], timeout=120, env=venv_env(**(env or {})))
+
+
+def test_dry_run_prints_the_command():
+    out = launch("-n", "2", "--dry-run", "--", "pympi-pi", "1e5", "--seed", "3")
+    assert out.returncode == 0, out.stderr
+    argv = shlex.split(out.stdout)
+    assert argv[-4:] == ["pympi-pi", "1e5", "--seed", "3"]
+    assert argv[:3] == [argv[0], "-n", "2"] and argv[0].endswith(("mpiexec", "mpirun"))
+    assert "mpich" in out.stderr
+
+
+def test_dry_run_srun_with_image_and_gpu():
+    out = launch("-n", "4", "--image", "nbody.sif", "--gpu", "--dry-run", "--", "pympi-nbody", "1e6",
+                 env={"SLURM_JOB_ID": "42"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "srun --ntasks=4 --mpi=pmi2 apptainer run --nv nbody.sif pympi-nbody 1e6"
+
+
+def test_pympi_launch_group_form():
+    out = run([script("pympi"), "launch", "-n", "2", "--launcher", "mpiexec", "--dry-run", "--",
+               "pympi-pi", "1e5"], timeout=60, env=venv_env())
+    assert out.returncode == 0, out.stderr
+    assert shlex.split(out.stdout)[1:] == ["-n", "2", "pympi-pi", "1e5"]
+
+
+def test_launch_runs_and_passes_the_exit_status():
+    out = launch("-n", "2", "--", "pympi-pi", "1e5", "--json")
+    assert out.returncode == 0, out.stderr
+    import json
+
+    assert json.loads(out.stdout)["ranks"] == 2
+    bad = launch("-n", "2", "--", "pympi-pi", "0")
+    assert bad.returncode == 2
+    assert bad.stderr.count("Error:") == 1
+
+
+@pytest.mark.parametrize("args, match", [
+    (["-n", "0", "--", "pympi-pi", "1e5"], "-n"),
+    (["-n", "2"], "Missing argument 'COMMAND"),
+    (["-n", "2", "--launcher", "aprun", "--", "x"], "--launcher"),
+    (["-n", "2", "--image", "/no/such.sif", "--", "x"], "no such image"),
+    (["-n", "2", "--launcher", "ibrun", "--", "x"], "not on PATH"),
+])
+def test_bad_input_exits_2_with_one_message(args, match):
+    out = launch(*args)
+    assert out.returncode == 2
+    assert match in out.stderr
+    assert out.stderr.count("Error:") == 1
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_gpu_without_image_is_said_to_change_nothing():
+    p = plan(CMD, 2, gpu=True, environ={}, which=which_of("mpiexec"), mpi="mpich")
+    assert p.argv == ("mpiexec", "-n", "2", *CMD)
+    assert "--gpu without an image" in p.reason
