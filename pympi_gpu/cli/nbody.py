@@ -126,7 +126,9 @@ def _progress(comm, enabled: bool):
 @click.pass_context
 def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init, verify,
           energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, threads, as_json):
-    """All-pairs gravitational n-body of BODIES bodies (e.g. 65536 or 1e6), leapfrog KDK.
+    """All-pairs gravitational n-body over MPI ranks: BODIES bodies, leapfrog KDK.
+
+    BODIES is a whole number such as 65536, 1e6 or 2_000_000.
 
     Bodies are spread over the MPI ranks in contiguous blocks; each rank uses
     one GPU (--backend gpu) or its share of the node's cores (numba).
