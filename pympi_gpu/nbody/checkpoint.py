@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from pympi_gpu.decomposition import block_counts, block_starts
+from pympi_gpu.fileio import atomic_open
 
 __all__ = ["FORMAT", "FIELDS", "CheckpointError", "save", "load", "read_file", "write_file",
            "check_writable"]
@@ -41,29 +41,8 @@ class CheckpointError(Exception):
 
 def write_file(path: str | os.PathLike, arrays: dict[str, np.ndarray], meta: dict) -> None:
     """Write ``arrays`` and ``meta`` to ``path`` atomically (temp file, fsync, rename)."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+    with atomic_open(path) as fh:
+        np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)
 
 
 def read_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:

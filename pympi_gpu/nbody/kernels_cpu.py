@@ -30,67 +30,49 @@ def _axpy(y, h, x):
         y[i] += h * x[i]
 
 
-@njit(parallel=True, fastmath=True, error_model="numpy", cache=True)
-def _accel32(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
-    one, zero = np.float32(1.0), np.float32(0.0)
-    for i in prange(tx.size):
-        xi, yi, zi = tx[i], ty[i], tz[i]
-        axi, ayi, azi = zero, zero, zero
-        for j in range(sx.size):
-            dx = sx[j] - xi
-            dy = sy[j] - yi
-            dz = sz[j] - zi
-            r2 = dx * dx + dy * dy + dz * dz + eps2
-            inv = one / np.sqrt(r2)  # fastmath: hardware rsqrt + one Newton step
-            s = sm[j] * inv * inv * inv
-            axi += s * dx
-            ayi += s * dy
-            azi += s * dz
-        ax[i] += axi
-        ay[i] += ayi
-        az[i] += azi
-
-
-@njit(parallel=True, fastmath=True, error_model="numpy", cache=True)
-def _accel64(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
-    one32 = np.float32(1.0)
-    for i in prange(tx.size):
-        xi, yi, zi = tx[i], ty[i], tz[i]
-        axi, ayi, azi = 0.0, 0.0, 0.0
-        for j in range(sx.size):
-            dx = sx[j] - xi
-            dy = sy[j] - yi
-            dz = sz[j] - zi
-            r2 = dx * dx + dy * dy + dz * dz + eps2
-            # 1/sqrt(r2) without the slow float64 sqrt and divide: the float32
-            # hardware estimate (~23 bits), then two Newton steps in float64
-            # (~46, then ~53 bits).  Needs r2 within float32 range, which
-            # softening >= 1e-15 and |r| < 1e18 guarantee.
-            y = np.float64(one32 / np.sqrt(np.float32(r2)))
-            h = 0.5 * r2
-            y = y * (1.5 - h * y * y)
-            y = y * (1.5 - h * y * y)
-            s = sm[j] * y * y * y
-            axi += s * dx
-            ayi += s * dy
-            azi += s * dz
-        ax[i] += axi
-        ay[i] += ayi
-        az[i] += azi
-
-
 @njit(fastmath=True, inline="always")
 def _rsqrt32(r2):
+    """1/sqrt(r2) in float32; with fastmath the hardware estimate plus one Newton step."""
     return np.float32(1.0) / np.sqrt(r2)
 
 
 @njit(fastmath=True, inline="always")
 def _rsqrt64(r2):
-    """1/sqrt(r2) in float64 from the float32 estimate and two Newton steps (see _accel64)."""
+    """1/sqrt(r2) without the slow float64 sqrt and divide.
+
+    The float32 hardware estimate (~23 bits), then two Newton steps in float64
+    (~46, then ~53 bits).  Needs r2 within float32 range, which softening
+    >= 1e-15 and |r| < 1e18 guarantee.
+    """
     y = np.float64(np.float32(1.0) / np.sqrt(np.float32(r2)))
     h = 0.5 * r2
     y = y * (1.5 - h * y * y)
     return y * (1.5 - h * y * y)
+
+
+def _make_accel(dtype):
+    zero = dtype(0.0)
+    rsqrt = _rsqrt32 if dtype is np.float32 else _rsqrt64
+
+    @njit(parallel=True, fastmath=True, error_model="numpy", cache=True)
+    def accel(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
+        for i in prange(tx.size):
+            xi, yi, zi = tx[i], ty[i], tz[i]
+            axi, ayi, azi = zero, zero, zero
+            for j in range(sx.size):
+                dx = sx[j] - xi
+                dy = sy[j] - yi
+                dz = sz[j] - zi
+                inv = rsqrt(dx * dx + dy * dy + dz * dz + eps2)
+                s = sm[j] * inv * inv * inv
+                axi += s * dx
+                ayi += s * dy
+                azi += s * dz
+            ax[i] += axi
+            ay[i] += ayi
+            az[i] += azi
+
+    return accel
 
 
 def _make_potential(dtype):
@@ -115,6 +97,7 @@ def _make_potential(dtype):
     return potential
 
 
+_accel32, _accel64 = _make_accel(np.float32), _make_accel(np.float64)
 _pot32, _pot64 = _make_potential(np.float32), _make_potential(np.float64)
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from pympi_gpu.fileio import atomic_write_bytes
 from pympi_gpu.records import to_dict
 from pympi_gpu.scale.analysis import StudySummary
 
@@ -26,25 +25,6 @@ CSV_COLUMNS = ("ranks", "nodes", "tasks_per_node", "status", "repeats", "time", 
                "throughput_per_rank", "work_unit", "launcher", "error")
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def study_dict(summary: StudySummary) -> dict:
     """The study as one JSON-ready dict (schema ``pympi_gpu.scale/1``)."""
     doc = to_dict(summary, schema=SCHEMA)
@@ -53,7 +33,7 @@ def study_dict(summary: StudySummary) -> dict:
 
 
 def write_json(summary: StudySummary, path: Path) -> Path:
-    _atomic_write(path, (json.dumps(study_dict(summary), indent=2) + "\n").encode())
+    atomic_write_bytes(path, (json.dumps(study_dict(summary), indent=2) + "\n").encode())
     return Path(path)
 
 
@@ -65,7 +45,7 @@ def write_csv(summary: StudySummary, path: Path) -> Path:
         row = dict(to_dict(p), work_unit=summary.work_unit)
         w.writerow(["" if row[c] is None else (f"{row[c]:.9g}" if isinstance(row[c], float) else row[c])
                     for c in CSV_COLUMNS])
-    _atomic_write(path, buf.getvalue().encode())
+    atomic_write_bytes(path, buf.getvalue().encode())
     return Path(path)
 
 
@@ -124,5 +104,5 @@ def write_plot(summary: StudySummary, path: Path) -> tuple[Path | None, str]:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
-    _atomic_write(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue())
     return Path(path), ""

@@ -7,7 +7,6 @@ bit.
 
 import math
 
-import numpy as np
 import pytest
 
 from pympi_gpu.pi.driver import estimate_pi, monte_carlo, trapezoid

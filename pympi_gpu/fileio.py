@@ -1,0 +1,50 @@
+"""Writing files so that a crash never leaves half of one: temp file, fsync, rename."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = ["atomic_open", "atomic_write_bytes"]
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """Open a temporary file beside ``path`` for binary writing.
+
+    When the block ends normally the data are flushed and fsync'd, the file is
+    renamed over ``path`` (atomic on POSIX) and the rename itself is made
+    durable; on an exception the temporary file is removed and ``path`` is
+    left as it was.
+    """
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename durable where the OS allows
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_open`)."""
+    with atomic_open(path) as fh:
+        fh.write(data)
