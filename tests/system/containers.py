@@ -55,6 +55,7 @@ RUN apt-get update \\
  && ln -s /usr/bin/mpicc.mpich /opt/mpi-standin/bin/mpicc \\
  && ln -s /usr/bin/mpiexec.mpich /opt/mpi-standin/bin/mpiexec \\
  && ln -s /usr/bin/mpirun.mpich /opt/mpi-standin/bin/mpirun \\
+ && ln -s /usr/bin/hydra_pmi_proxy /opt/mpi-standin/bin/hydra_pmi_proxy \\
  && printf 'export PATH=/opt/mpi-standin/bin:$PATH\\nexport PYMPI_CI_MPIVARS=1\\n' > /opt/mpi-standin/mpivars.sh \\
  && ! command -v mpicc
 ENV BASH_ENV=/opt/mpi-standin/mpivars.sh
@@ -216,9 +217,11 @@ def import_debian(timeout: float = 900) -> str:
 
 
 def build_base(tag: str, containerfile: str, timeout: float = 1200) -> str:
-    """A stand-in base image from Containerfile text (on top of the Debian image)."""
-    if image_exists(tag):
-        return tag
+    """A stand-in base image from Containerfile text (on top of the Debian image).
+
+    Always built: podman's layer cache makes an unchanged one instant, and a
+    changed Containerfile is never hidden behind an old tag.
+    """
     import_debian()
     ctx = CACHE / "ctx" / tag.rsplit("/", 1)[-1].replace(":", "-")
     ctx.mkdir(parents=True, exist_ok=True)
