@@ -22,6 +22,11 @@ from . import containers as c
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(3000)]
 
+#: Ranks started by a launcher outside the image each get their own user
+#: namespace (unprivileged Apptainer), where UCX's shared memory cannot open
+#: its peer's /proc/PID/fd/N; named /dev/shm segments work (README troubleshooting).
+USERNS_UCX = {"UCX_POSIX_USE_PROC_LINK": "n"}
+
 
 @pytest.fixture(scope="session")
 def sif():
@@ -89,7 +94,7 @@ def test_host_launcher_starts_ranks_inside_the_image(sif, reference_hits):
     """
     box, image = sif
     argv = mpiexec_argv(2) + box.argv("apptainer", "run", image, "pympi-pi", "1e5", "--json",
-                                      keep_env=True)
+                                      keep_env=True, env=USERNS_UCX)
     doc = pi_doc(run(argv, timeout=900, env=clean_env()))
     assert doc["ranks"] == 2
     assert doc["results"][0]["hits"] == reference_hits
@@ -103,7 +108,7 @@ def test_srun_starts_ranks_inside_the_image(sif, reference_hits, request):
         pytest.skip("no `slurm` fixture in this checkout (tests/system/conftest.py)")
     box, image = sif
     proc = slurm.srun(box.argv("apptainer", "run", image, "pympi-pi", "1e5", "--json",
-                               keep_env=True), ntasks=2, mpi="pmi2", timeout=900)
+                               keep_env=True, env=USERNS_UCX), ntasks=2, mpi="pmi2", timeout=900)
     doc = pi_doc(proc)
     assert doc["ranks"] == 2
     assert doc["results"][0]["hits"] == reference_hits

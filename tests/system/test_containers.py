@@ -105,6 +105,16 @@ def test_read_only_image_loads_the_build_time_numba_cache(which, request):
     assert "data saved" not in out and "index saved" not in out, out[-3000:]
 
 
+def test_numba_cpu_host_compiles_for_this_machine(local_image, host_reference):
+    """PYMPI_NUMBA_CPU=host: the portable kernels are bypassed, compiled for this CPU."""
+    proc = run(c.run_argv(local_image.tag, "pympi-pi", "1e5", "--json",
+                          env={"NUMBA_DEBUG_CACHE": "1", "PYMPI_NUMBA_CPU": "host"}), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "data saved" in proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert doc["results"][0]["hits"] == host_reference["hits"]
+
+
 @pytest.mark.parametrize("which", ["local", "impi", "mvapich"])
 def test_image_runs_as_a_non_root_user(which, request):
     image = request.getfixturevalue(f"{which}_image")
