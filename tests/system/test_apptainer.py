@@ -105,7 +105,10 @@ def test_srun_starts_ranks_inside_the_image(sif, reference_hits, request):
     try:
         slurm = request.getfixturevalue("slurm")
     except pytest.FixtureLookupError:
-        pytest.skip("no `slurm` fixture in this checkout (tests/system/conftest.py)")
+        msg = "no `slurm` fixture in this checkout (tests/system/conftest.py)"
+        if require_system():
+            pytest.fail(msg)
+        pytest.skip(msg)
     box, image = sif
     proc = slurm.srun(box.argv("apptainer", "run", image, "pympi-pi", "1e5", "--json",
                                keep_env=True, env=USERNS_UCX), ntasks=2, mpi="pmi2", timeout=900)
