@@ -1,0 +1,463 @@
+"""Build and run the docker/ and apptainer/ recipes for real, with no registry.
+
+No image registry is reachable in CI, so the bases are made here: a Debian
+root from ``debootstrap``, imported into podman, and on top of it small
+"TACC-style" bases (a system MPI with mpicc, like TACC's Intel MPI and MVAPICH2
+images).  The recipes under docker/ are then built unchanged, only their ARGs
+pointing at these bases.  Apptainer is not packaged in Debian 12: it runs from
+a debootstrapped Debian unstable root, entered with ``pivot_root`` in a private
+mount namespace (Apptainer refuses a plain chroot).
+
+Everything here is plain functions of paths and tags, used by the session
+fixtures of tests/system/test_containers.py and test_apptainer.py, and usable by
+hand: ``python -m tests.system.containers bases`` makes the bases.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("PYMPI_CONTAINER_CACHE", "/var/tmp/pympi-containers"))
+DEBIAN_MIRROR = os.environ.get("PYMPI_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+
+DEBIAN_IMAGE = "localhost/pympi-ci/debian:bookworm"
+PYTHON_BASE = "localhost/pympi-ci/debian-python:bookworm"
+IMPI_BASE = "localhost/pympi-ci/impi-standin:bookworm"
+MVAPICH_BASE = "localhost/pympi-ci/mvapich-standin:bookworm"
+CPYTHON_IMAGE = "localhost/pympi-ci/cpython:bookworm"
+
+# apt inside the bases: the archive's Release files may be dated ahead of or
+# behind this machine's clock (snapshot mirrors), as on the host.
+APT_CONF = 'Acquire::Check-Valid-Until "false";\nAcquire::Check-Date "false";\n'
+
+#: The stand-in for tacc/tacc-ubuntu18-impi19.0.7-common.  Like that image it
+#: keeps its MPI off the default PATH and loads it through BASH_ENV (there:
+#: Intel MPI's mpivars.sh), which the recipes must cope with.  MPICH stands in
+#: for Intel MPI (Intel MPI is an MPICH derivative with the same ABI).
+IMPI_STANDIN = f"""\
+FROM {DEBIAN_IMAGE}
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+      build-essential curl ca-certificates mpich libmpich-dev \\
+ && rm -rf /var/lib/apt/lists/* \\
+ && update-alternatives --remove-all mpi && update-alternatives --remove-all mpirun \\
+ && mkdir -p /opt/mpi-standin/bin /scratch /work /home1 \\
+ && ln -s /usr/bin/mpicc.mpich /opt/mpi-standin/bin/mpicc \\
+ && ln -s /usr/bin/mpiexec.mpich /opt/mpi-standin/bin/mpiexec \\
+ && ln -s /usr/bin/mpirun.mpich /opt/mpi-standin/bin/mpirun \\
+ && ln -s /usr/bin/hydra_pmi_proxy /opt/mpi-standin/bin/hydra_pmi_proxy \\
+ && printf 'export PATH=/opt/mpi-standin/bin:$PATH\\nexport PYMPI_CI_MPIVARS=1\\n' > /opt/mpi-standin/mpivars.sh \\
+ && ! command -v mpicc
+ENV BASH_ENV=/opt/mpi-standin/mpivars.sh
+"""
+
+#: The stand-in for tacc/tacc-ubuntu18-mvapich2.3-ib.  Debian has no MVAPICH2
+#: package, so another system MPI takes its place: Open MPI, whose different
+#: ABI and launcher show the recipe assumes nothing MPICH-specific.  Its
+#: settings for running in a container belong to the base, as on a real site.
+MVAPICH_STANDIN = f"""\
+FROM {DEBIAN_IMAGE}
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+      build-essential curl ca-certificates openmpi-bin libopenmpi-dev \\
+ && rm -rf /var/lib/apt/lists/* && mkdir -p /scratch /work /home1
+ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \\
+    OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none \\
+    OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1
+"""
+
+#: The stand-in for python:3.13-slim-bookworm (Dockerfile.local's default base).
+PYTHON_STANDIN = f"""\
+FROM {DEBIAN_IMAGE}
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv \\
+ && rm -rf /var/lib/apt/lists/*
+"""
+
+
+class ContainerError(RuntimeError):
+    """A build or run failed; the message ends with the tail of its output."""
+
+
+def log(msg: str) -> None:
+    print(f"[containers {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def sh(argv: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
+    """Run argv, output captured; raise ContainerError with its tail on failure."""
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+    log(f"{' '.join(map(str, argv[:8]))}{' ...' if len(argv) > 8 else ''}: "
+        f"rc {proc.returncode} in {time.monotonic() - t0:.0f} s")
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-6000:]
+        raise ContainerError(f"{argv[:6]} failed (rc {proc.returncode}):\n{tail}")
+    return proc
+
+
+def ulimits() -> list[str]:
+    """``--ulimit`` flags this machine allows.
+
+    podman otherwise asks runc for limits above the hard ones (nofile 1M,
+    nproc 4M) and container start fails with "error setting rlimits".
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    nofile = min(hard, 20000) if hard != resource.RLIM_INFINITY else 20000
+    return ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", "nproc=16384:16384"]
+
+
+def podman(*args: str) -> list[str]:
+    return ["podman", "--runtime", "runc", *args]
+
+
+def image_exists(tag: str) -> bool:
+    return subprocess.run(podman("image", "exists", tag)).returncode == 0
+
+
+def image_size(tag: str) -> int:
+    """Size in bytes of an image as podman reports it (all its layers)."""
+    out = sh(podman("image", "inspect", "--format", "{{.Size}}", tag), timeout=60).stdout
+    return int(out.strip())
+
+
+# ---------------------------------------------------------------- pip inside builds
+
+def pip_build_secrets(workdir: Path) -> list[str]:
+    """``--secret`` flags giving pip in a build this machine's index and CA bundle.
+
+    The host's pip configuration (files and PIP_* variables) may name a mirror
+    or a certificate bundle that PyPI traffic here needs.  Only the settings
+    that make sense inside a container are kept; local paths (find-links
+    directories, file:// indexes) are dropped.  The CA bundle and the
+    configuration are mounted as build secrets for the pip step only: they
+    never end up in an image.
+    """
+    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
+                         capture_output=True, text=True, timeout=60).stdout
+    settings: dict[str, str] = {}
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        name = key.split(".", 1)[-1]
+        settings[name] = value.strip().strip("'\"")
+    keep: dict[str, str] = {}
+    for name in ("index-url", "extra-index-url", "trusted-host", "proxy", "timeout",
+                 "default-timeout", "retries"):
+        value = settings.get(name)
+        if not value:
+            continue
+        if name.endswith("index-url"):
+            value = " ".join(u for u in value.split() if u.startswith(("http://", "https://")))
+            if not value:
+                continue
+        keep[name] = value
+    proxy = os.environ.get("https_proxy") or os.environ.get("HTTPS_PROXY")
+    if proxy and "proxy" not in keep:
+        keep["proxy"] = proxy
+    ca = None
+    for cand in (settings.get("cert"), os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"),
+                 os.environ.get("REQUESTS_CA_BUNDLE"), "/etc/ssl/certs/ca-certificates.crt"):
+        if cand and Path(cand).is_file():
+            ca = Path(cand)
+            break
+    if ca is not None:
+        keep["cert"] = "/run/secrets/ca.pem"
+    workdir.mkdir(parents=True, exist_ok=True)
+    conf = workdir / "pip.conf"
+    conf.write_text("[global]\n" + "".join(f"{k} = {v}\n" for k, v in keep.items()))
+    flags = ["--secret", f"id=pip.conf,src={conf}"]
+    if ca is not None:
+        flags += ["--secret", f"id=ca.pem,src={ca}"]
+    return flags
+
+
+# ---------------------------------------------------------------- bases
+
+def debootstrap(suite: str, target: Path, timeout: float = 900) -> Path:
+    """A minimal Debian root of ``suite`` at ``target`` (kept if already complete)."""
+    done = target / ".pympi-complete"
+    if done.exists():
+        return target
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    sh(["debootstrap", "--variant=minbase", suite, str(target), DEBIAN_MIRROR], timeout=timeout)
+    (target / "etc/apt/apt.conf.d/99pympi-ci").write_text(APT_CONF)
+    done.touch()
+    return target
+
+
+def import_debian(timeout: float = 900) -> str:
+    """The Debian 12 base image, from a debootstrapped root."""
+    if image_exists(DEBIAN_IMAGE):
+        return DEBIAN_IMAGE
+    root = debootstrap("bookworm", CACHE / "rootfs-bookworm")
+    for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        for p in (root / junk).glob("*"):
+            if p.is_file():
+                p.unlink()
+    tar = subprocess.Popen(["tar", "-C", str(root), "--exclude=./.pympi-complete", "-c", "."],
+                           stdout=subprocess.PIPE)
+    try:
+        sh(podman("import", "--change", 'CMD ["/bin/bash"]', "-", DEBIAN_IMAGE),
+           timeout=timeout, stdin=tar.stdout)
+    finally:
+        tar.stdout.close()
+        tar.wait(timeout=60)
+    return DEBIAN_IMAGE
+
+
+def build_base(tag: str, containerfile: str, timeout: float = 1200) -> str:
+    """A stand-in base image from Containerfile text (on top of the Debian image).
+
+    Always built: podman's layer cache makes an unchanged one instant, and a
+    changed Containerfile is never hidden behind an old tag.
+    """
+    import_debian()
+    ctx = CACHE / "ctx" / tag.rsplit("/", 1)[-1].replace(":", "-")
+    ctx.mkdir(parents=True, exist_ok=True)
+    (ctx / "Containerfile").write_text(containerfile)
+    sh(podman("build", "--format", "docker", "--isolation", "chroot", "--network", "host",
+              *ulimits(), "-t", tag, str(ctx)), timeout=timeout)
+    return tag
+
+
+# ---------------------------------------------------------------- CPython source
+
+@dataclass(frozen=True)
+class PythonSource:
+    version: str
+    url: str
+    sha256: str
+
+    def build_args(self) -> list[str]:
+        return ["--build-arg", f"PYTHON_VERSION={self.version}",
+                "--build-arg", f"PYTHON_URL={self.url}",
+                "--build-arg", f"PYTHON_SHA256={self.sha256}"]
+
+
+def debian_cpython_source(package: str = "python3.13", suite: str = "trixie") -> PythonSource:
+    """Where Debian keeps the upstream CPython tarball (python.org is unreachable here).
+
+    Debian's ``.orig.tar.xz`` of a CPython package is the release tarball
+    itself (it ships upstream's signature beside it), so the recipe's source
+    build is the one users run, only fetched from another address.  Asked of
+    apt (a private deb-src list), so it follows point releases.
+    """
+    state = CACHE / "apt-src"
+    (state / "lists" / "partial").mkdir(parents=True, exist_ok=True)
+    (state / "sources.list").write_text(
+        "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
+        f"{DEBIAN_MIRROR} {suite} main\n")
+    opts = ["-o", f"Dir::Etc::SourceList={state / 'sources.list'}", "-o", "Dir::Etc::SourceParts=/dev/null",
+            "-o", f"Dir::State::Lists={state / 'lists'}", "-o", "Acquire::Check-Valid-Until=false",
+            "-o", "Acquire::Check-Date=false"]
+    sh(["apt-get", *opts, "update", "-qq"], timeout=300)
+    out = sh(["apt-get", *opts, "source", "--print-uris", package], timeout=120).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[1].endswith(".orig.tar.xz"):
+            version = parts[1].split("_", 1)[1].removesuffix(".orig.tar.xz")
+            return PythonSource(version, parts[0].strip("'"), parts[3].removeprefix("SHA256:"))
+    raise ContainerError(f"no orig tarball of {package} in Debian {suite}:\n{out}")
+
+
+# ---------------------------------------------------------------- recipes
+
+def build_recipe(recipe: str, tag: str, build_args: list[str], timeout: float = 2400,
+                 target: str | None = None) -> float:
+    """Build docker/<recipe> from the repository root as users do; return seconds."""
+    argv = podman("build", "--format", "docker", "--isolation", "chroot", "--network", "host",
+                  *ulimits(), *pip_build_secrets(CACHE / "secrets"), *build_args,
+                  "-f", str(ROOT / "docker" / recipe), "-t", tag)
+    if target:
+        argv += ["--target", target]
+    t0 = time.monotonic()
+    sh(argv + [str(ROOT)], timeout=timeout)
+    return time.monotonic() - t0
+
+
+def run_argv(tag: str, *command: str, env: dict[str, str] | None = None,
+             read_only: bool = True, entrypoint: str | None = None) -> list[str]:
+    """``podman run`` of an image with no network, as a job on a node would."""
+    argv = podman("run", "--rm", "--network", "none", *ulimits())
+    if read_only:
+        argv += ["--read-only"]
+    if entrypoint is not None:
+        argv += [f"--entrypoint={entrypoint}"]
+    for k, v in (env or {}).items():
+        argv += ["-e", f"{k}={v}"]
+    return argv + [tag, *command]
+
+
+@dataclass(frozen=True)
+class Built:
+    """An image built from a docker/ recipe here."""
+
+    which: str
+    recipe: str
+    tag: str
+    base: str
+    seconds: float
+    size: int
+
+
+IMAGES = {
+    # which: (recipe, tag, stand-in base tag, its Containerfile)
+    "local": ("Dockerfile.local", "localhost/pympi-gpu:local", PYTHON_BASE, PYTHON_STANDIN),
+    "impi": ("Dockerfile.impi", "localhost/pympi-gpu:impi-standin", IMPI_BASE, IMPI_STANDIN),
+    "mvapich": ("Dockerfile.mvapich", "localhost/pympi-gpu:mvapich-standin", MVAPICH_BASE,
+                MVAPICH_STANDIN),
+}
+
+
+@functools.cache
+def ensure_image(which: str) -> Built:
+    """Build one recipe on its locally made base, once per process."""
+    recipe, tag, base, containerfile = IMAGES[which]
+    t0 = time.monotonic()
+    build_base(base, containerfile)
+    args = ["--build-arg", f"BASE={base}"]
+    if which != "local":
+        # One CPython build for both TACC-style recipes: same build base, same layers.
+        args += ["--build-arg", f"PYTHON_BUILD_BASE={DEBIAN_IMAGE}", *debian_cpython_source().build_args()]
+    build_recipe(recipe, tag, args)
+    built = Built(which, recipe, tag, base, time.monotonic() - t0, image_size(tag))
+    log(f"{recipe}: {tag} {built.size / 1e6:.0f} MB, {built.seconds:.0f} s with its base")
+    return built
+
+
+def report_sizes(images: list[Built], dest: Path | None = None) -> dict:
+    """Sizes of the images and of their bases, also written as JSON to ``dest``."""
+    doc = {b.tag: {"recipe": b.recipe, "bytes": b.size, "base": b.base,
+                   "base_bytes": image_size(b.base), "build_seconds": round(b.seconds, 1)}
+           for b in images}
+    dest = dest or CACHE / "image-sizes.json"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(doc, indent=2))
+    log(f"image sizes: {json.dumps(doc)}")
+    return doc
+
+
+def save_archive(tag: str, dest: Path, timeout: float = 600) -> Path:
+    """The image as a docker-archive tarball (what ``Bootstrap: docker-archive`` reads)."""
+    if dest.exists():
+        dest.unlink()
+    sh(podman("save", "--format", "docker-archive", "-o", str(dest), tag), timeout=timeout)
+    return dest
+
+
+# ---------------------------------------------------------------- apptainer
+
+INROOT = """\
+#!/bin/sh
+# inroot ROOT WORKDIR CMD...: run CMD in ROOT, WORKDIR at /work, in a private
+# mount namespace (started by unshare -m).  pivot_root, not chroot: Apptainer
+# aborts inside a chroot ("weak chrooted environment").
+set -e
+R=$1; W=$2; shift 2
+mount --make-rprivate /
+mount --bind "$R" "$R"
+mount -t proc proc "$R/proc"
+mount --rbind /sys "$R/sys"
+mount --rbind /dev "$R/dev"
+mkdir -p "$R/work" "$R/.oldroot"
+mount --bind "$W" "$R/work"
+mount -t tmpfs tmpfs "$R/tmp"
+cd "$R"
+pivot_root . .oldroot
+umount -l /.oldroot
+cd /work
+exec "$@"
+"""
+
+APPTAINER_USER_UID = 1001
+
+#: mksquashfs at gzip level 1: the default level takes minutes on two cores for
+#: a 600 MB image; every kernel and squashfs tool reads gzip.
+APPTAINER_BUILD_FLAGS = ("--mksquashfs-args", "-comp gzip -Xcompression-level 1")
+
+
+@dataclass(frozen=True)
+class ApptainerRoot:
+    """Debian unstable with its ``apptainer`` package, entered with :data:`INROOT`."""
+
+    root: Path
+    work: Path
+
+    def argv(self, *command: str, as_user: bool = True, env: dict[str, str] | None = None,
+             keep_env: bool = False) -> list[str]:
+        """argv running ``command`` inside the root, in ``work`` (mounted at /work).
+
+        ``as_user`` runs it as an unprivileged user (user namespaces, as on a
+        cluster); root in this sandbox lacks CAP_SYS_RESOURCE, which Apptainer
+        asks for as root.  ``keep_env`` passes the caller's environment through
+        (a launcher's PMI variables), else it starts from an empty one.
+        """
+        inner = ["env"] if keep_env else ["env", "-i"]
+        inner += ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                  "APPTAINER_TMPDIR=/work/tmp", "TMPDIR=/tmp"]
+        if as_user:
+            inner += ["HOME=/home/tester", "USER=tester"]
+        inner += [f"{k}={v}" for k, v in (env or {}).items()]
+        inner += list(command)
+        if as_user:
+            inner = ["setpriv", f"--reuid={APPTAINER_USER_UID}", f"--regid={APPTAINER_USER_UID}",
+                     "--init-groups", *inner]
+        return ["unshare", "-m", str(self.root.parent / "inroot"), str(self.root), str(self.work), *inner]
+
+
+def apptainer_root(work: Path) -> ApptainerRoot:
+    """Debootstrap Debian unstable with apptainer once; ``work`` becomes /work inside."""
+    root = CACHE / "rootfs-sid"
+    ready = root / ".pympi-apptainer"
+    if not ready.exists():
+        debootstrap("sid", root)
+        shutil.copy("/etc/hosts", root / "etc/hosts")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        sh(["chroot", str(root), "apt-get", "update", "-qq"], timeout=600, env=env)
+        # No squashfuse: the unprivileged user cannot open /dev/fuse here, and
+        # without it Apptainer unpacks the SIF to a temporary sandbox instead.
+        sh(["chroot", str(root), "apt-get", "install", "-y", "-qq", "--no-install-recommends",
+            "apptainer", "squashfs-tools", "ca-certificates", "util-linux"], timeout=900, env=env)
+        conf = root / "etc/apptainer/apptainer.conf"
+        text = conf.read_text()
+        # Root here has no CAP_SYS_RESOURCE; Apptainer would ask for the full set.
+        conf.write_text(text.replace("root default capabilities = full", "root default capabilities = no"))
+        sh(["chroot", str(root), "sh", "-c",
+            f"getent passwd tester || useradd -m -u {APPTAINER_USER_UID} tester"], timeout=60)
+        ready.touch()
+    inroot = root.parent / "inroot"
+    inroot.write_text(INROOT)
+    inroot.chmod(0o755)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "tmp").mkdir(exist_ok=True)
+    for p in (work, work / "tmp"):
+        p.chmod(0o1777)
+    return ApptainerRoot(root, work)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["bases"]:
+        for tag, text in ((PYTHON_BASE, PYTHON_STANDIN), (IMPI_BASE, IMPI_STANDIN),
+                          (MVAPICH_BASE, MVAPICH_STANDIN)):
+            build_base(tag, text)
+        return 0
+    if argv[:1] == ["python-source"]:
+        print(debian_cpython_source())
+        return 0
+    print("usage: python -m tests.system.containers bases|python-source", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
