@@ -89,8 +89,8 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
         bind_device(comm)
     kernels = kernels_for(backend_name)
     nthreads = configure_threads(comm, threads)
-    kernels.warmup()
     methods = ("mc", "trapezoid") if method == "both" else (method,)
+    kernels.warmup(methods)
     provenance = collect(comm, extra={"backend_reason": why, "threads_per_rank": str(nthreads)})
     run = estimate_pi(comm, samples, kernels, methods=methods, seed=seed, per_rank=per_rank,
                       backend=backend_name, provenance=provenance)

@@ -125,12 +125,20 @@ class NumbaKernels:
             return np.empty(0)
         return _trap_chunks(np.int64(n), np.int64(c0), np.int64(c1), np.int64(chunk_size(n)))
 
-    def warmup(self) -> None:
-        """Compile (or load from cache) every kernel once."""
-        self.mc_hits(np.uint64(1), 0, 16)
-        _mc_count_parallel(np.uint64(1), np.int64(0), np.int64(16))
-        self.trapezoid_chunks(1 << 15, 0, n_chunks(1 << 15))
-        exact_partials(np.ones(2))
+    def warmup(self, methods=("mc", "trapezoid")) -> None:
+        """Compile (or load from the cache) the kernels ``methods`` will run.
+
+        Only those: each cached kernel costs tens of milliseconds to load,
+        which is most of a short run.
+        """
+        if "mc" in methods:
+            if get_num_threads() > 1:
+                _mc_count_parallel(np.uint64(1), np.int64(0), np.int64(16))
+            else:
+                self.mc_hits(np.uint64(1), 0, 16)
+        if "trapezoid" in methods:
+            self.trapezoid_chunks(1 << 15, 0, n_chunks(1 << 15))
+            exact_partials(np.ones(2))
 
 
 class NumpyKernels:
@@ -157,5 +165,6 @@ class NumpyKernels:
             out[c - c0] = np.sum(4.0 / (1.0 + x * x))
         return out
 
-    def warmup(self) -> None:
-        exact_partials(np.ones(2))
+    def warmup(self, methods=("mc", "trapezoid")) -> None:
+        if "trapezoid" in methods:
+            exact_partials(np.ones(2))

@@ -97,6 +97,11 @@ class CudaKernels:
         _trap_kernel[c1 - c0, _THREADS](np.int64(n), np.int64(c0), np.int64(chunk_size(n)), out)
         return out.copy_to_host()
 
-    def warmup(self) -> None:
-        self.mc_hits(np.uint64(1), 0, 16)
-        self.trapezoid_chunks(1 << 15, 0, 1)
+    def warmup(self, methods=("mc", "trapezoid")) -> None:
+        if "mc" in methods:
+            self.mc_hits(np.uint64(1), 0, 16)
+        if "trapezoid" in methods:
+            from pympi_gpu.pi.kernels_cpu import exact_partials
+
+            self.trapezoid_chunks(1 << 15, 0, 1)
+            exact_partials(np.ones(2))
