@@ -29,6 +29,14 @@ def need_tool(*names: str) -> None:
         pytest.skip(msg)
 
 
+def need_root(why: str) -> None:
+    """Skip (developer machine) or fail (CI) when the tests are not run as root."""
+    if os.geteuid() != 0:
+        if require_system():
+            pytest.fail(why)
+        pytest.skip(why)
+
+
 def mpiexec() -> str:
     """The mpiexec of this Python environment (the PyPI MPI), else the one on PATH."""
     for cand in (BIN / "mpiexec", shutil.which("mpiexec")):

@@ -26,13 +26,6 @@ class _Count(Count):
         return super().convert(value, param, ctx)
 
 
-def _si(x: float, unit: str = "") -> str:
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= factor:
-            return f"{x / factor:.3f} {prefix}{unit}"
-    return f"{x:.3f} {unit}".rstrip()
-
-
 def format_run(run, threads: int) -> str:
     """The human summary of a :class:`~pympi_gpu.nbody.record.NbodyRun`."""
     lines = [f"n-body: {run.bodies:,} bodies, {run.ranks} rank(s), {run.precision}, {run.init} "

@@ -20,7 +20,7 @@ import tempfile
 
 import pytest
 
-from conftest import need_tool, require_system
+from conftest import need_root, need_tool, require_system
 
 from .slurm import TOOLS, SlurmCluster, SlurmError
 
@@ -29,11 +29,7 @@ from .slurm import TOOLS, SlurmCluster, SlurmError
 def slurm():
     """A started :class:`~tests.system.slurm.SlurmCluster`, stopped at the end of the session."""
     need_tool(*TOOLS)
-    if os.geteuid() != 0:
-        msg = "starting slurmd and munged for another user needs root"
-        if require_system():
-            pytest.fail(msg)
-        pytest.skip(msg)
+    need_root("starting slurmd and munged for another user needs root")
     # not under pytest's tmp_path: munged wants every directory above its socket searchable
     # by all, and unix socket paths are short
     root = tempfile.mkdtemp(prefix="pympi-slurm-", dir="/tmp")

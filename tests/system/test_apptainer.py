@@ -11,12 +11,11 @@ image's MPI through BASH_ENV exactly as on TACC's Intel MPI images.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
 import pytest
 
-from conftest import ROOT, clean_env, mpiexec_argv, need_tool, require_system, run, script
+from conftest import ROOT, clean_env, mpiexec_argv, need_root, need_tool, require_system, run, script
 
 from . import containers as c
 
@@ -32,11 +31,7 @@ USERNS_UCX = {"UCX_POSIX_USE_PROC_LINK": "n"}
 def sif():
     """(ApptainerRoot, path of pi.sif inside it) built once per session."""
     need_tool("podman", "buildah", "runc", "debootstrap", "unshare", "setpriv")
-    if os.geteuid() != 0:
-        msg = "debootstrap, podman's root storage and pivot_root need root"
-        if require_system():
-            pytest.fail(msg)
-        pytest.skip(msg)
+    need_root("debootstrap, podman's root storage and pivot_root need root")
     try:
         image = c.ensure_image("impi")
         box = c.apptainer_root(c.CACHE / "apptainer-work")

@@ -16,11 +16,10 @@ build time without writing anything (a read-only image).
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from conftest import need_tool, require_system, run, script
+from conftest import need_root, need_tool, run, script
 
 from . import containers as c
 
@@ -31,11 +30,7 @@ TOOLS = ("podman", "buildah", "runc", "debootstrap")
 
 def need_container_tools() -> None:
     need_tool(*TOOLS)
-    if os.geteuid() != 0:
-        msg = "debootstrap and podman's root storage need root"
-        if require_system():
-            pytest.fail(msg)
-        pytest.skip(msg)
+    need_root("debootstrap and podman's root storage need root")
 
 
 def _built(which: str) -> c.Built:
