@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from pympi_gpu.nbody.checkpoint import CheckpointError, check_writable, write_file
-from pympi_gpu.nbody.lj.domain import owner_coords
+from pympi_gpu.nbody.lj.domain import owner_coords, wrap
 
 __all__ = ["FORMAT", "CheckpointError", "check_writable", "gather", "save", "read_file", "load"]
 
@@ -119,8 +119,7 @@ def load(comm, path: str, box_of, dims) -> tuple[dict, dict[str, np.ndarray]]:
     for k in ("x", "v", "f", "id"):
         comm.Bcast(arrays[k], root=0)
     box = box_of(meta)
-    x = arrays["x"] - box * np.floor(arrays["x"] / box)
-    x[x >= box] = 0.0
+    x = wrap(arrays["x"], box)
     coords = np.array(comm.Get_coords(comm.Get_rank()))
     mine = np.all(owner_coords(x, box, dims) == coords, axis=1)
     return meta, {k: a[mine].copy() for k, a in arrays.items()}

@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["Brick", "brick_of", "grid_problem", "owner_coords", "make_cart"]
+__all__ = ["Brick", "brick_of", "grid_problem", "owner_coords", "wrap", "make_cart"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +46,13 @@ def grid_problem(box: float, dims, cutneigh: float) -> str | None:
                     f"thick along {axis}, thinner than the cutoff + skin ({cutneigh:.4g}); use fewer ranks "
                     f"or more atoms")
     return None
+
+
+def wrap(x: np.ndarray, box: float) -> np.ndarray:
+    """Positions folded into ``[0, box)`` (a new array; positions inside are returned unchanged, bit for bit)."""
+    w = x - box * np.floor(x / box)
+    w[w >= box] = 0.0  # -tiny + box rounds to box
+    return w
 
 
 def owner_coords(x: np.ndarray, box: float, dims) -> np.ndarray:

@@ -11,7 +11,9 @@ forces and ``v += f dt/2``.  This is LAMMPS's ``fix nve`` with
 Order of summation: atoms are sorted by (cell, id) at every rebuild, so a
 rebuild's outcome depends on the positions only, not on the history.  After
 every checkpoint the next step rebuilds, as a restarted run does, so a run
-restarted from a checkpoint on the same number of ranks continues bit for bit.
+restarted from a checkpoint on the same number of ranks continues bit for bit
+(the positions are folded into the box at a checkpoint, as the restart's first
+rebuild folds them).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pympi_gpu.nbody.lj import kernels_cpu as kc
-from pympi_gpu.nbody.lj.domain import brick_of, owner_coords
+from pympi_gpu.nbody.lj.domain import brick_of, owner_coords, wrap
 from pympi_gpu.nbody.lj.halo import Halo
 from pympi_gpu.nbody.lj.lattice import fcc_positions, velocities
 from pympi_gpu.nbody.lj.record import LjRun
@@ -219,6 +221,10 @@ class LjSystem:
             self.f[...] = f
         return had
 
+    def wrap(self) -> None:
+        """Fold the owned positions into the box, as a restart's first rebuild does (ghosts go stale)."""
+        self.pos[:self.nlocal] = wrap(self.pos[:self.nlocal], self.config.box)
+
     def owned(self) -> dict[str, np.ndarray]:
         """Host copies of the owned atoms: ``x v f`` ``(n, 3)`` and ``id``."""
         n = self.nlocal
@@ -280,6 +286,7 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
                 and step < config.steps:
             ckpt.save(comm, config.checkpoint, system.owned(), _meta(config, step, initial))
             written += 1
+            system.wrap()
             force = True  # as a restart from this checkpoint would
     wall = MPI.Wtime() - t0
     path = config.checkpoint or (config.stop_checkpoint if stopped else None)

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from pympi_gpu.nbody.lj.domain import Brick, owner_coords
+from pympi_gpu.nbody.lj.domain import Brick, owner_coords, wrap
 
 __all__ = ["Halo"]
 
@@ -73,8 +73,7 @@ class Halo:
         """
         t0 = time.perf_counter()
         b = self.brick
-        x = x - b.box * np.floor(x / b.box)
-        x[x >= b.box] = 0.0  # -tiny + box rounds to box
+        x = wrap(x, b.box)
         for d in range(3):
             p = b.dims[d]
             if p == 1:
