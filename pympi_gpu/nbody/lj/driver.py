@@ -146,7 +146,8 @@ class LjSystem:
             self.cap = [max(self.cap[0], int(lists[0].max(initial=0)) + 8),
                         max(self.cap[1], int(lists[2].max(initial=0)) + 8)]
         self.lists = lists
-        self.pairs = int(lists[0].sum() + lists[2].sum())
+        # distinct pairs within cutoff + skin (an owned-ghost pair is listed by both of its ranks)
+        self.pairs = (1.0 if self.config.newton else 0.5) * int(lists[0].sum()) + 0.5 * int(lists[2].sum())
         self.rebuilds += 1
 
     def needs_rebuild(self) -> bool:
