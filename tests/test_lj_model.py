@@ -55,8 +55,9 @@ def test_bricks_tile_the_box():
     assert np.array_equal(wrap(np.array([[-1e-300, 10.0, 3.5]]), box), [[0.0, 0.0, 3.5]])
 
 
-def _random_system(n=300, box=7.0, seed=3):
-    """Atoms in [0, box)^3 kept 0.8 sigma apart, plus all 26 periodic images as ghosts."""
+def _random_system(n=300, box=7.0, seed=3, cut=2.8):
+    """Atoms in [0, box)^3 kept 0.8 sigma apart, sorted by cell (as a rebuild leaves them),
+    plus all 26 periodic images as ghosts."""
     rng = np.random.default_rng(seed)
     pts = []
     while len(pts) < n:
@@ -64,6 +65,9 @@ def _random_system(n=300, box=7.0, seed=3):
         if all(np.linalg.norm((p - q) - box * np.round((p - q) / box)) > 0.8 for q in pts):
             pts.append(p)
     own = np.array(pts)
+    ncell = int(2 * (box + 2 * cut) / cut)
+    c = np.minimum(((own + cut) * (ncell / (box + 2 * cut))).astype(int), ncell - 1)
+    own = own[np.lexsort((c[:, 2], c[:, 1], c[:, 0]))]
     shifts = [np.array(s) * box for s in np.ndindex(3, 3, 3) if s != (1, 1, 1)]
     ghosts = np.vstack([own + (s - box) for s in shifts])
     return own, np.vstack([own, ghosts])

@@ -68,7 +68,9 @@ def neighbor_lists(pos, nlocal, cell_of, start, atoms, ncell, reach, cut2, half,
 
     ``own_nbr[i, :own_cnt[i]]`` are the owned neighbours of owned atom i (j > i
     if ``half``), ``gh_nbr[i, :gh_cnt[i]]`` its ghost neighbours; cells within
-    ``reach`` cells in each direction are searched.  ``ok`` is False if some
+    ``reach`` cells in each direction are searched.  With ``half`` the owned
+    atoms must be sorted by cell (as :meth:`LjSystem.rebuild` leaves them):
+    the owned atoms of cells before atom i's are then skipped unread.  ``ok`` is False if some
     atom has more neighbours than the capacities ``cap_own``/``cap_gh``
     (the caller retries with larger ones).
     """
@@ -82,6 +84,14 @@ def neighbor_lists(pos, nlocal, cell_of, start, atoms, ncell, reach, cut2, half,
     for k in prange(atoms.size):
         for d in range(3):
             sp[k, d] = pos[atoms[k], d]
+    # end of the owned atoms of each cell (atoms[] lists a cell's atoms by index: owned first)
+    ncells = start.size - 1
+    own_end = np.empty(ncells, np.int64)
+    for cc in prange(ncells):
+        k = start[cc]
+        while k < start[cc + 1] and atoms[k] < nlocal:
+            k += 1
+        own_end[cc] = k
     for i in prange(nlocal):
         c = cell_of[i]
         cz = c % ncell[2]
@@ -93,25 +103,26 @@ def neighbor_lists(pos, nlocal, cell_of, start, atoms, ncell, reach, cut2, half,
         for ax in range(max(cx - reach, 0), min(cx + reach + 1, ncell[0])):
             for ay in range(max(cy - reach, 0), min(cy + reach + 1, ncell[1])):
                 base = (ax * ncell[1] + ay) * ncell[2]
-                lo_z = max(cz - reach, 0)
-                hi_z = min(cz + reach + 1, ncell[2])
-                # the cells of a z-run are contiguous in atoms[]
-                for k in range(start[base + lo_z], start[base + hi_z]):
-                    j = atoms[k]
-                    if j == i or (half and j < i):
-                        continue
-                    dx = xi - sp[k, 0]
-                    dy = yi - sp[k, 1]
-                    dz = zi - sp[k, 2]
-                    if dx * dx + dy * dy + dz * dz < cut2:
-                        if j < nlocal:
-                            if no < cap_own:
-                                own_nbr[i, no] = j
-                            no += 1
-                        else:
-                            if ng < cap_gh:
-                                gh_nbr[i, ng] = j
-                            ng += 1
+                for az in range(max(cz - reach, 0), min(cz + reach + 1, ncell[2])):
+                    cc = base + az
+                    # half lists: the owned atoms of an earlier cell all have j < i (sorted by cell)
+                    k0 = own_end[cc] if (half and cc < c) else start[cc]
+                    for k in range(k0, start[cc + 1]):
+                        j = atoms[k]
+                        if j == i or (half and j < i):
+                            continue
+                        dx = xi - sp[k, 0]
+                        dy = yi - sp[k, 1]
+                        dz = zi - sp[k, 2]
+                        if dx * dx + dy * dy + dz * dz < cut2:
+                            if j < nlocal:
+                                if no < cap_own:
+                                    own_nbr[i, no] = j
+                                no += 1
+                            else:
+                                if ng < cap_gh:
+                                    gh_nbr[i, ng] = j
+                                ng += 1
         own_cnt[i] = no
         gh_cnt[i] = ng
         if no > cap_own or ng > cap_gh:
