@@ -132,9 +132,6 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         fail(why)
     if backend == "numpy":
         fail("--model lj runs on --backend numba or gpu (auto picks one)")
-    if backend == "gpu" or transport != "auto":
-        fail("--model lj: the GPU backend is not available yet; use --backend numba (or auto) "
-             "and --transport auto")
     comm = mpi_world()
     stop = _Stop()
     previous = signal.signal(signal.SIGTERM, stop)
@@ -167,28 +164,57 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         if why := grid_problem(box, dims, cutoff + skin):
             fail(f"{bodies:,} atoms: {why}")
         from pympi_gpu.nbody.backends import resolve
+        from pympi_gpu.nbody.exchange import choose_transport
 
         backend_name, backend_why = resolve(backend)
-        if backend_name == "gpu":  # auto found a GPU; the LJ model has no GPU kernels yet
-            backend_name, backend_why = "numba", f"GPU kernels of the LJ model not built; {backend_why}"
+        awareness = None
+        if backend == "gpu":  # as the gravity model: decided together, so no rank is left waiting
+            from pympi_gpu.gpu import gpu_usable, simulator
+
+            usable, why = gpu_usable()
+            verdicts = comm.allgather((usable or simulator(), why))
+            bad = [(r, w) for r, (ok, w) in enumerate(verdicts) if not ok]
+            if bad:
+                fail(f"--backend gpu: no usable GPU on rank {bad[0][0]} ({bad[0][1]}); use --backend numba or auto")
+        if backend_name == "gpu":
+            from pympi_gpu.gpu import bind_device
+
+            bind_device(comm)
+            if transport in ("auto", "device"):
+                from pympi_gpu.cuda_aware import detect
+
+                awareness = detect()
+        try:
+            transport_name, transport_why = choose_transport(transport, backend_name == "gpu", awareness)
+        except ValueError as exc:
+            fail(str(exc))
         nthreads = configure_threads(comm, threads)
         from pympi_gpu.nbody.lj import kernels_cpu
 
         kernels_cpu.warmup()
         config = LjConfig(cells=cells, steps=steps, density=density, temperature=temperature, cutoff=cutoff,
-                          skin=skin, dt=dt, seed=seed, thermo_every=thermo, newton=nthreads == 1,
+                          skin=skin, dt=dt, seed=seed, thermo_every=thermo,
+                          newton=nthreads == 1 and backend_name != "gpu",
                           checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                           stop_checkpoint=f"pympi-nbody-lj-{config_atoms(cells)}.ckpt.npz")
         brick = brick_of(config.box, dims, cart.Get_coords(cart.Get_rank()))
+        if backend_name == "gpu":
+            from functools import partial
+
+            from pympi_gpu.nbody.lj.kernels_cuda import GpuLjSystem
+
+            make = partial(GpuLjSystem, transport=transport_name)
+        else:
+            make = LjSystem
         if restart:
-            system = LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"])
+            system = make(cart, config, local["x"], local["v"], local["id"], local["f"])
             initial = meta.get("initial")
             from pympi_gpu.nbody.lj.record import Thermo
 
             initial = Thermo(**{**initial, "momentum": tuple(initial["momentum"])}) if initial else None
             step = meta["step"]
         else:
-            system = LjSystem(cart, config, *initial_arrays(config, brick))
+            system = make(cart, config, *initial_arrays(config, brick))
             initial, step = None, 0
         from pympi_gpu.provenance import collect
 
@@ -197,7 +223,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         bar, on_step = _progress(comm, not as_json and steps - step >= 20)
         try:
             run = simulate(cart, config, system, step, initial=initial, backend=backend_name,
-                           backend_reason=backend_why, transport="host", transport_reason="host arrays",
+                           backend_reason=backend_why, transport=transport_name, transport_reason=transport_why,
                            on_step=on_step, stop_requested=stop.__bool__, restarted_from=restart,
                            provenance=provenance)
         except ckpt.CheckpointError as exc:
