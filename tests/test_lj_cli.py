@@ -149,3 +149,11 @@ def test_sigterm_writes_checkpoint_and_resumes(tmp_path):
     resumed = lj(3, 864, "--steps", step + 3, "--restart", path, "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["last_step"] == step + 3
+
+
+def test_pympi_scale_drives_the_lj_model(tmp_path):
+    out = run([script("pympi-scale"), "--ranks", "1,2", "--out", str(tmp_path / "lj"), "--",
+               NBODY, "864", "--model", "lj", "--steps", "10", "--threads", "1"], env=ENV, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    runs = [json.loads(line) for line in (tmp_path / "lj.jsonl").read_text().splitlines()]
+    assert sorted(r["ranks"] for r in runs) == [1, 2]

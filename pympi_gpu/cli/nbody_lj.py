@@ -248,6 +248,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
 
             doc = to_dict(run, schema=SCHEMA, app="nbody", model="lj", work_unit="atom-steps")
             doc["threads_per_rank"] = nthreads
+            doc["throughput"] = run.rate  # the key pympi-scale reads, in work_unit per second
             click.echo(json.dumps(doc, indent=2))
         else:
             click.echo(format_lj(run, nthreads))
