@@ -1,6 +1,6 @@
 """What every pympi command shares: count parameters, error handling, MPI start-up.
 
-The rules (see README, "Errors"): bad input is refused before any work, with
+The rules (see docs/errors.md): bad input is refused before any work, with
 one message printed by rank 0 only and exit status 2; an error that strikes
 some ranks only ends the whole job through ``MPI_Abort``, so no rank is left
 waiting in a collective.

@@ -118,7 +118,7 @@ def _progress(comm, enabled: bool):
 @click.option("--restart", type=str, default=None, metavar="PATH", help="Continue from this checkpoint.")
 @click.option("--threads", type=click.IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (schema in README).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/nbody.md).")
 @click.pass_context
 def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init, verify,
           energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, threads, as_json):

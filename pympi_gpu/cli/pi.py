@@ -58,7 +58,7 @@ def format_run(run, threads: int, verbose: bool = False) -> str:
               show_default=True, help="Kernels: GPU if really usable, else numba (auto).")
 @click.option("--threads", type=click.IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (schema in README).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/pi.md).")
 @click.option("-v", "--verbose", is_flag=True, help="Add one line per rank.")
 def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     """Estimate pi from SAMPLES points (Monte Carlo) or intervals (trapezoid rule).
