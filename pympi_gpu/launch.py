@@ -129,7 +129,8 @@ def loaded_mpi_library(timeout: float = 30) -> str | None:
                              timeout=timeout, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
+    text = out.stdout.replace("\x00", "").strip()  # Open MPI's string ends in a NUL
+    return (text or None) if out.returncode == 0 else None
 
 
 def probe_mpi(environ: Mapping[str, str] | None = None,
@@ -146,7 +147,7 @@ def probe_mpi(environ: Mapping[str, str] | None = None,
         text = library()
         vendor = vendor_of_text(text) if text else None
         if vendor:
-            first = " ".join(text.strip().splitlines()[0].split())
+            first = " ".join(text.strip().splitlines()[0].split()).split(", ")[0]
             return vendor, f"the MPI library mpi4py loads: {first}"
     vendor, how = mpi_from_env(environ)
     if vendor:

@@ -33,7 +33,7 @@ def mpi_vendor(library_version: str) -> str:
 
 def mpi_library_name(library_version: str) -> str:
     """First line of ``MPI.Get_library_version()`` with runs of blanks made one space."""
-    lines = library_version.strip().splitlines()
+    lines = library_version.replace("\x00", "").strip().splitlines()  # Open MPI's ends in a NUL
     return " ".join(lines[0].split()) if lines else ""
 
 

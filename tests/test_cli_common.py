@@ -187,6 +187,7 @@ def test_mpi_library_is_named_alike_by_pi_and_info():
     assert mpi_library_name("  Open MPI v5.0.6, package: Open MPI\tbuild\n") == \
         "Open MPI v5.0.6, package: Open MPI build"
     assert mpi_library_name("") == ""
+    assert mpi_library_name("Open MPI v5.0.11, package: Open MPI\x00") == "Open MPI v5.0.11, package: Open MPI"
     pi = run([script("pympi-pi"), "1e4", "--json"], timeout=120)
     info = run([script("pympi-info"), "--json", "--no-gpu"], timeout=120)
     assert pi.returncode == 0 and info.returncode == 0, pi.stderr + info.stderr
