@@ -146,7 +146,8 @@ def run_pympi(ranks: int, atoms: int, steps: int, backend: str = "numba") -> dic
         raise RuntimeError(f"{' '.join(argv)} failed ({out.returncode}): {out.stderr[-2000:]}")
     doc = json.loads(out.stdout)
     return {"rate": doc["rate"], "loop_s": doc["wall_time"], "thermo": doc["thermo"],
-            "comm_per_step_s": doc["comm_per_step"], "rebuilds": doc["rebuilds"]}
+            "comm_per_step_s": doc["comm_per_step"], "rebuilds": doc["rebuilds"],
+            "cpu_use_percent": 100 * doc["cpu_time"] / doc["wall_time"] if doc["wall_time"] else None}
 
 
 def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for) -> list[dict]:
@@ -168,11 +169,15 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for) -> list[dict
                     rows.append({"code": code, "atoms": atoms, "ranks": ranks, "threads": 1, "steps": steps,
                                  "rate": statistics.median(r["rate"] for r in rs),
                                  "runs": [r["rate"] for r in rs], "thermo_first": first, "thermo_last": last,
+                                 "cpu_use_percent": [r["cpu_use_percent"] for r in rs],
+                                 # atom-steps per CPU-second: what a core delivers while it runs
+                                 "per_cpu_second": statistics.median(r["rate"] * 100 / r["cpu_use_percent"]
+                                                                     for r in rs if r["cpu_use_percent"]),
                                  **({"comm_per_step_s": statistics.median(r["comm_per_step_s"] for r in rs),
-                                     "rebuilds": rs[0]["rebuilds"]} if code == "pympi" else
-                                    {"cpu_use_percent": [r["cpu_use_percent"] for r in rs]})})
+                                     "rebuilds": rs[0]["rebuilds"]} if code == "pympi" else {})})
                 p, lmp = rows[-2], rows[-1]
                 p["vs_lammps"] = p["rate"] / lmp["rate"]
+                p["vs_lammps_per_cpu_second"] = p["per_cpu_second"] / lmp["per_cpu_second"]
                 p["thermo_rel_diff"] = {k: abs(p["thermo_last"][k] - lmp["thermo_last"][k])
                                         / max(abs(lmp["thermo_last"][k]), 1e-300)
                                         for k in ("temp", "e_pair", "etotal", "press")}
@@ -195,7 +200,8 @@ def gpu_usable() -> tuple[bool, str]:
 
 def table(rows: list[dict]) -> str:
     head = f"{'code':<7} {'atoms':>8} {'ranks':>5} {'steps':>5} {'atom-steps/s':>13} {'vs LAMMPS':>9} " \
-           f"{'eff 1->2':>8} {'comm/step':>10}  thermo at last step (pympi vs LAMMPS, max rel diff)"
+           f"{'per CPU-s':>10} {'vs LAMMPS':>9} {'eff 1->2':>8} {'comm/step':>10}  " \
+           f"thermo at last step (pympi vs LAMMPS, max rel diff)"
     lines = [head, "-" * len(head)]
     for r in rows:
         vs = f"{r['vs_lammps']:.2f}x" if "vs_lammps" in r else ""
@@ -203,8 +209,10 @@ def table(rows: list[dict]) -> str:
         comm = f"{r['comm_per_step_s']:.2e}" if "comm_per_step_s" in r else ""
         diff = f"{max(r['thermo_rel_diff'].values()):.1e}" if "thermo_rel_diff" in r else ""
         t = r["thermo_last"]
+        vsc = f"{r['vs_lammps_per_cpu_second']:.2f}x" if "vs_lammps_per_cpu_second" in r else ""
         lines.append(f"{r['code']:<7} {r['atoms']:>8,} {r['ranks']:>5} {r['steps']:>5} {r['rate']:>13.4e} {vs:>9} "
-                     f"{eff:>8} {comm:>10}  T {t['temp']:.8g} E {t['etotal']:.8g} P {t['press']:.8g} {diff}")
+                     f"{r['per_cpu_second']:>10.3e} {vsc:>9} {eff:>8} {comm:>10}  "
+                     f"T {t['temp']:.8g} E {t['etotal']:.8g} P {t['press']:.8g} {diff}")
     return "\n".join(lines)
 
 

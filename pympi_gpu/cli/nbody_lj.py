@@ -87,7 +87,7 @@ def format_lj(run, threads: int) -> str:
     if run.steps:
         lines.append(f"  time       {run.wall_time:.4f} s, {run.time_per_step:.4e} s/step "
                      f"(median {run.median_step_time:.4e}), halo/migration {run.comm_per_step:.3e} s/step "
-                     f"not hidden (max over ranks)")
+                     f"not hidden (max over ranks), CPU {100 * run.cpu_time / run.wall_time:.0f}% of wall")
         lines.append(f"  rate       {run.rate:.4e} atom-steps/s")
     lines.append("  thermo   " + HEADER)
     for t in run.thermo:

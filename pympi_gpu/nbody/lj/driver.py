@@ -266,6 +266,7 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
     system.halo.comm_time = 0.0
     rebuilds0 = system.rebuilds
     comm.Barrier()
+    c0 = time.process_time()
     t0 = MPI.Wtime()
     while step < config.steps:
         ts = time.perf_counter()
@@ -290,13 +291,14 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
             system.wrap()
             force = True  # as a restart from this checkpoint would
     wall = MPI.Wtime() - t0
+    cpu = time.process_time() - c0
     path = config.checkpoint or (config.stop_checkpoint if stopped else None)
     if path:
         ckpt.save(comm, path, system.owned(), _meta(config, step, initial))
         written += 1
-    timing = np.array([wall, system.halo.comm_time])
+    timing = np.array([wall, system.halo.comm_time, cpu])
     comm.Allreduce(MPI.IN_PLACE, timing, op=MPI.MAX)
-    wall, comm_time = float(timing[0]), float(timing[1])
+    wall, comm_time, cpu = float(timing[0]), float(timing[1]), float(timing[2])
     steps = step - first
     med = comm.allreduce(statistics.median(times) if times else 0.0, op=MPI.MAX)
     counts = tuple(comm.allgather(system.nlocal))
@@ -311,7 +313,7 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
         ranks=comm.Get_size(), grid=tuple(system.brick.dims), backend=backend, backend_reason=backend_reason,
         transport=transport, transport_reason=transport_reason, newton=config.newton, first_step=first,
         last_step=step, steps=steps, wall_time=wall, time_per_step=wall / steps if steps else 0.0,
-        median_step_time=med, comm_time=comm_time, comm_per_step=comm_time / steps if steps else 0.0,
+        median_step_time=med, comm_time=comm_time, comm_per_step=comm_time / steps if steps else 0.0, cpu_time=cpu,
         rate=config.atoms * steps / wall if steps and wall > 0 else 0.0,
         rebuilds=system.rebuilds - rebuilds0, neighbors_per_atom=pairs / config.atoms,
         ghosts_per_rank=ghosts / comm.Get_size(), atoms_per_rank=counts, thermo=tuple(rows),

@@ -61,6 +61,7 @@ class LjRun:
     median_step_time: float
     comm_time: float
     comm_per_step: float
+    cpu_time: float
     rate: float
     rebuilds: int
     neighbors_per_atom: float
