@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from pympi_gpu.rng import bits, inside, mc_hit, mix64, seed_key, uniform
+from pympi_gpu import rng
+from pympi_gpu.rng import GAMMA, bits, count_hits_numpy, counter, hit_of, inside, mc_hit, mix64, seed_key, uniform
 
 MASK = (1 << 64) - 1
 
@@ -41,6 +42,8 @@ def test_counter_form_equals_sequential_stream(key):
 
 def test_jitted_equals_python():
     from numba import njit
+
+    rng.register_numba()  # what the kernel modules do; importing rng alone loads no numba
 
     @njit
     def first(key, n):
@@ -98,3 +101,46 @@ def test_hit_test_is_exact_integer_geometry():
     assert bool(inside(h))
     with np.errstate(over="ignore"):
         assert int(mc_hit(np.uint64(0), np.uint64(0))) == int(inside(bits(np.uint64(0), np.uint64(0))))
+
+
+def test_importing_rng_loads_no_numba():
+    code = "import sys; import pympi_gpu.rng; assert 'numba' not in sys.modules"
+    import subprocess
+    import sys
+
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def _hits_reference(key, start, count):
+    with np.errstate(over="ignore"):
+        k = np.arange(start, start + count, dtype=np.uint64)
+        return int(np.count_nonzero(inside(bits(key, k))))
+
+
+@pytest.mark.parametrize("start, count, block", [(0, 100_000, 1 << 15), (12_345, 99_999, 1 << 15),
+                                                 (2**52, 5, 1 << 15), (7, 1, 1 << 15), (3, 10_001, 1000)])
+def test_count_hits_numpy_equals_the_definition(start, count, block):
+    key = seed_key(20240601)
+    assert count_hits_numpy(key, start, count, block=block) == _hits_reference(key, start, count)
+
+
+def test_additive_state_equals_counter():
+    """Stepping the state by GAMMA (the kernels' loops) gives the stream's outputs exactly."""
+    from numba import njit
+
+    rng.register_numba()
+
+    @njit
+    def stepped(key, start, n):
+        out = np.empty(n, dtype=np.uint64)
+        state = counter(key, np.uint64(start))
+        for i in range(n):
+            out[i] = hit_of(state)
+            state += GAMMA
+        return out
+
+    key = seed_key(3)
+    start = 2**53 - 600  # near the largest count, where the state wraps many times
+    with np.errstate(over="ignore"):
+        want = np.array([int(mc_hit(key, np.uint64(start + i))) for i in range(500)], dtype=np.uint64)
+    assert np.array_equal(stepped(key, start, 500), want)
