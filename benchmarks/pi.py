@@ -7,7 +7,7 @@
 
 Reports, each a median of repeats (the machine is shared and noisy; compare ratios):
   * per-core throughput (numba limited to 1 thread) of the Monte Carlo and trapezoid kernels,
-    beside a pure-Python loop (the algorithm of the TACC tutorial's pi-mpi.py) and NumPy;
+    beside the kernels before issue 10 (``baselines/pi_kernels_v1.py``), a pure-Python loop (the algorithm of the TACC tutorial's pi-mpi.py) and NumPy;
     each row gives the wall-clock rate and the rate per CPU-second of this process (on a busy
     machine the second is the steadier figure of what one core does);
   * the trapezoid error at 1e8 intervals;
@@ -137,8 +137,13 @@ def main() -> None:
                      "per_core_per_s": n / seconds, "cpu_seconds": cpu_seconds,
                      "per_cpu_second": n / cpu_seconds if cpu_seconds > 0 else None, "note": note})
 
+    import pi_kernels_v1 as v1  # the kernels before issue 10, same results
+
     n_mc = 10**7 if q else 4 * 10**8
+    assert int(v1.mc_count(key, np.int64(0), np.int64(10**5))) == nk.mc_hits(key, 0, 10**5)
     row("monte carlo", "pympi numba (1 thread)", n_mc, median_time(lambda: nk.mc_hits(key, 0, n_mc), rep))
+    row("monte carlo", "previous numba kernel (1 thread)", n_mc,
+        median_time(lambda: v1.mc_count(key, np.int64(0), np.int64(n_mc)), rep))
     n = 10**6 if q else 2 * 10**7
     row("monte carlo", "pympi NumPy (--backend numpy)", n, median_time(lambda: npk.mc_hits(key, 0, n), rep))
     row("monte carlo", "NumPy default_rng", n, median_time(lambda: numpy_naive_mc(n), rep))
@@ -148,6 +153,9 @@ def main() -> None:
     n_tr = 10**7 if q else 10**9
     row("trapezoid", "pympi numba (1 thread)", n_tr,
         median_time(lambda: nk.trapezoid_chunks(n_tr, 0, grid.n_chunks(n_tr)), rep))
+    csize = grid.chunk_size(n_tr)
+    row("trapezoid", "previous numba kernel (1 thread)", n_tr,
+        median_time(lambda: v1.trapezoid_chunks(n_tr, 0, grid.n_chunks(n_tr), csize), rep))
     n = 10**6 if q else 5 * 10**7
     row("trapezoid", "pympi NumPy (--backend numpy)", n,
         median_time(lambda: npk.trapezoid_chunks(n, 0, grid.n_chunks(n)), rep))
@@ -165,6 +173,9 @@ def main() -> None:
         return next(r["per_core_per_s"] for r in rows if r["kernel"] == kind and r["implementation"] == impl)
 
     ratios = {
+        "mc_numba_over_previous": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", "previous numba kernel (1 thread)"),
+        "trap_numba_over_previous": rate("trapezoid", "pympi numba (1 thread)") / rate("trapezoid", "previous numba kernel (1 thread)"),
+        "mc_numpy_over_pure_python": rate("monte carlo", "pympi NumPy (--backend numpy)") / rate("monte carlo", "pure Python loop"),
         "mc_numba_over_pure_python": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", "pure Python loop"),
         "mc_numba_over_numpy": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", "NumPy default_rng"),
         "trap_numba_over_numpy": rate("trapezoid", "pympi numba (1 thread)") / rate("trapezoid", "NumPy vectorised"),
