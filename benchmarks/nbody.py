@@ -26,7 +26,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import shutil
 import socket

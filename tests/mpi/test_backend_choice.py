@@ -24,7 +24,7 @@ def test_probe_switch_is_per_rank():
 
 @pytest.mark.parametrize("pattern", ["all", "none", "rank0", "last"])
 def test_every_rank_gets_the_same_answer(world, monkeypatch, pattern):
-    size, rank = world.Get_size(), world.Get_rank()
+    size = world.Get_size()
     yes = {"all": set(range(size)), "none": set(), "rank0": {0}, "last": set(range(size - 1))}[pattern]
     monkeypatch.setenv(PROBE_ENV, ",".join("yes" if r in yes else "no" for r in range(size)))
     ok, why = gpu_everywhere(world)
