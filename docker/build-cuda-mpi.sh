@@ -71,7 +71,9 @@ fetch_source() {
                 -o "Dir::State::Lists=$apt/lists" -o "Debug::NoLocking=1")
     apt-get "${opts[@]}" -qq update >&2
     (cd "$WORKDIR/src" && apt-get "${opts[@]}" -qq source --download-only openmpi >&2)
-    ls "$WORKDIR"/src/openmpi_*.orig.tar.* | head -n 1
+    local found=("$WORKDIR"/src/openmpi_*.orig.tar.*)
+    [ -f "${found[0]}" ] || die "apt-get source openmpi gave no .orig tarball"
+    echo "${found[0]}"
 }
 
 if [ -n "${OMPI_SRC:-}" ]; then

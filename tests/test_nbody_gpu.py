@@ -82,13 +82,18 @@ def numba_fp64(tmp_path_factory):
 def test_gpu_backend_under_simulator_two_ranks(tmp_path, numba_fp64, exchange, transport):
     """Both transports and exchanges on simulated GPUs agree with the numba backend."""
     path = tmp_path / "gpu.npz"
+    # Simulated device arrays are host memory, which any MPI reads: the documented
+    # override lets the device transport run on the (not CUDA-aware) PyPI MPICH.
+    override = {"PYMPI_CUDA_AWARE": "1"} if transport == "device" else {}
     out = run(mpiexec_argv(2) + [NBODY, "101", "--steps", "2", "--precision", "fp64", "--backend", "gpu",
                                  "--exchange", exchange, "--transport", transport, "--checkpoint", str(path),
-                                 "--json"], timeout=300, env=clean_env(**SIM))
+                                 "--json"], timeout=300, env=clean_env(**SIM, **override))
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert (doc["backend"], doc["exchange"], doc["transport"]) == ("gpu", exchange, transport)
     assert doc["transport_reason"].startswith("requested")
+    # hydra exports MPI_LOCALRANKID: the (simulated) GPU was chosen before MPI_Init
+    assert "selected before MPI_Init, from MPI_LOCALRANKID=0" in doc["provenance"]["extra_versions"]["gpu"]
     got = ckpt.read_file(path)[1]
     for f in ckpt.FIELDS:
         np.testing.assert_allclose(got[f], numba_fp64[f], rtol=1e-11, atol=1e-13, err_msg=f)
@@ -101,6 +106,77 @@ def test_auto_transport_stages_when_mpi_is_not_cuda_aware():
     doc = json.loads(out.stdout)
     assert doc["transport"] == "host" and "not CUDA-aware" in doc["transport_reason"]
     assert doc["awareness"]["supported"] is False
+
+
+REFUSAL = "--transport device: this MPI library is not CUDA-aware"
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_device_transport_refused_on_an_mpi_that_is_not_cuda_aware(ranks):
+    """The PyPI MPICH says MPIX_Query_cuda_support() = 0: one message, exit 2, every rank ends."""
+    out = run(mpiexec_argv(ranks) + [NBODY, "64", "--steps", "1", "--backend", "gpu", "--transport", "device"],
+              timeout=300, env=clean_env(**SIM))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.count(REFUSAL) == 1, out.stderr
+    assert "(MPIX_Query_cuda_support: rank 0: libmpi.so" in out.stderr and "PYMPI_CUDA_AWARE=1" in out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_one_rank_saying_yes_is_not_enough():
+    """3 ranks, only rank 0 told its MPI is CUDA-aware: all refuse together (no rank goes
+    on alone into a collective the others never reach), naming a rank that said no."""
+    if "Open MPI" in run(mpiexec_argv(1)[:1] + ["--version"], timeout=60).stdout:
+        pytest.skip("MPMD per-rank environment written for MPICH's hydra here")
+    argv = [NBODY, "64", "--steps", "1", "--backend", "gpu", "--transport", "device"]
+    exe = mpiexec_argv(1)[0]
+    out = run([exe, "-n", "1", "-env", "PYMPI_CUDA_AWARE", "1", *argv, ":", "-n", "2", *argv],
+              timeout=300, env=clean_env(**SIM))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.count(REFUSAL) == 1 and "(MPIX_Query_cuda_support: rank 1: libmpi" in out.stderr, out.stderr
+
+
+ROUND_TRIP = textwrap.dedent("""
+    import json, sys
+    from pympi_gpu.gpu import select_before_init
+    early = select_before_init(allow_simulator=True)       # before MPI_Init
+    before = "mpi4py.MPI" in sys.modules
+    from mpi4py import MPI
+    from pympi_gpu.cuda_aware import round_trip
+    from pympi_gpu.gpu import bind_device
+    from pympi_gpu.nbody.kernels_cuda import CudaBackend
+
+    comm = MPI.COMM_WORLD
+    binding = bind_device(comm, early)
+    late = bind_device(comm, select_before_init({}, allow_simulator=True))   # no launcher variable
+    results = {}
+    for precision in ("fp32", "fp64"):
+        b = CudaBackend(precision)
+        results[precision] = round_trip(comm, b)
+
+    class Lost(CudaBackend):
+        # hands MPI a host copy of the receive buffer: the data never reach the device array
+        def mpi_buffer(self, a):
+            return a.copy_to_host()
+    results["lost"] = round_trip(comm, Lost("fp32"))
+    doc = comm.gather({"mpi_before": before, "early": early and early.variable,
+                       "selected": binding["selected"], "late": late["selected"], **results}, root=0)
+    if comm.rank == 0:
+        print(json.dumps(doc))
+""")
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_early_binding_and_round_trip_under_mpiexec(ranks):
+    out = run(mpiexec_argv(ranks) + [sys.executable, "-c", ROUND_TRIP], timeout=300, env=clean_env(**SIM))
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(doc) == ranks
+    for r, d in enumerate(doc):
+        assert d["mpi_before"] is False and d["early"] == "MPI_LOCALRANKID"
+        assert d["selected"].startswith(f"before MPI_Init, from MPI_LOCALRANKID={r}")
+        assert d["late"].startswith("after MPI_Init, from the node's shared-memory communicator")
+        assert d["fp32"] == d["fp64"] == [True, f"device-buffer round trip over {ranks} rank(s) correct"]
+        assert d["lost"][0] is False and "wrong data" in d["lost"][1]
 
 
 def _real_gpu() -> str | None:
