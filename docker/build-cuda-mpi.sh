@@ -139,7 +139,9 @@ echo "build-cuda-mpi: mpi4py built in $((SECONDS - start)) s" >&2
 
 run_as=()
 [ "$(id -u)" = 0 ] && run_as=(--allow-run-as-root)
-env OMPI_MCA_plm_rsh_agent= "$PREFIX/bin/mpiexec" "${run_as[@]}" --oversubscribe -n 2 "$PYTHON" -c '
+# (no cross-memory attach: container builds and runtimes often refuse process_vm_readv)
+env OMPI_MCA_btl_vader_single_copy_mechanism=none \
+    "$PREFIX/bin/mpiexec" "${run_as[@]}" --oversubscribe -n 2 "$PYTHON" -c '
 import ctypes, sys
 from mpi4py import MPI
 comm = MPI.COMM_WORLD
