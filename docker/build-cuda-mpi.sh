@@ -8,7 +8,8 @@
 #            nvidia/cuda_runtime folder of the `nvidia-cuda-runtime-cu12` wheel.  Open MPI 4.1 needs
 #            only the header at build time; it dlopens the driver's libcuda.so.1 at run time.
 # UCX_ROOT   a UCX built with CUDA, with include/ucp/api/ucp.h and lib/libucp.so: the libucx folder
-#            of the `libucx-cu12` wheel (a CUDA build of UCX) or a site's own UCX.
+#            of the `libucx-cu12` wheel (a CUDA build of UCX) or a site's own UCX.  "none" builds
+#            without UCX: device buffers then go through ob1 and smcuda (CUDA IPC), one node only.
 #
 # The Open MPI source is the upstream tarball inside Debian's (or Ubuntu's) `openmpi` source
 # package, fetched with `apt-get source` through a private apt state (no change to the system's
@@ -40,9 +41,11 @@ JOBS=${JOBS:-$(nproc)}
 
 die() { echo "build-cuda-mpi: $*" >&2; exit 1; }
 [ -f "$CUDA_ROOT/include/cuda.h" ] || die "no include/cuda.h under CUDA_ROOT=$CUDA_ROOT"
-[ -f "$UCX_ROOT/include/ucp/api/ucp.h" ] || die "no include/ucp/api/ucp.h under UCX_ROOT=$UCX_ROOT"
-ls "$UCX_ROOT"/lib/libucp.so* >/dev/null 2>&1 || die "no lib/libucp.so under UCX_ROOT=$UCX_ROOT"
-UCX_ROOT=$(cd "$UCX_ROOT" && pwd -P)
+if [ "$UCX_ROOT" != none ]; then
+    [ -f "$UCX_ROOT/include/ucp/api/ucp.h" ] || die "no include/ucp/api/ucp.h under UCX_ROOT=$UCX_ROOT"
+    ls "$UCX_ROOT"/lib/libucp.so* >/dev/null 2>&1 || die "no lib/libucp.so under UCX_ROOT=$UCX_ROOT"
+    UCX_ROOT=$(cd "$UCX_ROOT" && pwd -P)
+fi
 CUDA_ROOT=$(cd "$CUDA_ROOT" && pwd -P)
 
 if [ -n "${WORKDIR:-}" ]; then
@@ -95,28 +98,34 @@ echo "build-cuda-mpi: Open MPI $version from $src, CUDA headers $CUDA_ROOT, UCX 
 # Configure sees UCX through a view of its headers and shared libraries only: the wheel's
 # libtool .la files name the folders it was built in, which libtool then insists on; and the
 # wheel has libucp.so.0 but not always the unversioned libucp.so the linker asks for.
-view=$WORKDIR/ucx-view
-rm -rf "$view" && mkdir -p "$view/lib"
-ln -s "$UCX_ROOT/include" "$view/include"
-for so in "$UCX_ROOT"/lib/lib*.so*; do
-    ln -s "$so" "$view/lib/$(basename "$so")"
-done
-for lib in ucp uct ucs ucm; do
-    if [ ! -e "$view/lib/lib$lib.so" ] && [ -e "$view/lib/lib$lib.so.0" ]; then
-        ln -s "lib$lib.so.0" "$view/lib/lib$lib.so"
-    fi
-done
+ucx=(--without-ucx)
+ldflags=""
+if [ "$UCX_ROOT" != none ]; then
+    view=$WORKDIR/ucx-view
+    rm -rf "$view" && mkdir -p "$view/lib"
+    ln -s "$UCX_ROOT/include" "$view/include"
+    for so in "$UCX_ROOT"/lib/lib*.so*; do
+        ln -s "$so" "$view/lib/$(basename "$so")"
+    done
+    for lib in ucp uct ucs ucm; do
+        if [ ! -e "$view/lib/lib$lib.so" ] && [ -e "$view/lib/lib$lib.so.0" ]; then
+            ln -s "lib$lib.so.0" "$view/lib/lib$lib.so"
+        fi
+    done
+    ucx=(--with-ucx="$view")
+    ldflags="-Wl,-rpath,$UCX_ROOT/lib"
+fi
 
 mkdir -p "$WORKDIR/build"
 cd "$WORKDIR/build"
 start=$SECONDS
 "$tree/configure" --prefix="$PREFIX" \
-    --with-cuda="$CUDA_ROOT" --with-ucx="$view" \
+    --with-cuda="$CUDA_ROOT" "${ucx[@]}" \
     --with-hwloc=internal --with-libevent=internal --with-pmix=internal \
     --disable-mpi-fortran --disable-oshmem --disable-io-romio \
     --enable-mca-no-build=btl-uct,btl-openib \
     --without-verbs --disable-dependency-tracking --enable-silent-rules \
-    CFLAGS="-O2 -g0" LDFLAGS="-Wl,-rpath,$UCX_ROOT/lib" >configure.log 2>&1 \
+    CFLAGS="-O2 -g0" LDFLAGS="$ldflags" >configure.log 2>&1 \
     || { tail -n 40 configure.log >&2; die "configure failed (log: $WORKDIR/build/configure.log)"; }
 grep -q "^#define OPAL_CUDA_SUPPORT 1" opal/include/opal_config.h || die "configure did not enable CUDA"
 make -j"$JOBS" >make.log 2>&1 || { tail -n 40 make.log >&2; die "make failed"; }
@@ -128,7 +137,9 @@ nm -D --defined-only "$PREFIX/lib/libmpi.so" | grep -qw MPIX_Query_cuda_support 
     || die "libmpi.so does not export MPIX_Query_cuda_support"
 "$PREFIX/bin/ompi_info" --parsable --all | grep -q "mpi_built_with_cuda_support:value:true" \
     || die "ompi_info: not built with CUDA support"
-"$PREFIX/bin/ompi_info" | grep -q "MCA pml: ucx" || die "the UCX pml was not built"
+if [ "$UCX_ROOT" != none ]; then
+    "$PREFIX/bin/ompi_info" | grep -q "MCA pml: ucx" || die "the UCX pml was not built"
+fi
 
 [ "$PYTHON" = none ] && exit 0
 start=$SECONDS
