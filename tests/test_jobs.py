@@ -117,3 +117,32 @@ def test_rtx_job_runs_any_image_with_its_own_mpiexec_on_one_node(tmp_path):
                         "--precision fp32 --exchange ring --transport auto --backend gpu --benchmark --json"]
     out, launched = _rtx_job(tmp_path, FAKE_FAMILY="openmpi", LAUNCH="container")   # 2 nodes
     assert out.returncode == 2 and "one node" in out.stderr and launched == []
+
+
+# ---------------------------------------------------------------- docker/build-cuda-mpi.sh
+
+BUILD_MPI = JOBS.parent / "docker" / "build-cuda-mpi.sh"
+
+
+@pytest.mark.system
+def test_build_cuda_mpi_script_is_shellcheck_clean():
+    need_tool("shellcheck")
+    out = run(["shellcheck", str(BUILD_MPI)], timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("cuda, ucx, message", [
+    ("empty", "none", "no include/cuda.h under CUDA_ROOT"),
+    ("cuda", "empty", "no include/ucp/api/ucp.h under UCX_ROOT"),
+])
+def test_build_cuda_mpi_script_checks_its_arguments_first(tmp_path, cuda, ucx, message):
+    """Wrong roots are named before anything is fetched or built (the build takes minutes)."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "cuda" / "include").mkdir(parents=True)
+    (tmp_path / "cuda" / "include" / "cuda.h").write_text("")
+    roots = [str(tmp_path / r) if r != "none" else r for r in (cuda, ucx)]
+    out = run(["bash", str(BUILD_MPI), str(tmp_path / "prefix"), *roots], timeout=60, cwd=tmp_path)
+    assert out.returncode == 1 and message in out.stderr, out.stderr
+    assert not (tmp_path / "prefix").exists()
+    usage = run(["bash", str(BUILD_MPI)], timeout=60)
+    assert usage.returncode == 2 and "PREFIX CUDA_ROOT UCX_ROOT" in usage.stderr
