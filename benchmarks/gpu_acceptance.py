@@ -6,13 +6,13 @@
 
 ``prepare`` fills CARRY (kept out of git: .git/info/exclude) with what the GPU machine cannot
 download: the Open MPI source from Debian's ``openmpi`` source package (for
-docker/build-cuda-mpi.sh), the mpi4py sdist and the pytest-mpi wheel.  Two things it cannot
-fetch from here and that must be carried in beside them (never committed): the NVIDIA
-cuda-samples ``nbody`` source (https://github.com/NVIDIA/cuda-samples, folder
-``Samples/5_Domain_Specific/nbody`` with ``Common/``, at the tag of the machine's CUDA) in
-CARRY/cuda-samples, and, to link it, the GL/GLUT/GLEW development packages (``apt-get
-download freeglut3-dev libglew-dev libgl-dev libglu1-mesa-dev libglut3.12 libglew2.2 libglu1-mesa``)
-in CARRY/gl.  The machine's own CUDA toolkit (nvcc), numba-cuda and CuPy are used as found.
+docker/build-cuda-mpi.sh), the mpi4py sdist, the pytest-mpi wheel and the CUDA 12 runtime
+wheel (for ``cuda.h``).  About 11 MB: it fits the 64 MiB a device call carries.  Two things it cannot
+fetch from here, since GitHub is not reachable, and that must be carried in beside them (never
+committed): the NVIDIA cuda-samples ``nbody`` source (https://github.com/NVIDIA/cuda-samples,
+folder ``Samples/5_Domain_Specific/nbody`` with ``Common/``, at the tag of the machine's CUDA) in
+CARRY/cuda-samples.  To link it, ``prepare`` puts Debian 12's GL/GLUT/GLEW packages
+(:data:`GL_PACKAGES`) in CARRY/gl.  The machine's own CUDA toolkit (nvcc), numba-cuda and CuPy are used as found.
 
 ``run`` does, in order, and stops at nothing (each step is recorded as passed, failed or
 skipped with the reason): build the CUDA-aware Open MPI of docker/build-cuda-mpi.sh (no UCX:
@@ -45,6 +45,9 @@ SEED = 20240601
 PI_SAMPLES = "4e9"
 NBODY_VERIFY_BODIES = 16384
 SAMPLES_BODIES = 1 << 20
+#: what linking cuda-samples' nbody needs (headers, libraries), from Debian 12
+GL_PACKAGES = ("freeglut3-dev", "libglut3.12", "libglew-dev", "libglew2.2", "libgl-dev", "libgl1", "libglx0",
+               "libglvnd0", "libglu1-mesa", "libglu1-mesa-dev", "libopengl0", "libglx-dev", "libglvnd-dev")
 
 __all__ = ["Step", "plan", "parse_cuda_samples", "check_pi", "check_nbody", "summary", "main"]
 
@@ -79,13 +82,19 @@ def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path) -> list[Step]:
     nbody = str(bindir / "pympi-nbody")
     pi = str(bindir / "pympi-pi")
     ompi_src = sorted((carry / "openmpi").glob("openmpi_*.orig.tar.*"))
+    # Open MPI 4.1 needs only cuda.h to build: the CUDA 12 runtime wheel's (carried, 3 MB), which
+    # the machine's newer driver runs; CUDA_HOME=... uses the machine's own toolkit instead.
+    headers = venv.parent / "cuda12"
+    cuda_root = os.environ.get("CUDA_HOME") or str(headers / "nvidia" / "cuda_runtime")
     steps = [
         Step("venv", ["bash", "-c",
                       f"python3 -m venv --system-site-packages {venv} && {py} -m pip install -q --no-index "
                       f"--find-links {carry / 'wheels'} --no-deps --no-build-isolation -e {ROOT} "
-                      f"{carry / 'wheels'}/pytest_mpi-*.whl"], timeout=300),
+                      f"{carry / 'wheels'}/pytest_mpi-*.whl && {py} -c \"import glob, zipfile; "
+                      f"zipfile.ZipFile(glob.glob('{carry / 'wheels'}/nvidia_cuda_runtime_cu12-*.whl')[0])"
+                      f".extractall('{headers}')\""], timeout=300),
         Step("cuda-aware Open MPI + mpi4py", ["bash", str(ROOT / "docker" / "build-cuda-mpi.sh"), str(prefix),
-                                               os.environ.get("CUDA_HOME", "/usr/local/cuda"), "none"],
+                                               cuda_root, "none"],
              env={"OMPI_SRC": str(ompi_src[0]) if ompi_src else str(carry / "openmpi" / "MISSING"),
                   "PYTHON": py, "MPI4PY": str(next(iter(sorted((carry / "wheels").glob("mpi4py-*.tar.gz"))),
                                                   "mpi4py")),
@@ -295,15 +304,19 @@ def prepare(carry: Path) -> int:
     (carry / "openmpi").mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "download", "-q", "-d", str(carry / "wheels")]
     subprocess.run(pip + ["--no-deps", "--no-binary", "mpi4py", "mpi4py>=4.0"], check=True)
-    subprocess.run(pip + ["--no-deps", "--only-binary=:all:", "pytest-mpi>=0.6"], check=True)
+    subprocess.run(pip + ["--no-deps", "--only-binary=:all:", "pytest-mpi>=0.6", "nvidia-cuda-runtime-cu12==12.9.*"],
+                   check=True)
     apt = carry / "apt"
     (apt / "lists" / "partial").mkdir(parents=True, exist_ok=True)
-    (apt / "sources.list").write_text("deb-src http://deb.debian.org/debian bookworm main\n")
+    (apt / "sources.list").write_text("deb-src http://deb.debian.org/debian bookworm main\n"
+                                      "deb [arch=amd64] http://deb.debian.org/debian bookworm main\n")
     opts = ["-o", f"Dir::Etc::SourceList={apt / 'sources.list'}", "-o", f"Dir::Etc::SourceParts={apt / 'none'}",
-            "-o", f"Dir::State::Lists={apt / 'lists'}"]
+            "-o", f"Dir::State::Lists={apt / 'lists'}", "-o", "APT::Architecture=amd64"]
     subprocess.run(["apt-get", *opts, "-qq", "update"], check=True)
     subprocess.run(["apt-get", *opts, "-qq", "source", "--download-only", "openmpi"], check=True,
                    cwd=carry / "openmpi")
+    (carry / "gl").mkdir(exist_ok=True)
+    subprocess.run(["apt-get", *opts, "-qq", "download", *GL_PACKAGES], check=True, cwd=carry / "gl")
     shutil.rmtree(apt)
     print(f"prepared {carry}; carry in beside it cuda-samples/ and gl/ (see the module docstring)")
     return 0
