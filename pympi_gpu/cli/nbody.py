@@ -154,6 +154,12 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
         fail("--checkpoint-every needs --checkpoint PATH")
     if checkpoint and (why := ckpt.check_writable(checkpoint)):
         fail(why)
+    early = None
+    if backend in ("gpu", "auto"):
+        # Before MPI_Init, which mpi_world() starts: CUDA-aware MPIs want the device chosen first.
+        from pympi_gpu.gpu import select_before_init
+
+        early = select_before_init(allow_simulator=backend == "gpu")
     comm = mpi_world()
     size = comm.Get_size()
     # From here on SIGTERM only asks for a stop at the end of the current step.
@@ -204,16 +210,24 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     if device_backend:
         from pympi_gpu.gpu import bind_device
 
-        binding = bind_device(comm)
+        binding = bind_device(comm, early)
         if transport == "auto" or transport == "device":
-            from pympi_gpu.cuda_aware import detect
+            from pympi_gpu.cuda_aware import agree, detect
 
-            awareness = detect()
+            awareness = agree(comm, detect())  # one verdict, so that no rank refuses alone
     try:
         transport_name, transport_why = choose_transport(transport, device_backend, awareness)
     except ValueError as exc:
         fail(str(exc))
     be = make_backend(backend_name, precision)
+    if transport_name == "device" and not awareness.forced:
+        from pympi_gpu.cuda_aware import round_trip
+
+        proven, detail = round_trip(comm, be)
+        if not proven:
+            fail(f"--transport {transport}: the MPI library said it is CUDA-aware, but a {detail}; "
+                 "use --transport host")
+        transport_why += f"; {detail}"
     nthreads = configure_threads(comm, threads)
     be.warmup()
 
@@ -229,7 +243,7 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     provenance = collect(comm, extra={"backend_reason": backend_why, "threads_per_rank": str(nthreads),
                                       "simd": simd_note,
                                       **({"gpu": "device {device} of {visible} visible ({name}), local rank "
-                                                 "{local_rank} of {local_size}".format(**binding)}
+                                                 "{local_rank} of {local_size}, selected {selected}".format(**binding)}
                                          if binding else {})})
     bar, on_step = _progress(comm, not quiet, not as_json and steps - (meta["step"] if meta else 0) >= 20)
     try:
