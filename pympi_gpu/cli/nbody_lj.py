@@ -111,7 +111,8 @@ def format_lj(run, threads: int) -> str:
 
 
 def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_tolerance, checkpoint,
-           checkpoint_every, restart, threads, as_json, density, temperature, cutoff, skin, thermo) -> None:
+           checkpoint_every, restart, threads, as_json, density, temperature, cutoff, skin, thermo,
+           quiet=False) -> None:
     """The ``--model lj`` run (parameters as ``pympi-nbody``'s)."""
     from pympi_gpu.cli.nbody import _progress, _Stop
     from pympi_gpu.nbody.lj import checkpoint as ckpt
@@ -132,6 +133,12 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         fail(why)
     if backend == "numpy":
         fail("--model lj runs on --backend numba or gpu (auto picks one)")
+    early = None
+    if backend in ("gpu", "auto"):
+        # Before MPI_Init, which mpi_world() starts: CUDA-aware MPIs want the device chosen first.
+        from pympi_gpu.gpu import select_before_init
+
+        early = select_before_init(allow_simulator=backend == "gpu")
     comm = mpi_world()
     stop = _Stop()
     previous = signal.signal(signal.SIGTERM, stop)
@@ -163,12 +170,18 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         box = LjConfig(cells=cells, steps=0, density=density).box
         if why := grid_problem(box, dims, cutoff + skin):
             fail(f"{bodies:,} atoms: {why}")
-        from pympi_gpu.nbody.backends import resolve
         from pympi_gpu.nbody.exchange import choose_transport
 
-        backend_name, backend_why = resolve(backend)
+        # The gravity model's decisions, step by step (cli/nbody.py): one answer on every rank.
+        if backend == "auto":
+            from pympi_gpu.backend_choice import gpu_everywhere
+
+            has_gpu, why = gpu_everywhere(comm)
+            backend_name, backend_why = ("gpu" if has_gpu else "numba"), f"auto: {why}"
+        else:
+            backend_name, backend_why = backend, "requested"
         awareness = None
-        if backend == "gpu":  # as the gravity model: decided together, so no rank is left waiting
+        if backend == "gpu":
             from pympi_gpu.gpu import gpu_usable, simulator
 
             usable, why = gpu_usable()
@@ -179,15 +192,24 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         if backend_name == "gpu":
             from pympi_gpu.gpu import bind_device
 
-            bind_device(comm)
+            bind_device(comm, early)
             if transport in ("auto", "device"):
-                from pympi_gpu.cuda_aware import detect
+                from pympi_gpu.cuda_aware import agree, detect
 
-                awareness = detect()
+                awareness = agree(comm, detect())
         try:
             transport_name, transport_why = choose_transport(transport, backend_name == "gpu", awareness)
         except ValueError as exc:
             fail(str(exc))
+        if transport_name == "device" and not awareness.forced:
+            from pympi_gpu.cuda_aware import round_trip
+            from pympi_gpu.nbody.kernels_cuda import CudaBackend
+
+            proven, detail = round_trip(comm, CudaBackend("fp64"))
+            if not proven:
+                fail(f"--transport {transport}: the MPI library said it is CUDA-aware, but a {detail}; "
+                     "use --transport host")
+            transport_why += f"; {detail}"
         nthreads = configure_threads(comm, threads)
         from pympi_gpu.nbody.lj import kernels_cpu
 
@@ -220,7 +242,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
 
         provenance = collect(comm, extra={"backend_reason": backend_why, "threads_per_rank": str(nthreads),
                                           "model": "lj"})
-        bar, on_step = _progress(comm, not as_json and steps - step >= 20)
+        bar, on_step = _progress(comm, not quiet, not as_json and steps - step >= 20)
         try:
             run = simulate(cart, config, system, step, initial=initial, backend=backend_name,
                            backend_reason=backend_why, transport=transport_name, transport_reason=transport_why,
