@@ -42,9 +42,18 @@ def test_gpu_one_rank_matches_cpu(cpu):
 
 @pytest.mark.parametrize("transport", ["host", "device"])
 def test_gpu_two_ranks_both_transports(cpu, transport):
-    doc = _doc(mpiexec_argv(2) + [NBODY, *ARGS, "--backend", "gpu", "--transport", transport])
+    # the simulator's MPI is not CUDA-aware: say it is, as the gravity model's tests do
+    env = clean_env(PYMPI_CUDA_AWARE="1", **SIM) if transport == "device" else SIM
+    doc = _doc(mpiexec_argv(2) + [NBODY, *ARGS, "--backend", "gpu", "--transport", transport], env=env)
     assert doc["transport"] == transport and doc["grid"] == [2, 1, 1]
     _agree(doc, cpu)
+
+
+def test_device_transport_refused_without_cuda_aware_mpi():
+    out = run(mpiexec_argv(2) + [NBODY, *ARGS, "--backend", "gpu", "--transport", "device"],
+              env=clean_env(PYMPI_CUDA_AWARE="0", **SIM), timeout=300)
+    assert out.returncode == 2, out.stderr
+    assert "--transport device: this MPI library is not CUDA-aware" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_gpu_restart_bit_for_bit(tmp_path):
