@@ -145,10 +145,10 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
     cart = make_cart(comm)
     try:
         dims = tuple(cart.Get_topo()[0])
+        from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays, simulate
+
         meta = local = None
         if restart:
-            from pympi_gpu.nbody.lj.driver import LjConfig
-
             def box_of(m):
                 return LjConfig(cells=m["cells"], steps=0, density=m["density"]).box
             try:
@@ -165,8 +165,6 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
             dt, seed, density, temperature, cutoff, skin = (meta[k] for k in _FROM_FILE)
             if meta["step"] > steps:
                 fail(f"--restart: {restart!r} is at step {meta['step']}, beyond --steps {steps}")
-        from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays, simulate
-
         box = LjConfig(cells=cells, steps=0, density=density).box
         if why := grid_problem(box, dims, cutoff + skin):
             fail(f"{bodies:,} atoms: {why}")
