@@ -161,23 +161,30 @@ class LjSystem:
         return self.cart.allreduce(bool(flag), op=MPI.LOR)
 
     # -- forces -----------------------------------------------------------
-    def compute_forces(self, forward: bool) -> None:
-        """Forces, energy and virial at the current positions; collective if ``forward``.
+    def compute_forces(self, forward: bool, eflag: bool = True) -> None:
+        """Forces at the current positions, energy and virial if ``eflag``; collective if ``forward``.
 
         With ``forward`` the ghost positions are refreshed stage by stage while
         a third of the owned-owned pairs is computed behind each stage.
+        Without ``eflag`` (LAMMPS skips the sums on steps without thermo output)
+        :meth:`local_sums` computes them when asked, from the same positions.
         """
+        self.f[...] = 0.0
+        self._pairs(self.f, forward, eflag)
+        self.have_forces = True
+
+    def _pairs(self, f, forward: bool, eflag: bool) -> None:
+        """Add the pair forces to ``f``; set ``energy``/``virial`` (None without ``eflag``)."""
         own_cnt, own_nbr, gh_cnt, gh_nbr = self.lists
         rc2 = self.config.cutoff ** 2
         n = self.nlocal
-        f = self.f
-        f[...] = 0.0
         newton = self.config.newton
         bounds = [0, n // 3, (2 * n) // 3, n]
         sums = [0.0, 0.0]
 
         def work(stage):
-            e, w = kc.pair_forces(self.pos, f, bounds[stage], bounds[stage + 1], own_cnt, own_nbr, rc2, newton)
+            e, w = kc.pair_forces(self.pos, f, bounds[stage], bounds[stage + 1], own_cnt, own_nbr, rc2, newton,
+                                  eflag)
             scale = 1.0 if newton else 0.5
             sums[0] += scale * e
             sums[1] += scale * w
@@ -187,25 +194,29 @@ class LjSystem:
         else:
             for s in range(3):
                 work(s)
-        e, w = kc.pair_forces(self.pos, f, 0, n, gh_cnt, gh_nbr, rc2, False)
-        self.energy = sums[0] + 0.5 * e
-        self.virial = sums[1] + 0.5 * w
-        self.have_forces = True
+        e, w = kc.pair_forces(self.pos, f, 0, n, gh_cnt, gh_nbr, rc2, False, eflag)
+        if eflag:
+            self.energy = sums[0] + 0.5 * e
+            self.virial = sums[1] + 0.5 * w
+        else:
+            self.energy = self.virial = None
 
     def local_sums(self) -> np.ndarray:
         """``[sum v^2, px, py, pz, E_pair, virial]`` of this brick."""
+        if self.energy is None:  # the last step skipped the sums: the same pair loops into scratch forces
+            self._pairs(np.zeros_like(self.f), False, True)
         return np.concatenate([kc.kinetic_sums(self.v, self.nlocal), [self.energy, self.virial]])
 
-    def step(self, force_rebuild: bool = False) -> None:
-        """One velocity-Verlet step; collective."""
+    def step(self, force_rebuild: bool = False, eflag: bool = False) -> None:
+        """One velocity-Verlet step; collective.  ``eflag``: sum energy and virial (a thermo step)."""
         h = 0.5 * self.config.dt
         kc.kick(self.v, self.f, h, self.nlocal)
         kc.drift(self.pos, self.v, self.config.dt, self.nlocal)
         if self.needs_rebuild() or force_rebuild:
             self.rebuild()
-            self.compute_forces(forward=False)
+            self.compute_forces(forward=False, eflag=eflag)
         else:
-            self.compute_forces(forward=True)
+            self.compute_forces(forward=True, eflag=eflag)
         kc.kick(self.v, self.f, h, self.nlocal)
 
     def start(self) -> bool:
@@ -270,9 +281,10 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
     t0 = MPI.Wtime()
     while step < config.steps:
         ts = time.perf_counter()
-        system.step(force_rebuild=force)
-        force = False
         step += 1
+        system.step(force_rebuild=force,
+                    eflag=bool(config.thermo_every and step % config.thermo_every == 0) or step == config.steps)
+        force = False
         times.append(time.perf_counter() - ts)
         if (config.thermo_every and step % config.thermo_every == 0) or step == config.steps:
             rows.append(thermo(comm, step, system.local_sums(), config.atoms, volume))

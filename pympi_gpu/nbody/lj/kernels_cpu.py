@@ -92,47 +92,66 @@ def neighbor_lists(pos, nlocal, cell_of, start, atoms, ncell, reach, cut2, half,
         while k < start[cc + 1] and atoms[k] < nlocal:
             k += 1
         own_end[cc] = k
-    for i in prange(nlocal):
-        c = cell_of[i]
+    # one pass per cell: a stencil cell's atoms are read once for all the owned atoms of the cell
+    # (the rows come out as an atom-by-atom search would list them: cells, then atoms, in order)
+    for c in prange(ncells):
+        m0 = start[c]
+        m1 = own_end[c]
+        if m1 == m0:
+            continue
         cz = c % ncell[2]
         cy = (c // ncell[2]) % ncell[1]
         cx = c // (ncell[1] * ncell[2])
-        no = 0
-        ng = 0
-        xi, yi, zi = pos[i, 0], pos[i, 1], pos[i, 2]
         for ax in range(max(cx - reach, 0), min(cx + reach + 1, ncell[0])):
             for ay in range(max(cy - reach, 0), min(cy + reach + 1, ncell[1])):
                 base = (ax * ncell[1] + ay) * ncell[2]
-                for az in range(max(cz - reach, 0), min(cz + reach + 1, ncell[2])):
-                    cc = base + az
-                    # half lists: the owned atoms of an earlier cell all have j < i (sorted by cell)
-                    k0 = own_end[cc] if (half and cc < c) else start[cc]
-                    for k in range(k0, start[cc + 1]):
-                        j = atoms[k]
-                        if j == i or (half and j < i):
-                            continue
-                        dx = xi - sp[k, 0]
-                        dy = yi - sp[k, 1]
-                        dz = zi - sp[k, 2]
-                        if dx * dx + dy * dy + dz * dz < cut2:
-                            if j < nlocal:
-                                if no < cap_own:
-                                    own_nbr[i, no] = j
-                                no += 1
-                            else:
-                                if ng < cap_gh:
-                                    gh_nbr[i, ng] = j
-                                ng += 1
-        own_cnt[i] = no
-        gh_cnt[i] = ng
-        if no > cap_own or ng > cap_gh:
+                z0 = base + max(cz - reach, 0)
+                z1 = base + min(cz + reach + 1, ncell[2])
+                # the row's cells are consecutive: their atoms are one run of atoms[], except that
+                # with half lists the owned atoms of cells before c (all j < i, sorted by cell) are skipped
+                for cc in range(z0, z1):
+                    if half and cc < c:
+                        k0 = own_end[cc]
+                        k1 = start[cc + 1]
+                    elif cc == z0 or (half and cc - 1 < c):
+                        k0 = start[cc]
+                        k1 = start[z1]
+                    else:
+                        break
+                    for m in range(m0, m1):
+                        i = atoms[m]
+                        xi = sp[m, 0]
+                        yi = sp[m, 1]
+                        zi = sp[m, 2]
+                        no = own_cnt[i]
+                        ng = gh_cnt[i]
+                        for k in range(k0, k1):
+                            j = atoms[k]
+                            if j == i or (half and j < i):
+                                continue
+                            dx = xi - sp[k, 0]
+                            dy = yi - sp[k, 1]
+                            dz = zi - sp[k, 2]
+                            if dx * dx + dy * dy + dz * dz < cut2:
+                                if j < nlocal:
+                                    if no < cap_own:
+                                        own_nbr[i, no] = j
+                                    no += 1
+                                else:
+                                    if ng < cap_gh:
+                                        gh_nbr[i, ng] = j
+                                    ng += 1
+                        own_cnt[i] = no
+                        gh_cnt[i] = ng
+    for i in prange(nlocal):
+        if own_cnt[i] > cap_own or gh_cnt[i] > cap_gh:
             over += 1
     return own_cnt, own_nbr, gh_cnt, gh_nbr, over == 0
 
 
 @njit(cache=True)
-def _newton(pos, f, i0, i1, cnt, nbr, rc2):
-    """Half list, Newton's third law: adds to f[i] and f[j]; returns (energy, virial)."""
+def _newton(pos, f, i0, i1, cnt, nbr, rc2, eflag):
+    """Half list, Newton's third law: adds to f[i] and f[j]; returns (energy, virial) (0, 0 unless ``eflag``)."""
     e = 0.0
     w = 0.0
     for i in range(i0, i1):
@@ -156,8 +175,9 @@ def _newton(pos, f, i0, i1, cnt, nbr, rc2):
                 f[j, 0] -= dx * fpair
                 f[j, 1] -= dy * fpair
                 f[j, 2] -= dz * fpair
-                e += 4.0 * r6i * (r6i - 1.0)
-                w += r2 * fpair
+                if eflag:
+                    e += 4.0 * r6i * (r6i - 1.0)
+                    w += r2 * fpair
         f[i, 0] += fx
         f[i, 1] += fy
         f[i, 2] += fz
@@ -165,8 +185,8 @@ def _newton(pos, f, i0, i1, cnt, nbr, rc2):
 
 
 @njit(parallel=True, cache=True)
-def _one_sided(pos, f, i0, i1, cnt, nbr, rc2):
-    """Adds to f[i] only (parallel over i); returns the full (energy, virial) of the listed pairs."""
+def _one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag):
+    """Adds to f[i] only (parallel over i); returns the full (energy, virial) of the listed pairs (if ``eflag``)."""
     e = 0.0
     w = 0.0
     for i in prange(i0, i1):
@@ -189,8 +209,9 @@ def _one_sided(pos, f, i0, i1, cnt, nbr, rc2):
                 fx += dx * fpair
                 fy += dy * fpair
                 fz += dz * fpair
-                ei += 4.0 * r6i * (r6i - 1.0)
-                wi += r2 * fpair
+                if eflag:
+                    ei += 4.0 * r6i * (r6i - 1.0)
+                    wi += r2 * fpair
         f[i, 0] += fx
         f[i, 1] += fy
         f[i, 2] += fz
@@ -199,16 +220,18 @@ def _one_sided(pos, f, i0, i1, cnt, nbr, rc2):
     return e, w
 
 
-def pair_forces(pos, f, i0, i1, cnt, nbr, rc2, newton):
+def pair_forces(pos, f, i0, i1, cnt, nbr, rc2, newton, eflag=True):
     """Add the LJ forces of the listed pairs of atoms ``[i0, i1)`` to ``f``.
 
-    Returns ``(energy, virial)`` of those pairs counted once each:
+    Returns ``(energy, virial)`` of those pairs counted once each (``(0, 0)``
+    without ``eflag``: as LAMMPS, the sums are skipped on steps without thermo output;
+    the forces do not depend on ``eflag``):
     ``newton=True`` for a half list (serial), ``False`` for a one-sided list
     (parallel), whose sums the caller weighs (1/2 for both-direction or ghost lists).
     """
     if newton:
-        return _newton(pos, f, i0, i1, cnt, nbr, rc2)
-    return _one_sided(pos, f, i0, i1, cnt, nbr, rc2)
+        return _newton(pos, f, i0, i1, cnt, nbr, rc2, eflag)
+    return _one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag)
 
 
 @njit(parallel=True, cache=True)
@@ -255,8 +278,9 @@ def warmup() -> None:
     for half in (True, False):
         p = neighbor_lists(pos, 4, cell_of, start, atoms, ncell, 1, 1.0, half, 8, 8)
         f = np.zeros((8, 3))
-        pair_forces(pos, f, 0, 4, p[0], p[1], 1.0, half)
-        pair_forces(pos, f, 0, 4, p[2], p[3], 1.0, False)
+        for eflag in (True, False):
+            pair_forces(pos, f, 0, 4, p[0], p[1], 1.0, half, eflag)
+            pair_forces(pos, f, 0, 4, p[2], p[3], 1.0, False, eflag)
     v = np.zeros((8, 3))
     kick(v, f, 0.1, 8)
     drift(pos, v, 0.1, 8)

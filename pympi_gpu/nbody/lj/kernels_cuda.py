@@ -240,11 +240,11 @@ class GpuLjSystem(LjSystem):
             _forces[_grid(n), BLOCK, s](self.d_pos, self.d_f, self.d_e, self.d_w, 0, n, gc, gn, rc2, 1)
         self.energy = self.virial = None  # summed on demand (local_sums)
 
-    def step(self, force_rebuild: bool = False) -> None:
+    def step(self, force_rebuild: bool = False, eflag: bool = False) -> None:
         from mpi4py import MPI
 
         if not self.on_device:
-            return super().step(force_rebuild)
+            return super().step(force_rebuild, eflag)
         s = self.stream
         n = self.nlocal
         h = 0.5 * self.config.dt
