@@ -133,12 +133,13 @@ make install >install.log 2>&1 || { tail -n 20 install.log >&2; die "make instal
 rm -rf "$PREFIX/share/man" "$PREFIX/share/doc"
 echo "build-cuda-mpi: Open MPI built and installed in $((SECONDS - start)) s" >&2
 
-nm -D --defined-only "$PREFIX/lib/libmpi.so" | grep -qw MPIX_Query_cuda_support \
+# (grep without -q: with pipefail, grep -q leaving early would fail the pipeline on SIGPIPE)
+nm -D --defined-only "$PREFIX/lib/libmpi.so" | grep -w MPIX_Query_cuda_support >/dev/null \
     || die "libmpi.so does not export MPIX_Query_cuda_support"
-"$PREFIX/bin/ompi_info" --parsable --all | grep -q "mpi_built_with_cuda_support:value:true" \
+"$PREFIX/bin/ompi_info" --parsable --all | grep "mpi_built_with_cuda_support:value:true" >/dev/null \
     || die "ompi_info: not built with CUDA support"
 if [ "$UCX_ROOT" != none ]; then
-    "$PREFIX/bin/ompi_info" | grep -q "MCA pml: ucx" || die "the UCX pml was not built"
+    "$PREFIX/bin/ompi_info" | grep "MCA pml: ucx" >/dev/null || die "the UCX pml was not built"
 fi
 
 [ "$PYTHON" = none ] && exit 0
