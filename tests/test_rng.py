@@ -144,3 +144,46 @@ def test_additive_state_equals_counter():
     with np.errstate(over="ignore"):
         want = np.array([int(mc_hit(key, np.uint64(start + i))) for i in range(500)], dtype=np.uint64)
     assert np.array_equal(stepped(key, start, 500), want)
+
+
+def _inside_definition(h: int) -> bool:
+    """The hit test as defined: cell centre ((2u+1), (2v+1)) / 2**31 in the quarter disc."""
+    u, v = h >> 34, (h >> 2) & ((1 << 30) - 1)
+    return (2 * u + 1) ** 2 + (2 * v + 1) ** 2 < 2**62
+
+
+def test_inside_matches_its_definition_at_random_and_on_the_circle():
+    import math
+
+    rng_ = np.random.default_rng(5)
+    hs = [int(x) for x in rng_.integers(0, 2**63, 20_000, dtype=np.uint64) * np.uint64(2)
+          + rng_.integers(0, 2, 20_000, dtype=np.uint64)]
+    # cells on both sides of the circle: for a u, the v whose centre is just in, and the next
+    for u in [0, 1, 12345, 2**29, 2**30 - 1] + [int(x) for x in rng_.integers(0, 2**30, 200)]:
+        rest = 2**62 - (2 * u + 1) ** 2
+        v = max(0, (math.isqrt(max(rest - 1, 0)) - 1) // 2)
+        for dv in (-1, 0, 1, 2):
+            if 0 <= v + dv < 2**30:
+                hs.append((u << 34) | ((v + dv) << 2) | 3)
+    arr = np.array(hs, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        got = inside(arr)
+    assert got.tolist() == [_inside_definition(h) for h in hs]
+    assert 0 < int(got.sum()) < len(hs)
+
+
+def test_jitted_inside_matches_numpy():
+    from numba import njit
+
+    rng.register_numba()
+
+    @njit
+    def hits(h):
+        out = np.empty(h.size, dtype=np.bool_)
+        for i in range(h.size):
+            out[i] = inside(h[i])
+        return out
+
+    h = np.random.default_rng(6).integers(0, 2**63, 50_000, dtype=np.uint64) * np.uint64(2)
+    with np.errstate(over="ignore"):
+        assert np.array_equal(hits(h), inside(h))

@@ -1,18 +1,30 @@
 """Baseline: pympi's numba pi kernels as they were before issue 10, for side-by-side timing.
 
 The Monte Carlo loop recomputed the SplitMix64 state ``key + (k + 1) * GAMMA`` for every
-sample (a 64-bit multiply, emulated with three 32-bit ones on AVX2), and the trapezoid loop
-converted int64 node indices to float64 (no AVX2 instruction: the loop ran scalar there).
-Same results as the current kernels; only the speed differs.
+sample (a 64-bit multiply, emulated with three 32-bit ones on AVX2) and tested the point
+with more shifts; the trapezoid loop converted int64 node indices to float64 (no AVX2
+instruction: the loop ran scalar there).  Same results as the current kernels; only the
+speed differs.
 """
 
 import numpy as np
 from numba import njit
 
 from pympi_gpu import rng
-from pympi_gpu.rng import mc_hit
+from pympi_gpu.rng import bits
 
 rng.register_numba()
+_ONE, _ZERO = np.uint64(1), np.uint64(0)
+_S34, _S2, _LOW30, _R2 = np.uint64(34), np.uint64(2), np.uint64((1 << 30) - 1), np.uint64(1 << 62)
+
+
+@njit(inline="always")
+def mc_hit(key, k):
+    """The hit test of rng.inside before issue 10."""
+    h = bits(key, k)
+    a = ((h >> _S34) << _ONE) | _ONE
+    b = (((h >> _S2) & _LOW30) << _ONE) | _ONE
+    return _ONE if a * a + b * b < _R2 else _ZERO
 
 
 @njit(cache=True, error_model="numpy")

@@ -10,6 +10,7 @@ import click
 
 from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, PositiveFloat, configure_threads, fail, mpi_world,
                                   version_option)
+from pympi_gpu.cli.nbody_lj import check_model_options, lj_options, run_lj
 
 SCHEMA = "pympi_gpu.nbody/1"
 MAX_BODIES = 2**31 - 1
@@ -99,7 +100,8 @@ def _progress(comm, enabled: bool, bar_ok: bool):
 @click.argument("bodies", type=_Count(maximum=MAX_BODIES))
 @click.option("--steps", type=_Count(minimum=0, maximum=10**12), default=10, show_default=True,
               help="Leapfrog steps; with --restart, the step to reach.")
-@click.option("--dt", type=PositiveFloat(), default=1e-3, show_default=True, help="Time step (N-body units).")
+@click.option("--dt", type=PositiveFloat(), default=None,
+              help="Time step (model units)  [default: 1e-3 gravity, 0.005 lj]")
 @click.option("--softening", type=PositiveFloat(), default=0.01, show_default=True,
               help="Softening length eps (> 0): forces ~ 1/(r^2 + eps^2).")
 @click.option("--precision", type=click.Choice(["fp32", "fp64"]), default="fp32", show_default=True,
@@ -110,8 +112,9 @@ def _progress(comm, enabled: bool, bar_ok: bool):
               help="How bodies travel between ranks.")
 @click.option("--transport", type=click.Choice(["auto", "device", "host"]), default="auto", show_default=True,
               help="GPU only: device buffers straight to MPI (CUDA-aware) or staged through host memory.")
-@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=20240601, show_default=True,
-              help="Seed of the initial conditions (same seed, same bodies at any rank count).")
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=None,
+              help="Seed of the initial conditions (same seed, same bodies at any rank count)  "
+                   "[default: 20240601 gravity, 87287 lj]")
 @click.option("--init", type=click.Choice(["plummer", "uniform"]), default="plummer", show_default=True,
               help="Initial conditions: Plummer sphere or cold uniform ball.")
 @click.option("--verify", is_flag=True, help="Check sampled accelerations and the energy drift; exit 1 on failure.")
@@ -125,24 +128,39 @@ def _progress(comm, enabled: bool, bar_ok: bool):
 @click.option("--restart", type=str, default=None, metavar="PATH", help="Continue from this checkpoint.")
 @click.option("--threads", type=click.IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/nbody.md).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/nbody.md; "
+              "--model lj: docs/lj.md).")
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress on stderr (else rank 0 shows a bar on a terminal, or a line every "
                    "~10 s, PYMPI_PROGRESS_INTERVAL, when stderr is a file or pipe).")
+@lj_options
 @click.pass_context
 def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init, verify,
-          energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, threads, as_json, quiet):
+          energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, threads, as_json, quiet, model,
+          **lj):
     """All-pairs gravitational n-body over MPI ranks: BODIES bodies, leapfrog KDK.
 
     BODIES is a whole number such as 65536, 1e6 or 2_000_000.
 
     Bodies are spread over the MPI ranks in contiguous blocks; each rank uses
     one GPU (--backend gpu) or its share of the node's cores (numba).
+
+    With --model lj: Lennard-Jones atoms (LAMMPS bench/in.lj) on an fcc lattice
+    of k^3 cells, 4 k^3 atoms (BODIES is rounded to the nearest such number),
+    over a 3-D domain decomposition with halo exchange.
     """
     from pympi_gpu import jitcache
 
     simd_note = jitcache.tune_cpu()  # before configure(), which would find it done
     jitcache.configure()
+    if model == "lj":
+        return run_lj(ctx, bodies=bodies, steps=steps, dt=dt, seed=seed, backend=backend, transport=transport,
+                      verify=verify, energy_tolerance=energy_tolerance, checkpoint=checkpoint,
+                      checkpoint_every=checkpoint_every, restart=restart, threads=threads, as_json=as_json,
+                      quiet=quiet, **lj)
+    check_model_options(ctx, model)
+    dt = 1e-3 if dt is None else dt
+    seed = 20240601 if seed is None else seed
     from pympi_gpu.nbody import checkpoint as ckpt
     from pympi_gpu.nbody.backends import make_backend
     from pympi_gpu.nbody.driver import NbodyConfig, initial_state, local_arrays, simulate, state_from_arrays

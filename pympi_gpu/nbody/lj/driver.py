@@ -1,0 +1,321 @@
+"""The LJ run: velocity Verlet over bricks with Verlet lists; collective over comm.
+
+Each step: ``v += f dt/2; x += v dt``; if any atom moved more than half the
+skin since the last rebuild (checked on every rank, decided together), the
+atoms migrate to their bricks, are sorted by cell (locality), the ghosts and
+the Verlet lists are rebuilt; otherwise only the ghost positions are
+refreshed, while the owned-owned forces are computed; then the owned-ghost
+forces and ``v += f dt/2``.  This is LAMMPS's ``fix nve`` with
+``neigh_modify delay 0 every 1 check yes``.
+
+Order of summation: atoms are sorted by (cell, id) at every rebuild, so a
+rebuild's outcome depends on the positions only, not on the history.  After
+every checkpoint the next step rebuilds, as a restarted run does, so a run
+restarted from a checkpoint on the same number of ranks continues bit for bit
+(the positions are folded into the box at a checkpoint, as the restart's first
+rebuild folds them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from pympi_gpu.nbody.lj import kernels_cpu as kc
+from pympi_gpu.nbody.lj.domain import brick_of, owner_coords, wrap
+from pympi_gpu.nbody.lj.halo import Halo
+from pympi_gpu.nbody.lj.lattice import fcc_positions, velocities
+from pympi_gpu.nbody.lj.record import LjRun
+from pympi_gpu.nbody.lj.thermo import thermo
+
+__all__ = ["LjConfig", "LjSystem", "initial_arrays", "simulate", "DEFAULT_SEED"]
+
+#: the seed of ``velocity all create 1.44 87287`` in LAMMPS's bench/in.lj
+DEFAULT_SEED = 87287
+
+
+@dataclasses.dataclass(frozen=True)
+class LjConfig:
+    """What to run.  ``steps`` is the step number to reach; ``thermo_every`` 0 means first and last only."""
+
+    cells: int
+    steps: int
+    density: float = 0.8442
+    temperature: float = 1.44
+    cutoff: float = 2.5
+    skin: float = 0.3
+    dt: float = 0.005
+    seed: int = DEFAULT_SEED
+    thermo_every: int = 0
+    newton: bool = True
+    checkpoint: str | None = None
+    checkpoint_every: int | None = None
+    stop_checkpoint: str | None = None
+
+    @property
+    def atoms(self) -> int:
+        return 4 * self.cells ** 3
+
+    @property
+    def box(self) -> float:
+        return self.cells * (4.0 / self.density) ** (1.0 / 3.0)
+
+    @property
+    def cutneigh(self) -> float:
+        return self.cutoff + self.skin
+
+
+def initial_arrays(config: LjConfig, brick) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This brick's atoms of the initial state: ``(x, v, ids)``.
+
+    Every rank draws the whole (cheap) lattice and velocity set in id order,
+    so the state is the same for any number of ranks.
+    """
+    x = fcc_positions(config.cells, config.density)
+    v = velocities(config.atoms, config.temperature, config.seed)
+    mine = np.all(owner_coords(x, config.box, brick.dims) == np.array(brick.coords), axis=1)
+    return x[mine].copy(), v[mine].copy(), np.nonzero(mine)[0].astype(np.int64) + 1
+
+
+class LjSystem:
+    """The atoms of one brick, their ghosts and Verlet lists.
+
+    Parameters
+    ----------
+    cart : periodic Cartesian communicator (this object does not free it)
+    config : :class:`LjConfig`
+    x, v : ``(n, 3)`` owned positions and velocities
+    ids : ``(n,)`` int64 global atom ids (1-based)
+    f : ``(n, 3)`` forces at ``x``, or None to compute them
+    """
+
+    def __init__(self, cart, config: LjConfig, x, v, ids, f=None):
+        self.cart = cart
+        self.config = config
+        self.brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+        self.halo = Halo(cart, self.brick, config.cutneigh)
+        self.pos = np.ascontiguousarray(x, dtype=np.float64)
+        self.v = np.ascontiguousarray(v, dtype=np.float64)
+        self.ids = np.ascontiguousarray(ids, dtype=np.int64)
+        self.f = np.zeros_like(self.v) if f is None else np.ascontiguousarray(f, dtype=np.float64)
+        self.have_forces = f is not None
+        self.nlocal = self.v.shape[0]
+        self.energy = 0.0
+        self.virial = 0.0
+        self.rebuilds = 0
+        self.pairs = 0
+        self.lists = None
+        ext = [self.brick.hi[d] - self.brick.lo[d] + 2 * config.cutneigh for d in range(3)]
+        # cells of at least half the neighbour cutoff, searched `reach` = 2 cells out
+        self.reach = 2
+        self.ncell = np.array([max(1, int(2 * e / config.cutneigh)) for e in ext], np.int64)
+        # capacities of the padded lists; grown when a rebuild finds more neighbours
+        shell = 4.0 / 3.0 * math.pi * config.cutneigh ** 3 * config.density
+        self.cap = [int(0.75 * shell) + 16 if config.newton else int(1.3 * shell) + 16, int(1.3 * shell) + 16]
+        self.cell_lo = np.array([self.brick.lo[d] - config.cutneigh for d in range(3)])
+        self.cell_inv = np.array([self.ncell[d] / ext[d] for d in range(3)])
+
+    # -- neighbour lists --------------------------------------------------
+    def rebuild(self) -> None:
+        """Migrate, sort by cell, rebuild ghosts and Verlet lists; collective."""
+        x = self.pos[:self.nlocal]
+        rows = np.hstack([self.v, self.f, self.ids[:, None].astype(np.float64)])
+        x, rows = self.halo.migrate(x, rows)
+        cell_of, _, _ = kc.bin_atoms(x, x.shape[0], self.cell_lo, self.cell_inv, self.ncell)
+        ids = rows[:, 6].astype(np.int64)
+        order = np.lexsort((ids, cell_of))
+        x, rows, ids = x[order], rows[order], ids[order]
+        self.nlocal = x.shape[0]
+        self.v = np.ascontiguousarray(rows[:, 0:3])
+        self.f = np.ascontiguousarray(rows[:, 3:6])
+        self.ids = ids
+        self.pos = self.halo.borders(np.ascontiguousarray(x))
+        self.x0 = self.pos[:self.nlocal].copy()
+        cell_of, start, atoms = kc.bin_atoms(self.pos, self.pos.shape[0], self.cell_lo, self.cell_inv, self.ncell)
+        cut2 = self.config.cutneigh ** 2
+        while True:
+            *lists, ok = kc.neighbor_lists(self.pos, self.nlocal, cell_of, start, atoms, self.ncell, self.reach,
+                                           cut2, self.config.newton, self.cap[0], self.cap[1])
+            if ok:
+                break
+            self.cap = [max(self.cap[0], int(lists[0].max(initial=0)) + 8),
+                        max(self.cap[1], int(lists[2].max(initial=0)) + 8)]
+        self.lists = lists
+        # distinct pairs within cutoff + skin (an owned-ghost pair is listed by both of its ranks)
+        self.pairs = (1.0 if self.config.newton else 0.5) * int(lists[0].sum()) + 0.5 * int(lists[2].sum())
+        self.rebuilds += 1
+
+    def needs_rebuild(self) -> bool:
+        """Has any atom on any rank moved more than skin/2 since the last rebuild?  Collective."""
+        from mpi4py import MPI
+
+        if self.lists is None:
+            flag = True
+        else:
+            flag = kc.max_displacement2(self.pos, self.x0, self.nlocal) > (0.5 * self.config.skin) ** 2
+        return self.cart.allreduce(bool(flag), op=MPI.LOR)
+
+    # -- forces -----------------------------------------------------------
+    def compute_forces(self, forward: bool) -> None:
+        """Forces, energy and virial at the current positions; collective if ``forward``.
+
+        With ``forward`` the ghost positions are refreshed stage by stage while
+        a third of the owned-owned pairs is computed behind each stage.
+        """
+        own_cnt, own_nbr, gh_cnt, gh_nbr = self.lists
+        rc2 = self.config.cutoff ** 2
+        n = self.nlocal
+        f = self.f
+        f[...] = 0.0
+        newton = self.config.newton
+        bounds = [0, n // 3, (2 * n) // 3, n]
+        sums = [0.0, 0.0]
+
+        def work(stage):
+            e, w = kc.pair_forces(self.pos, f, bounds[stage], bounds[stage + 1], own_cnt, own_nbr, rc2, newton)
+            scale = 1.0 if newton else 0.5
+            sums[0] += scale * e
+            sums[1] += scale * w
+
+        if forward:
+            self.halo.forward(self.pos, work)
+        else:
+            for s in range(3):
+                work(s)
+        e, w = kc.pair_forces(self.pos, f, 0, n, gh_cnt, gh_nbr, rc2, False)
+        self.energy = sums[0] + 0.5 * e
+        self.virial = sums[1] + 0.5 * w
+        self.have_forces = True
+
+    def local_sums(self) -> np.ndarray:
+        """``[sum v^2, px, py, pz, E_pair, virial]`` of this brick."""
+        return np.concatenate([kc.kinetic_sums(self.v, self.nlocal), [self.energy, self.virial]])
+
+    def step(self, force_rebuild: bool = False) -> None:
+        """One velocity-Verlet step; collective."""
+        h = 0.5 * self.config.dt
+        kc.kick(self.v, self.f, h, self.nlocal)
+        kc.drift(self.pos, self.v, self.config.dt, self.nlocal)
+        if self.needs_rebuild() or force_rebuild:
+            self.rebuild()
+            self.compute_forces(forward=False)
+        else:
+            self.compute_forces(forward=True)
+        kc.kick(self.v, self.f, h, self.nlocal)
+
+    def start(self) -> bool:
+        """Lists and (unless loaded) forces at the current positions; collective.
+
+        Returns whether the forces came loaded (a restart), after which the
+        first step must rebuild, as the run that wrote the checkpoint did.
+        """
+        had = self.have_forces
+        self.rebuild()
+        f = self.f.copy()
+        self.compute_forces(forward=False)
+        if had:  # a restart: keep the checkpoint's forces (bit-identical continuation)
+            self.f[...] = f
+        return had
+
+    def wrap(self) -> None:
+        """Fold the owned positions into the box, as a restart's first rebuild does (ghosts go stale)."""
+        self.pos[:self.nlocal] = wrap(self.pos[:self.nlocal], self.config.box)
+
+    def owned(self) -> dict[str, np.ndarray]:
+        """Host copies of the owned atoms: ``x v f`` ``(n, 3)`` and ``id``."""
+        n = self.nlocal
+        return {"x": self.pos[:n].copy(), "v": self.v[:n].copy(), "f": self.f[:n].copy(), "id": self.ids.copy()}
+
+
+def _meta(config: LjConfig, step: int, initial) -> dict:
+    return {"model": "lj", "step": step, "time": step * config.dt, "cells": config.cells, "atoms": config.atoms,
+            "density": config.density, "temperature": config.temperature, "cutoff": config.cutoff,
+            "skin": config.skin, "dt": config.dt, "seed": config.seed,
+            "initial": None if initial is None else dataclasses.asdict(initial)}
+
+
+def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=None,
+             backend: str = "numba", backend_reason: str = "", transport: str = "host",
+             transport_reason: str = "", on_step: Callable[[int, int], None] | None = None,
+             stop_requested: Callable[[], bool] | None = None, restarted_from: str | None = None,
+             provenance=None) -> LjRun:
+    """Advance ``system`` from ``step`` to ``config.steps``; collective over comm.
+
+    ``initial`` is the thermo at step 0 of a restarted run (for the drift).
+    SIGTERM handling, progress and checkpoints as the gravity model's
+    :func:`pympi_gpu.nbody.driver.simulate`.
+    """
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody.lj import checkpoint as ckpt
+
+    volume = config.box ** 3
+    force = system.start()
+    rows = [thermo(comm, step, system.local_sums(), config.atoms, volume)]
+    if initial is None:
+        initial = rows[0]
+    first = step
+    written = 0
+    stopped = None
+    times = []
+    system.halo.comm_time = 0.0
+    rebuilds0 = system.rebuilds
+    comm.Barrier()
+    c0 = time.process_time()
+    t0 = MPI.Wtime()
+    while step < config.steps:
+        ts = time.perf_counter()
+        system.step(force_rebuild=force)
+        force = False
+        step += 1
+        times.append(time.perf_counter() - ts)
+        if (config.thermo_every and step % config.thermo_every == 0) or step == config.steps:
+            rows.append(thermo(comm, step, system.local_sums(), config.atoms, volume))
+        if on_step is not None:
+            on_step(step, config.steps)
+        flag = bool(stop_requested()) if stop_requested is not None else False
+        if comm.allreduce(flag, op=MPI.LOR):
+            stopped = "SIGTERM"
+            if rows[-1].step != step:
+                rows.append(thermo(comm, step, system.local_sums(), config.atoms, volume))
+            break
+        if config.checkpoint and config.checkpoint_every and step % config.checkpoint_every == 0 \
+                and step < config.steps:
+            ckpt.save(comm, config.checkpoint, system.owned(), _meta(config, step, initial))
+            written += 1
+            system.wrap()
+            force = True  # as a restart from this checkpoint would
+    wall = MPI.Wtime() - t0
+    cpu = time.process_time() - c0
+    path = config.checkpoint or (config.stop_checkpoint if stopped else None)
+    if path:
+        ckpt.save(comm, path, system.owned(), _meta(config, step, initial))
+        written += 1
+    timing = np.array([wall, system.halo.comm_time, cpu])
+    comm.Allreduce(MPI.IN_PLACE, timing, op=MPI.MAX)
+    wall, comm_time, cpu = float(timing[0]), float(timing[1]), float(timing[2])
+    steps = step - first
+    med = comm.allreduce(statistics.median(times) if times else 0.0, op=MPI.MAX)
+    counts = tuple(comm.allgather(system.nlocal))
+    pairs = comm.allreduce(system.pairs)
+    ghosts = comm.allreduce(system.halo.ghosts)
+    last = rows[-1]
+    drift = abs((last.etotal - initial.etotal) / initial.etotal) if steps and initial.etotal else None
+    dp = math.dist(last.momentum, initial.momentum) if steps else None
+    return LjRun(
+        atoms=config.atoms, cells=config.cells, box=config.box, density=config.density,
+        temperature=config.temperature, cutoff=config.cutoff, skin=config.skin, dt=config.dt, seed=config.seed,
+        ranks=comm.Get_size(), grid=tuple(system.brick.dims), backend=backend, backend_reason=backend_reason,
+        transport=transport, transport_reason=transport_reason, newton=config.newton, first_step=first,
+        last_step=step, steps=steps, wall_time=wall, time_per_step=wall / steps if steps else 0.0,
+        median_step_time=med, comm_time=comm_time, comm_per_step=comm_time / steps if steps else 0.0, cpu_time=cpu,
+        rate=config.atoms * steps / wall if steps and wall > 0 else 0.0,
+        rebuilds=system.rebuilds - rebuilds0, neighbors_per_atom=pairs / config.atoms,
+        ghosts_per_rank=ghosts / comm.Get_size(), atoms_per_rank=counts, thermo=tuple(rows),
+        energy_drift=drift, momentum_change=dp, checkpoint=path, checkpoints_written=written,
+        restarted_from=restarted_from, stopped_by=stopped, provenance=provenance)

@@ -1,0 +1,78 @@
+"""The LJ run's result records: frozen dataclasses of plain values."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pympi_gpu.nbody.record import Verification
+from pympi_gpu.records import Provenance
+
+__all__ = ["Thermo", "LjRun", "Verification"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Thermo:
+    """One line of LAMMPS-style thermo output (LJ reduced units, ``thermo_modify norm yes``).
+
+    ``temp`` is ``2 KE / (3N - 3)``; ``e_pair``, ``ke`` and ``etotal`` are per
+    atom; ``press`` is ``(2 KE + W) / (3 V)`` with ``W`` the pair virial
+    ``sum r . F``; ``momentum`` is the total momentum (unit masses).
+    """
+
+    step: int
+    temp: float
+    e_pair: float
+    ke: float
+    etotal: float
+    press: float
+    momentum: tuple[float, float, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class LjRun:
+    """A ``pympi-nbody --model lj`` run.
+
+    Times in seconds (maximum over ranks); ``comm_time`` is halo and
+    migration time not hidden behind force work, summed over the steps,
+    ``comm_per_step`` its mean; ``rate`` is atom-steps per second.
+    """
+
+    atoms: int
+    cells: int
+    box: float
+    density: float
+    temperature: float
+    cutoff: float
+    skin: float
+    dt: float
+    seed: int
+    ranks: int
+    grid: tuple[int, int, int]
+    backend: str
+    backend_reason: str
+    transport: str
+    transport_reason: str
+    newton: bool
+    first_step: int
+    last_step: int
+    steps: int
+    wall_time: float
+    time_per_step: float
+    median_step_time: float
+    comm_time: float
+    comm_per_step: float
+    cpu_time: float
+    rate: float
+    rebuilds: int
+    neighbors_per_atom: float
+    ghosts_per_rank: float
+    atoms_per_rank: tuple[int, ...]
+    thermo: tuple[Thermo, ...]
+    energy_drift: float | None
+    momentum_change: float | None
+    checkpoint: str | None
+    checkpoints_written: int
+    restarted_from: str | None
+    stopped_by: str | None
+    verification: Verification | None = None
+    provenance: Provenance | None = None

@@ -1,0 +1,68 @@
+"""``--verify`` for the LJ model: forces against a direct sum, conservation laws.
+
+Rank 0 gathers the system, takes a sample of atoms (fixed by their ids) and
+sums their LJ forces directly over every atom and its 27 nearest periodic
+images (no cells, no ghosts, no lists), in float64.  The error measure is
+``|f - f_ref| / sum_j |f_ij|`` (relative to the sum of the pair-force
+magnitudes, which bounds summation error whatever the cancellation); the
+cell/halo path must agree to ``FORCE_BOUND``.  The total momentum must stay
+within ``MOMENTUM_BOUND`` per atom of its start and the relative energy drift
+within the tolerance asked for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pympi_gpu.nbody.lj.checkpoint import gather
+from pympi_gpu.nbody.record import Verification
+
+__all__ = ["reference_forces", "verify", "FORCE_BOUND", "MOMENTUM_BOUND"]
+
+FORCE_BOUND = 1e-12
+MOMENTUM_BOUND = 1e-12
+SAMPLE = 64
+
+
+def reference_forces(x: np.ndarray, box: float, cutoff: float, which: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Direct-sum LJ forces on atoms ``which`` of ``x`` ``(N, 3)``: ``(forces, sum of |f_ij|)``."""
+    shifts = np.array([[i, j, k] for i in (-1, 0, 1) for j in (-1, 0, 1) for k in (-1, 0, 1)], float) * box
+    xw = x - box * np.floor(x / box)
+    out = np.zeros((which.size, 3))
+    mag = np.zeros(which.size)
+    for n, i in enumerate(which):
+        d = (xw[i] - xw)[None, :, :] - shifts[:, None, :]  # (27, N, 3)
+        r2 = np.einsum("sjk,sjk->sj", d, d)
+        ok = (r2 < cutoff * cutoff) & (r2 > 0)
+        r2i = np.where(ok, 1.0 / np.where(ok, r2, 1.0), 0.0)
+        r6i = r2i ** 3
+        fpair = r6i * (48.0 * r6i - 24.0) * r2i
+        out[n] = np.einsum("sj,sjk->k", fpair, d)
+        mag[n] = np.sum(np.abs(fpair) * np.sqrt(r2))
+    return out, mag
+
+
+def verify(comm, owned: dict, box: float, cutoff: float, energy_drift: float | None,
+           momentum_change: float | None, tolerance: float) -> Verification:
+    """Check forces, momentum and energy; collective over comm, same verdict on every rank."""
+    full = gather(comm, owned)
+    result = None
+    if comm.Get_rank() == 0:
+        n = full["id"].size
+        which = np.random.Generator(np.random.PCG64(12345)).choice(n, size=min(SAMPLE, n), replace=False)
+        ref, mag = reference_forces(full["x"], box, cutoff, which)
+        err = np.linalg.norm(full["f"][which] - ref, axis=1)
+        scaled = err / np.maximum(mag, 1e-300)
+        rel = err / np.maximum(np.linalg.norm(ref, axis=1), 1e-300)
+        failures = []
+        max_err = float(scaled.max())
+        if not max_err <= FORCE_BOUND:
+            failures.append(f"force error {max_err:.3e} exceeds {FORCE_BOUND:.0e}")
+        if momentum_change is not None and not momentum_change <= MOMENTUM_BOUND * n:
+            failures.append(f"momentum changed by {momentum_change:.3e} (bound {MOMENTUM_BOUND * n:.1e})")
+        if energy_drift is not None and not energy_drift <= tolerance:
+            failures.append(f"energy drift {energy_drift:.3e} exceeds {tolerance:.1e}")
+        result = Verification(passed=not failures, sample=int(which.size), max_error=max_err,
+                              error_bound=FORCE_BOUND, median_relative_error=float(np.median(rel)),
+                              energy_drift=energy_drift, drift_bound=tolerance, failures=tuple(failures))
+    return comm.bcast(result, root=0)

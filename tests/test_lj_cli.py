@@ -1,0 +1,159 @@
+"""``pympi-nbody --model lj`` driven as a user drives it: ranks agree, restarts, SIGTERM, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import clean_env, mpiexec_argv, run, script
+from test_nbody_mpi import _descendants, _is_rank
+
+NBODY = script("pympi-nbody")
+ENV = clean_env(OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
+
+
+def lj(ranks: int, *args, timeout: float = 300):
+    argv = ([] if ranks == 1 else mpiexec_argv(ranks)) + [NBODY, *map(str, args), "--model", "lj"]
+    return run(argv, env=ENV, timeout=timeout)
+
+
+def _refused(out, match: str):
+    text = out.stderr + out.stdout
+    assert out.returncode == 2, text
+    assert match in text, text
+    assert "Traceback" not in text
+    assert sum(line.startswith("Error:") for line in text.splitlines()) == 1, text  # once, by rank 0
+
+
+@pytest.mark.parametrize("args, match", [
+    (["3"], "too few for the fcc lattice"),
+    (["500", "--density", "0"], "must be > 0"),
+    (["500", "--density", "-0.8"], "must be > 0"),
+    (["500", "--cutoff", "0"], "must be > 0"),
+    (["500", "--cutoff", "nan"], "not a finite number"),
+    (["500", "--skin", "-0.1"], "must be >= 0"),
+    (["500", "--thermo", "-1"], "-1 is not in the range"),
+    (["500", "--softening", "0.1"], "--softening applies to --model gravity only"),
+    (["500", "--backend", "numpy"], "runs on --backend numba or gpu"),
+    (["500", "--checkpoint-every", "5"], "needs --checkpoint"),
+    (["500", "--restart", "/nonexistent-file.npz"], "does not exist"),
+    (["4"], "thinner than the cutoff + skin"),
+    (["500", "--density", "0.1"], None),  # fine: a dilute gas in a big box
+])
+def test_bad_input_single_rank(args, match):
+    out = lj(1, *args, "--steps", "2")
+    if match is None:
+        assert out.returncode == 0, out.stderr
+    else:
+        _refused(out, match)
+
+
+def test_unknown_model_and_lj_option_on_gravity():
+    _refused(run([NBODY, "500", "--model", "yukawa"], env=ENV, timeout=60), "'yukawa' is not one of")
+    _refused(run([NBODY, "500", "--cutoff", "3"], env=ENV, timeout=60), "--cutoff applies to --model lj only")
+
+
+@pytest.mark.parametrize("ranks, args, match", [
+    (3, ["256"], "3x1x1 rank grid makes bricks 2.239 sigma thick along x, thinner than the cutoff + skin (2.8)"),
+    (2, ["500", "--density", "0"], "must be > 0"),
+    (3, ["2", "--steps", "1"], "too few"),
+])
+def test_bad_input_many_ranks_no_hang(ranks, args, match):
+    _refused(lj(ranks, *args, timeout=120), match)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    out = lj(1, 864, "--steps", 40, "--thermo", 20, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 8])
+def test_ranks_agree_through_the_cli(reference, ranks):
+    """864 atoms (6^3 cells): 3 ranks make uneven bricks, 8 run oversubscribed."""
+    out = lj(ranks, 864, "--steps", 40, "--thermo", 20, "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["schema"] == "pympi_gpu.nbody.lj/1" and doc["ranks"] == ranks and sum(doc["atoms_per_rank"]) == 864
+    assert len(doc["grid"]) == 3 and np.prod(doc["grid"]) == ranks
+    for a, b in zip(doc["thermo"], reference["thermo"]):
+        assert a["step"] == b["step"]
+        for f in ("temp", "e_pair", "ke", "etotal", "press"):
+            assert a[f] == pytest.approx(b[f], rel=1e-11, abs=1e-12), (ranks, f)
+    assert doc["momentum_change"] < 1e-10
+    assert doc["comm_per_step"] > 0 and doc["rate"] > 0
+
+
+def test_summary_and_verify():
+    out = lj(2, 2048, "--steps", 30, "--thermo", 10, "--verify")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert text.startswith("lj: 2,048 atoms (8^3 fcc cells") and "2x1x1 grid" in text
+    assert "verify     PASSED" in text and "atom-steps/s" in text and "halo/migration" in text
+    assert "Step         Temp       E_pair" in text
+    lines = [ln.split() for ln in text.splitlines() if ln.strip().split()[:1] == ["0"]]
+    assert lines[0][1:] == ["1.44", "-6.7733681", "2.1589453", "-4.6144227", "-5.0202628"]
+
+
+def test_restart_continues_bit_for_bit(tmp_path):
+    ck, ck2 = tmp_path / "a.npz", tmp_path / "b.npz"
+    straight = lj(2, 864, "--steps", 20, "--checkpoint", ck2, "--checkpoint-every", 10, "--json")
+    assert straight.returncode == 0, straight.stderr
+    half = lj(2, 864, "--steps", 10, "--checkpoint", ck)
+    assert half.returncode == 0, half.stderr
+    resumed = lj(2, 864, "--steps", 20, "--restart", ck, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = json.loads(straight.stdout), json.loads(resumed.stdout)
+    assert b["first_step"] == 10 and b["restarted_from"] == str(ck)
+    assert a["thermo"][-1] == b["thermo"][-1]
+    assert a["energy_drift"] == b["energy_drift"]
+    # the restart fixes the physics: a different --dt is refused, a gravity file too
+    _refused(lj(1, 864, "--steps", 30, "--restart", ck, "--dt", "0.001"), "was run with --dt 0.005")
+    grav = tmp_path / "g.npz"
+    assert run([NBODY, "50", "--steps", "1", "--backend", "numpy", "--checkpoint", grav], env=ENV).returncode == 0
+    _refused(lj(1, 864, "--restart", grav), "expected 'pympi_gpu.nbody.lj.checkpoint/1'")
+
+
+def test_sigterm_writes_checkpoint_and_resumes(tmp_path):
+    path = tmp_path / "ck.npz"
+    argv = mpiexec_argv(2) + [NBODY, "864", "--model", "lj", "--steps", "10000000", "--checkpoint", str(path),
+                              "--checkpoint-every", "5"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.monotonic() + 120
+        while not path.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no periodic checkpoint within 120 s"
+            time.sleep(0.2)
+        ranks = [p for p in _descendants(proc.pid) if _is_rank(p)]
+        assert len(ranks) == 2, ranks
+        for pid in ranks:
+            os.kill(pid, signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert "stopped    by SIGTERM" in stdout and "Traceback" not in stderr
+    with np.load(path) as data:
+        step = json.loads(str(data["meta"]))["step"]
+    assert 5 <= step < 10_000_000
+    resumed = lj(3, 864, "--steps", step + 3, "--restart", path, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["last_step"] == step + 3
+
+
+def test_pympi_scale_drives_the_lj_model(tmp_path):
+    out = run([script("pympi-scale"), "--ranks", "1,2", "--out", str(tmp_path / "lj"), "--",
+               NBODY, "864", "--model", "lj", "--steps", "10", "--threads", "1"], env=ENV, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    runs = [json.loads(line) for line in (tmp_path / "lj.jsonl").read_text().splitlines()]
+    assert sorted(r["ranks"] for r in runs) == [1, 2]

@@ -1,0 +1,145 @@
+"""LJ model, serial: lattice, velocities, brick geometry, neighbour lists and forces against direct sums."""
+
+import math
+
+import numpy as np
+import pytest
+
+from pympi_gpu.nbody.lj import kernels_cpu as kc
+from pympi_gpu.nbody.lj.domain import brick_of, grid_problem, owner_coords, wrap
+from pympi_gpu.nbody.lj.lattice import cell_edge, cells_for, dof, fcc_positions, temperature, velocities
+from pympi_gpu.nbody.lj.verify import reference_forces
+
+
+def test_cells_for_rounds_to_nearest_fcc_cube():
+    assert cells_for(32000) == 20 and cells_for(256000) == 40 and cells_for(4) == 1
+    assert cells_for(1_000_000) == 63  # 4 * 63^3 = 1,000,188 is nearer than 4 * 62^3 = 953,312
+    with pytest.raises(ValueError, match="too few"):
+        cells_for(3)
+
+
+def test_fcc_lattice_density_and_spacing():
+    pos = fcc_positions(3, 0.8442)
+    a = cell_edge(0.8442)
+    assert pos.shape == (108, 3)
+    assert len(pos) / (3 * a) ** 3 == pytest.approx(0.8442, rel=1e-14)
+    d = pos[:, None, :] - pos[None, :, :]
+    d -= 3 * a * np.round(d / (3 * a))
+    r = np.sqrt((d ** 2).sum(-1))[np.triu_indices(108, 1)]
+    assert r.min() == pytest.approx(a / math.sqrt(2), rel=1e-12)  # nearest neighbours of fcc
+    assert np.sum(np.isclose(r, a / math.sqrt(2))) == 108 * 12 // 2
+    with pytest.raises(ValueError):
+        cell_edge(0.0)
+
+
+def test_velocities_temperature_and_momentum():
+    v = velocities(500, 1.44, 87287)
+    assert np.abs(v.sum(axis=0)).max() < 1e-12
+    assert temperature(v) == pytest.approx(1.44, rel=1e-14)
+    assert dof(500) == 1497
+    assert np.array_equal(v, velocities(500, 1.44, 87287))
+    assert not np.array_equal(v, velocities(500, 1.44, 1))
+
+
+def test_bricks_tile_the_box():
+    box, dims = 10.0, (3, 2, 1)
+    x = np.random.default_rng(1).random((2000, 3)) * box
+    owners = owner_coords(x, box, dims)
+    for c in np.ndindex(*dims):
+        b = brick_of(box, dims, c)
+        inside = np.all((x >= b.lo) & (x < b.hi), axis=1)
+        assert np.array_equal(inside, np.all(owners == c, axis=1))
+    assert grid_problem(box, dims, 2.8) is None
+    why = grid_problem(8.0, (3, 1, 1), 2.8)
+    assert "thinner than the cutoff + skin" in why and "3x1x1" in why
+    assert np.array_equal(wrap(np.array([[-1e-300, 10.0, 3.5]]), box), [[0.0, 0.0, 3.5]])
+
+
+def _random_system(n=300, box=7.0, seed=3, cut=2.8):
+    """Atoms in [0, box)^3 kept 0.8 sigma apart, sorted by cell (as a rebuild leaves them),
+    plus all 26 periodic images as ghosts."""
+    rng = np.random.default_rng(seed)
+    pts = []
+    while len(pts) < n:
+        p = rng.random(3) * box
+        if all(np.linalg.norm((p - q) - box * np.round((p - q) / box)) > 0.8 for q in pts):
+            pts.append(p)
+    own = np.array(pts)
+    ncell = int(2 * (box + 2 * cut) / cut)
+    c = np.minimum(((own + cut) * (ncell / (box + 2 * cut))).astype(int), ncell - 1)
+    own = own[np.lexsort((c[:, 2], c[:, 1], c[:, 0]))]
+    shifts = [np.array(s) * box for s in np.ndindex(3, 3, 3) if s != (1, 1, 1)]
+    ghosts = np.vstack([own + (s - box) for s in shifts])
+    return own, np.vstack([own, ghosts])
+
+
+@pytest.mark.parametrize("half", [True, False])
+def test_neighbor_lists_match_brute_force(half):
+    box, cut = 7.0, 2.8
+    own, pos = _random_system(box=box)
+    n = len(own)
+    ncell = np.full(3, int(2 * (box + 2 * cut) / cut), np.int64)
+    lo = np.full(3, -cut)
+    inv = ncell / (box + 2 * cut)
+    cell_of, start, atoms = kc.bin_atoms(pos, len(pos), lo, inv, ncell)
+    oc, on, gc, gn, ok = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, half, 4, 4)
+    assert not ok  # capacities of 4 are too small: the caller must retry
+    oc, on, gc, gn, ok = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, half, 200, 200)
+    assert ok
+    d2 = ((pos[:n, None, :] - pos[None, :, :]) ** 2).sum(-1)
+    for i in range(n):
+        want = set(np.nonzero(d2[i] < cut * cut)[0]) - {i}
+        got_own = set(on[i, :oc[i]])
+        got_gh = set(gn[i, :gc[i]])
+        assert got_gh == {j for j in want if j >= n}
+        assert got_own == {j for j in want if j < n and (j > i or not half)}
+
+
+def test_forces_match_direct_sum_newton_and_one_sided():
+    box, cut, rc = 7.0, 2.8, 2.5
+    own, pos = _random_system(box=box)
+    n = len(own)
+    ncell = np.full(3, int(2 * (box + 2 * cut) / cut), np.int64)
+    lo, inv = np.full(3, -cut), np.full(3, int(2 * (box + 2 * cut) / cut) / (box + 2 * cut))
+    cell_of, start, atoms = kc.bin_atoms(pos, len(pos), lo, inv, ncell)
+    ref, mag = reference_forces(own, box, rc, np.arange(n))
+    results = []
+    for half in (True, False):
+        oc, on, gc, gn, ok = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, half, 200, 200)
+        f = np.zeros((n, 3))
+        e1, w1 = kc.pair_forces(pos, f, 0, n, oc, on, rc * rc, half)
+        e2, w2 = kc.pair_forces(pos, f, 0, n, gc, gn, rc * rc, False)
+        s = 1.0 if half else 0.5
+        results.append((s * e1 + 0.5 * e2, s * w1 + 0.5 * w2))
+        assert np.all(np.linalg.norm(f - ref, axis=1) <= 1e-13 * mag)
+    # energy and virial: direct double sum over pairs and images
+    d = own[:, None, :] - own[None, :, :]
+    d -= box * np.round(d / box)  # box 7 > 2 rc: the nearest image is the only one in range
+    r2 = (d ** 2).sum(-1)
+    m = (r2 < rc * rc) & (r2 > 0)
+    r6i = np.where(m, 1.0 / np.where(m, r2, 1) ** 3, 0)
+    e_ref = 0.5 * np.sum(4 * r6i * (r6i - 1))
+    w_ref = 0.5 * np.sum(r6i * (48 * r6i - 24))
+    for e, w in results:
+        assert e == pytest.approx(e_ref, rel=1e-12) and w == pytest.approx(w_ref, rel=1e-12)
+
+
+def test_lammps_bench_step_zero():
+    """Step 0 of LAMMPS bench/in.lj (32,000 atoms): TotEng -4.6134356, Press -5.0197073 in its log."""
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody.lj.domain import make_cart
+    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays, simulate
+
+    config = LjConfig(cells=20, steps=0)
+    cart = make_cart(MPI.COMM_SELF)
+    try:
+        system = LjSystem(cart, config, *initial_arrays(config, brick_of(config.box, (1, 1, 1), (0, 0, 0))))
+        run = simulate(MPI.COMM_SELF, config, system, 0)
+    finally:
+        cart.Free()
+    t = run.thermo[0]
+    assert (round(t.temp, 7), round(t.e_pair, 7), round(t.etotal, 7), round(t.press, 7)) == \
+        (1.44, -6.7733681, -4.6134356, -5.0197073)
+    # fcc shells within 2.8 sigma: 12 + 6 + 24 + 12 + 24 = 78 neighbours, 39 pairs per atom
+    assert run.neighbors_per_atom == 39.0
