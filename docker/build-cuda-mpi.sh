@@ -151,9 +151,11 @@ echo "build-cuda-mpi: mpi4py built in $((SECONDS - start)) s" >&2
 
 run_as=()
 [ "$(id -u)" = 0 ] && run_as=(--allow-run-as-root)
-# (no cross-memory attach: container builds and runtimes often refuse process_vm_readv; and no
-# warning that this build machine has no CUDA driver, which is expected here)
+# (no cross-memory attach: container builds and runtimes often refuse process_vm_readv; no warning
+# that this build machine has no CUDA driver, which is expected here; and an rsh agent that exists,
+# since Open MPI 4.1's mpiexec refuses to start without one even on one node, and images have no ssh)
 env OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_opal_warn_on_missing_libcuda=0 \
+    OMPI_MCA_plm_rsh_agent="${OMPI_MCA_plm_rsh_agent:-$(command -v ssh || echo false)}" \
     "$PREFIX/bin/mpiexec" "${run_as[@]}" --oversubscribe -n 2 "$PYTHON" -c '
 import ctypes, sys
 from mpi4py import MPI
