@@ -26,6 +26,20 @@ class _Count(Count):
         return super().convert(value, param, ctx)
 
 
+class _Bodies(_Count):
+    """BODIES: above :data:`MAX_BODIES` the refusal says the memory it would have taken."""
+
+    def convert(self, value, param, ctx):
+        from pympi_gpu.counts import MAX_COUNT
+        from pympi_gpu.nbody.memory import human_bytes, need_bytes
+
+        n = _Count(minimum=self.minimum, maximum=MAX_COUNT).convert(value, param, ctx)
+        if n > self.maximum:
+            self.fail(f"{value!r} is out of range (at most {self.maximum:,} bodies; {n:.3g} bodies would "
+                      f"need about {human_bytes(need_bytes(n, 'fp32'))} of memory in fp32)", param, ctx)
+        return n
+
+
 def format_run(run, threads: int) -> str:
     """The human summary of a :class:`~pympi_gpu.nbody.record.NbodyRun`."""
     lines = [f"n-body: {run.bodies:,} bodies, {run.ranks} rank(s), {run.precision}, {run.init} "
@@ -87,7 +101,7 @@ def _progress(comm, enabled: bool):
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("bodies", type=_Count(maximum=MAX_BODIES))
+@click.argument("bodies", type=_Bodies(maximum=MAX_BODIES))
 @click.option("--steps", type=_Count(minimum=0, maximum=10**12), default=10, show_default=True,
               help="Leapfrog steps; with --restart, the step to reach.")
 @click.option("--dt", type=PositiveFloat(), default=1e-3, show_default=True, help="Time step (N-body units).")
@@ -147,6 +161,13 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     previous = signal.signal(signal.SIGTERM, stop)
     if bodies < size:
         fail(f"BODIES ({bodies}) must be at least the number of ranks ({size})")
+    from pympi_gpu.gpu import local_rank
+    from pympi_gpu.nbody.memory import too_large
+
+    # Decided together before anything is allocated: one rank short of memory stops them all.
+    verdicts = comm.allgather(too_large(bodies, precision, size, local_rank(comm)[1]))
+    if any(verdicts):
+        fail(next(v for v in verdicts if v))
 
     meta = local = None
     if restart:

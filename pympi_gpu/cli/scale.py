@@ -8,6 +8,7 @@ PREFIX.csv and PREFIX.png.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -171,12 +172,8 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
 
 def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json):
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from pympi_gpu.scale import report
-    from pympi_gpu.scale.analysis import summarise
-    from pympi_gpu.scale.runner import run_study
-    from pympi_gpu.scale.store import ResultsStore, StudyMismatch
+    from pympi_gpu.scale.store import ResultsStore, StudyLocked
 
     err = Console(stderr=True, soft_wrap=True)
     out = Console()
@@ -184,6 +181,25 @@ def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_js
         out = Console(width=160)
     jsonl = prefix.with_name(prefix.name + ".jsonl")
     store = ResultsStore(jsonl, list(command), kind)
+    held = contextlib.ExitStack()
+    try:  # one study per results file: a second one is refused, never interleaved
+        held.enter_context(store.lock())
+    except StudyLocked as exc:
+        fail(str(exc))
+    with held:
+        _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json,
+                      err, out, jsonl, store)
+
+
+def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json, err, out, jsonl,
+                  store):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pympi_gpu.scale import report
+    from pympi_gpu.scale.analysis import summarise
+    from pympi_gpu.scale.runner import run_study
+    from pympi_gpu.scale.store import StudyMismatch
+
     if fresh:
         moved = store.set_aside()
         if moved:
