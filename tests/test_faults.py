@@ -398,12 +398,14 @@ BAD_OPTIONS = [
     (["--threads", "100000"], "100000 is not in the range 1<=x<=4096"),
     (["--seed", "-1"], "-1 is not in the range 0<=x<=18446744073709551615"),
     (["--seed", str(2**64)], "18446744073709551616 is not in the range"),
-    (["--seed", "１"], "is not a valid integer"),
+    (["--seed", "１"], "is not a valid integer (write it with the digits 0-9)"),
+    (["--threads", "٢"], "is not a valid integer (write it with the digits 0-9)"),
     (["--threads", "0x10"], "is not a valid integer"),
 ]
 BAD_INPUTS = ([(app, [count], words) for app in ("pi", "nbody") for count, words in BAD_COUNTS]
               + [(app, ["1000", *opts], words) for app in ("pi", "nbody") for opts, words in BAD_OPTIONS]
-              + [("nbody", ["1e12"], "1e+12 bodies would need about 128 TB of memory"),
+              + [("nbody", ["100", "--dt", "１e-3"], "is not a number"),
+                 ("nbody", ["1e12"], "1e+12 bodies would need about 128 TB of memory"),
                  ("nbody", ["2e9"], "need about 256 GB of memory on this node")])
 
 
@@ -421,3 +423,15 @@ def test_bad_input_one_message_exit_2(app, args, words, ranks):
     p = run(mpiexec_argv(ranks) + cmd if ranks > 1 else cmd, timeout=120, env=env())
     one_message(p, words)
     assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.parametrize("argv, words", [
+    ([SCALE, "--ranks", "１,2", "--", PI, "1e6"], "is not a whole number of ranks"),
+    ([SCALE, "--ranks", "1", "--repeat", "٣", "--", PI, "1e6"], "is not a valid integer"),
+    ([LAUNCH, "-n", "２", "--", "true"], "is not a valid integer"),
+    ([LAUNCH, "-n", "0x2", "--", "true"], "is not a valid integer"),
+])
+def test_unicode_and_hex_counts_in_scale_and_launch(tmp_path, argv, words):
+    p = run(argv, env=env(), timeout=60, cwd=tmp_path)
+    one_message(p, words)
+    assert list(tmp_path.iterdir()) == []

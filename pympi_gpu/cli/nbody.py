@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, Count, PositiveFloat, configure_threads, fail, mpi_world
+from pympi_gpu.cli.common import CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, configure_threads, fail, mpi_world
 
 SCHEMA = "pympi_gpu.nbody/1"
 MAX_BODIES = 2**31 - 1
@@ -114,7 +114,7 @@ def _progress(comm, enabled: bool):
               help="How bodies travel between ranks.")
 @click.option("--transport", type=click.Choice(["auto", "device", "host"]), default="auto", show_default=True,
               help="GPU only: device buffers straight to MPI (CUDA-aware) or staged through host memory.")
-@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=20240601, show_default=True)
+@click.option("--seed", type=IntRange(0, 2**64 - 1), default=20240601, show_default=True)
 @click.option("--init", type=click.Choice(["plummer", "uniform"]), default="plummer", show_default=True,
               help="Initial conditions: Plummer sphere or cold uniform ball.")
 @click.option("--verify", is_flag=True, help="Check sampled accelerations and the energy drift; exit 1 on failure.")
@@ -126,7 +126,7 @@ def _progress(comm, enabled: bool):
 @click.option("--checkpoint-every", type=_Count(minimum=1, maximum=10**12), default=None, metavar="K",
               help="Also write a checkpoint every K steps.")
 @click.option("--restart", type=str, default=None, metavar="PATH", help="Continue from this checkpoint.")
-@click.option("--threads", type=click.IntRange(1, 4096), default=None,
+@click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (schema in README).")
 @click.pass_context

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, Count, configure_threads, echo_root, fail, mpi_world
+from pympi_gpu.cli.common import CONTEXT_SETTINGS, Count, IntRange, configure_threads, echo_root, fail, mpi_world
 from pympi_gpu.counts import MAX_COUNT
 
 SCHEMA = "pympi_gpu.pi/1"
@@ -50,11 +50,11 @@ def format_run(run, threads: int, verbose: bool = False) -> str:
               help="Monte Carlo sampling, the trapezoid rule, or both.")
 @click.option("--per-rank", is_flag=True,
               help="SAMPLES per rank (weak scaling) instead of in total (strong scaling).")
-@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=None,
+@click.option("--seed", type=IntRange(0, 2**64 - 1), default=None,
               help="Seed of the Monte Carlo stream [default: 20240601].")
 @click.option("--backend", type=click.Choice(["auto", "numba", "numpy", "gpu"]), default="auto",
               show_default=True, help="Kernels: GPU if really usable, else numba (auto).")
-@click.option("--threads", type=click.IntRange(1, 4096), default=None,
+@click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (schema in README).")
 @click.option("-v", "--verbose", is_flag=True, help="Add one line per rank.")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, fail
+from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, fail
 
 LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")  # as pympi_gpu.launch.LAUNCHERS
 
@@ -97,8 +97,8 @@ def render_table(summary):
 @click.command(context_settings=dict(CONTEXT_SETTINGS, allow_interspersed_args=False))
 @click.option("--ranks", metavar="LIST", help="Rank counts, e.g. 1,2,4,8.")
 @click.option("--nodes", metavar="LIST", help="Node counts, e.g. 1,2,4 (with --tasks-per-node).")
-@click.option("--tasks-per-node", type=click.IntRange(min=1), default=None, help="Ranks per node with --nodes.")
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--tasks-per-node", type=IntRange(min=1), default=None, help="Ranks per node with --nodes.")
+@click.option("--repeat", type=IntRange(min=1), default=1, show_default=True,
               help="Runs per size; the table shows the median.")
 @click.option("--weak", is_flag=True,
               help="A weak-scaling study (fixed work per rank, e.g. pympi-pi --per-rank): efficiency t_b/t_p.")
