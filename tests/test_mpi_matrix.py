@@ -88,7 +88,8 @@ def make_venv(mpi: MPI) -> MPIVenv:
         _unavailable(f"cannot install the {mpi.wheel} wheel: {(p.stdout + p.stderr)[-2000:]}")
     out = subprocess.run([str(prefix / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                          capture_output=True, text=True, check=True).stdout.strip()
-    (Path(out) / "zz-pympi-project.pth").write_text(site + "\n")
+    # addsitedir, not a bare path: the project's own .pth files (its editable install) count too
+    (Path(out) / "zz-pympi-project.pth").write_text(f"import site; site.addsitedir({site!r})\n")
     done.touch()
     return MPIVenv(mpi, prefix)
 
