@@ -64,7 +64,7 @@ def _rank_of(pid: int) -> int | None:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return None
-    if b"pympi-" not in cmdline:
+    if b"pympi" not in cmdline:
         return None
     for item in environ:
         key, _, value = item.partition(b"=")
@@ -168,6 +168,7 @@ def test_sigkill_of_one_rank_ends_the_job(app, ranks):
         ended = time.monotonic() - t0
         time.sleep(0.5)
         rest = [p for p in ranks_pids if _alive(p)]
+    print(f"{app} at {ranks} ranks: the job ended {ended:.2f} s after SIGKILL of rank {ranks - 1}")
     assert proc.returncode != 0
     assert ended < END_WITHIN
     assert rest == [], "ranks left running after the job ended"
