@@ -16,7 +16,7 @@ from typing import Any
 
 from pympi_gpu import __version__
 from pympi_gpu.environment import container, expected_world_size, launcher_env
-from pympi_gpu.provenance import mpi_vendor, version_of
+from pympi_gpu.provenance import mpi_library_name, mpi_vendor, version_of
 
 __all__ = ["RankInfo", "InfoReport", "cupy_version", "guess_launcher", "rank_info", "collect"]
 
@@ -145,7 +145,7 @@ def collect(comm, probe_gpus: bool = True) -> InfoReport:
     expected, var = expected_world_size()
     return InfoReport(
         package=__version__, python=platform.python_version(), versions=versions,
-        mpi_library=" ".join(lib.splitlines()[0].split()) if lib else "", mpi_vendor=mpi_vendor(lib),
+        mpi_library=mpi_library_name(lib), mpi_vendor=mpi_vendor(lib),
         mpi_standard=f"{major}.{minor}", ranks=comm.Get_size(), ranks_per_host=dict(sorted(hosts.items())),
         launcher=guess_launcher(), launcher_env=launcher_env(), expected_ranks=expected, expected_from=var,
         cuda_aware=dataclasses.asdict(aware), container=container(),

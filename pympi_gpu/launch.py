@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 __all__ = ["LaunchPlan", "LaunchError", "LAUNCHERS", "MPI_VENDORS", "PMI_FOR", "plan", "mpi_from_env",
-           "probe_mpi", "vendor_of_text"]
+           "probe_mpi", "vendor_of_text", "loaded_mpi_library"]
 
 #: launchers plan() can choose or be told to use
 LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")
@@ -91,7 +91,7 @@ def mpi_from_env(environ: Mapping[str, str] | None = None) -> tuple[str | None, 
             metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
-        return vendor, f"the {dist} wheel mpi4py loads"
+        return vendor, f"the installed {dist} wheel"
     try:
         import mpi4py  # the package only: importing mpi4py.MPI would start MPI
 
@@ -109,9 +109,46 @@ def mpi_from_env(environ: Mapping[str, str] | None = None) -> tuple[str | None, 
     return None, "no MPI wheel, mpi4py config or MPI module variable names one"
 
 
+#: Run in a subprocess: the MPI library mpi4py loads, without starting MPI.
+_LIBRARY_PROBE = ("import mpi4py; mpi4py.rc.initialize = mpi4py.rc.finalize = False; "
+                  "from mpi4py import MPI; print(MPI.Get_library_version())")
+
+
+def loaded_mpi_library(timeout: float = 30) -> str | None:
+    """``MPI.Get_library_version()`` of the library mpi4py loads here, or None.
+
+    Asked of a child Python (MPI is neither initialised there nor here), so the
+    answer is the library that a rank started from this environment will load:
+    with the mpich extra and ``impi-rt`` both installed, that is Intel MPI.
+    """
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run([sys.executable, "-c", _LIBRARY_PROBE], capture_output=True, text=True,
+                             timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = out.stdout.replace("\x00", "").strip()  # Open MPI's string ends in a NUL
+    return (text or None) if out.returncode == 0 else None
+
+
 def probe_mpi(environ: Mapping[str, str] | None = None,
-              which: Callable[[str], str | None] = shutil.which, timeout: float = 20) -> tuple[str | None, str]:
-    """:func:`mpi_from_env`, else ask ``mpiexec --version`` (runs a subprocess; MPI is not started)."""
+              which: Callable[[str], str | None] = shutil.which, timeout: float = 20,
+              library: Callable[[], str | None] = loaded_mpi_library) -> tuple[str | None, str]:
+    """The MPI in use, and how that was found (runs subprocesses; MPI is not started here).
+
+    ``PYMPI_MPI`` (the user's word) first, then the library mpi4py loads
+    (:func:`loaded_mpi_library`), then :func:`mpi_from_env`, then
+    ``mpiexec --version``.
+    """
+    env = os.environ if environ is None else environ
+    if not env.get("PYMPI_MPI", "").strip():
+        text = library()
+        vendor = vendor_of_text(text) if text else None
+        if vendor:
+            first = " ".join(text.strip().splitlines()[0].split()).split(", ")[0]
+            return vendor, f"the MPI library mpi4py loads: {first}"
     vendor, how = mpi_from_env(environ)
     if vendor:
         return vendor, how

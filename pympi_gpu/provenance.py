@@ -10,7 +10,7 @@ from pympi_gpu import __version__
 from pympi_gpu.environment import container, launcher_env
 from pympi_gpu.records import Provenance
 
-__all__ = ["collect", "version_of", "mpi_vendor"]
+__all__ = ["collect", "version_of", "mpi_vendor", "mpi_library_name"]
 
 
 def version_of(dist: str) -> str | None:
@@ -31,6 +31,12 @@ def mpi_vendor(library_version: str) -> str:
     return "unknown"
 
 
+def mpi_library_name(library_version: str) -> str:
+    """First line of ``MPI.Get_library_version()`` with runs of blanks made one space."""
+    lines = library_version.replace("\x00", "").strip().splitlines()  # Open MPI's ends in a NUL
+    return " ".join(lines[0].split()) if lines else ""
+
+
 def collect(comm, extra: dict[str, str] | None = None) -> Provenance:
     """Gather provenance from every rank of ``comm``; collective over comm."""
     from mpi4py import MPI
@@ -48,7 +54,7 @@ def collect(comm, extra: dict[str, str] | None = None) -> Provenance:
         mpi4py=mpi4py.__version__,
         numpy=numpy.__version__,
         numba=numba.__version__,
-        mpi_library=lib.splitlines()[0] if lib else "",
+        mpi_library=mpi_library_name(lib),
         mpi_vendor=mpi_vendor(lib),
         ranks=comm.Get_size(),
         hosts=tuple(sorted(per_host)),

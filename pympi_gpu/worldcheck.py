@@ -42,5 +42,5 @@ def world_mismatch(size: int, environ: Mapping[str, str] | None = None,
         f"interface (PMI). Start it with a launcher that speaks its PMI: srun --mpi=pmi2 for "
         f"MPICH, MVAPICH and Intel MPI, srun --mpi=pmix for Open MPI, ibrun on TACC systems, or "
         f"this MPI's own mpiexec; in a container, the image's MPI must match the host's "
-        f"(see README, 'Troubleshooting: images', MPI mismatch). pympi-launch chooses for you."
+        f"(see docs/containers.md, 'Troubleshooting: images', MPI mismatch). pympi-launch chooses for you."
     )

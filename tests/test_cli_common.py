@@ -1,10 +1,16 @@
-"""The shared command-line rules of pympi_gpu.cli.common."""
-import click.testing
+"""The shared command-line rules of pympi_gpu.cli.common, and what every command shows."""
+
+import json
+import sys
+from importlib import metadata
 
 import click
+import click.testing
 import pytest
 
-from pympi_gpu.cli.common import Count, PositiveFloat, run_command
+from conftest import clean_env, run, script
+from pympi_gpu.cli import COMMANDS
+from pympi_gpu.cli.common import MPI_MISSING, Count, PositiveFloat, escape, lazy, run_command
 
 
 @click.command()
@@ -51,3 +57,139 @@ def test_count_param_bounds():
     assert runner.invoke(cmd, ["1e1"]).output.strip() == "10"
     bad = runner.invoke(cmd, ["11"])
     assert bad.exit_code == 2 and "out of range" in bad.output
+
+
+# --- what every command shows: words kept, --version, help, variables named --------------------
+BRACKETED = "error in [plot] extra: [proxy:0@vm] [host:123] [red]not red[/]"
+SCRIPTS = ["pympi", *(f"pympi-{name}" for name in COMMANDS)]
+
+
+def commands():
+    return {name: lazy(target)() for name, target in COMMANDS.items()}
+
+
+def test_escape_keeps_every_bracket_through_rich():
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    console.print(f"[red]FAILED[/] {escape(BRACKETED)}", highlight=False)
+    console.print(escape(f"pip install 'pympi_gpu[plot]' {sys.executable}"))
+    text = console.export_text()
+    assert f"FAILED {BRACKETED}\n" in text
+    assert "pip install 'pympi_gpu[plot]'" in text
+
+
+def test_scale_messages_keep_square_brackets(tmp_path):
+    """A failed point's error and stderr tail, and the plot hint, print as the program wrote them."""
+    (tmp_path / "bad.py").write_text(f"import sys\nsys.stderr.write({BRACKETED!r} + '\\n')\nsys.exit(3)\n")
+    (tmp_path / "ok.py").write_text(
+        "import json\nprint(json.dumps({'schema': 'x/1', 'app': 'fake', 'ranks': 1, 'wall_time': 0.5,"
+        " 'throughput': 2.0, 'work_unit': 'samples'}))\n")
+    shadow = tmp_path / "shadow" / "matplotlib"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('hidden [by the test]')\n")
+    scale = script("pympi-scale")
+    env = clean_env(PYTHONPATH=str(tmp_path / "shadow"))
+
+    bad = run([scale, "--ranks", "1", "--out", "bad", "--", sys.executable, "bad.py", "[proxy:0@vm]"],
+              cwd=tmp_path, env=env, timeout=120)
+    assert bad.returncode == 1, bad.stderr
+    assert f"1 rank run 1/1: FAILED exit status 3: {BRACKETED}" in bad.stderr
+    assert f"1 ranks failed: exit status 3: {BRACKETED}" in bad.stdout
+    assert f"  {BRACKETED}" in bad.stdout
+    assert "bad.py [proxy:0@vm]" in bad.stdout  # the table's title
+
+    ok = run([scale, "--ranks", "1", "--out", "ok[1]", "--", sys.executable, "ok.py"],
+             cwd=tmp_path, env=env, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "plot skipped: matplotlib is not installed (hidden [by the test]); " \
+           "pip install 'pympi_gpu[plot]'" in ok.stderr
+    assert "wrote ok[1].jsonl" in ok.stderr
+
+
+@pytest.mark.parametrize("argv", [["pympi-pi", "1e3"], ["pympi-nbody", "64"], ["pympi-info"]])
+def test_no_mpi_library_says_what_to_do(argv):
+    """A core install without an MPI library: one message with the ways out, no traceback."""
+    p = run([script(argv[0]), *argv[1:]], timeout=120,
+            env=clean_env(MPI4PY_LIBMPI="/nonexistent/libmpi.so.12"))
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.count("Error:") == 1 and "Traceback" not in p.stderr and p.stdout == ""
+    assert "no MPI library: cannot load MPI library /nonexistent/libmpi.so.12" in p.stderr
+    for way in ("pip install 'pympi_gpu[mpich]'", "pip install --no-binary mpi4py", "MPI4PY_LIBMPI="):
+        assert way in p.stderr and way in MPI_MISSING
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_version_on_every_command(name):
+    p = run([script(name), "--version"], timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"pympi_gpu {metadata.version('pympi_gpu')}"
+
+
+def test_every_option_has_help_and_help_is_plain_text():
+    missing = [f"{name} {'/'.join(param.opts)}" for name, command in commands().items()
+               for param in command.params
+               if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip()]
+    assert missing == []
+    runner = click.testing.CliRunner()
+    for name, command in commands().items():
+        text = runner.invoke(command, ["--help"], prog_name=f"pympi-{name}").output
+        assert "--version" in text and "``" not in text and ":func:" not in text, name
+
+
+@pytest.mark.parametrize("argv, env, names", [
+    (["pympi-pi", "1e3"], {"PYMPI_PI_METHOD": "xyz"}, ["environment variable PYMPI_PI_METHOD", "--method"]),
+    (["pympi-pi", "1e3"], {"PYMPI_PI_SEED": "-1"}, ["environment variable PYMPI_PI_SEED", "--seed"]),
+    (["pympi-nbody", "64"], {"PYMPI_NBODY_PRECISION": "fp16"}, ["environment variable PYMPI_NBODY_PRECISION"]),
+    (["pympi", "pi", "1e3"], {"PYMPI_PI_METHOD": "xyz"}, ["environment variable PYMPI_PI_METHOD"]),
+    (["pympi-pi", "1e3", "--method", "xyz"], {}, ["'--method'"]),
+    (["pympi-scale", "--ranks", "0,2", "--", "pympi-pi", "1e3"], {}, ["'--ranks'", "ranks must be >= 1"]),
+    (["pympi-scale", "--", "pympi-pi", "1e3"], {"PYMPI_SCALE_RANKS": "0,2"},
+     ["environment variable PYMPI_SCALE_RANKS", "'--ranks'"]),
+])
+def test_a_bad_value_is_named_where_it_came_from(argv, env, names):
+    p = run([script(argv[0]), *argv[1:]], timeout=120, env=clean_env(**env))
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("Error:") == 1 and "Traceback" not in p.stderr
+    for name in names:
+        assert name in p.stderr
+    if not env:
+        assert "environment variable" not in p.stderr
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_bad_variable_under_mpiexec_one_message(mpirun, n):
+    p = mpirun(n, script("pympi-pi"), "1e3", timeout=120, env=clean_env(PYMPI_PI_METHOD="xyz"))
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("Error:") == 1 and "PYMPI_PI_METHOD" in p.stderr
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_trapezoid_counts_intervals(mpirun, n):
+    pi = script("pympi-pi")
+    p = mpirun(n, pi, "1e7", "--method", "trapezoid", "--json", "--verbose", timeout=300)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["work_unit"] == "intervals"
+    shares = doc["results"][0]["shares"]
+    assert [s["start"] for s in shares] == [0] + [s["start"] + s["count"] for s in shares[:-1]]
+    assert sum(s["count"] for s in shares) == 10**7 and len(shares) == n
+    text = mpirun(n, pi, "1e7", "--method", "both", "--verbose", timeout=300)
+    assert text.returncode == 0, text.stderr
+    trapezoid = text.stdout.split("(trapezoid rule)")[1]
+    assert f"of {n} on" in trapezoid and ", 10,000,000) " in trapezoid and "9,999,999" not in trapezoid
+
+
+def test_mpi_library_is_named_alike_by_pi_and_info():
+    from pympi_gpu.provenance import mpi_library_name
+
+    assert mpi_library_name("MPICH Version:      5.0.2\nMPICH Release date: x") == "MPICH Version: 5.0.2"
+    assert mpi_library_name("  Open MPI v5.0.6, package: Open MPI\tbuild\n") == \
+        "Open MPI v5.0.6, package: Open MPI build"
+    assert mpi_library_name("") == ""
+    assert mpi_library_name("Open MPI v5.0.11, package: Open MPI\x00") == "Open MPI v5.0.11, package: Open MPI"
+    pi = run([script("pympi-pi"), "1e4", "--json"], timeout=120)
+    info = run([script("pympi-info"), "--json", "--no-gpu"], timeout=120)
+    assert pi.returncode == 0 and info.returncode == 0, pi.stderr + info.stderr
+    library = json.loads(pi.stdout)["provenance"]["mpi_library"]
+    assert library == json.loads(info.stdout)["mpi_library"] and "  " not in library and library

@@ -7,7 +7,7 @@ import shlex
 import pytest
 
 from conftest import run, script
-from pympi_gpu.launch import LaunchError, mpi_from_env, plan, vendor_of_text
+from pympi_gpu.launch import LaunchError, loaded_mpi_library, mpi_from_env, plan, probe_mpi, vendor_of_text
 
 
 def which_of(*present):
@@ -86,7 +86,22 @@ def test_mpi_detected_from_the_environment():
 
 def test_mpi_wheel_of_this_environment_is_found():
     # the test environment installs the mpich extra
-    assert mpi_from_env({}) == ("mpich", "the mpich wheel mpi4py loads")
+    assert mpi_from_env({}) == ("mpich", "the installed mpich wheel")
+
+
+def test_the_library_mpi4py_loads_wins_over_the_installed_wheels():
+    # the mpich wheel is installed here; a venv that also has impi-rt loads Intel MPI
+    intel = "Intel(R) MPI Library 2021.14 for Linux* OS\n\nCopyright 2003-2024 Intel Corporation."
+    vendor, how = probe_mpi({}, library=lambda: intel)
+    assert vendor == "intelmpi" and "Intel(R) MPI Library 2021.14 for Linux* OS" in how
+    assert probe_mpi({"PYMPI_MPI": "openmpi"}, library=lambda: intel) == ("openmpi", "PYMPI_MPI")
+    assert probe_mpi({}, library=lambda: None) == ("mpich", "the installed mpich wheel")
+
+
+def test_loaded_mpi_library_is_the_real_one():
+    from mpi4py import MPI
+
+    assert loaded_mpi_library() == MPI.Get_library_version().strip()
 
 
 @pytest.mark.parametrize("text, vendor", [
@@ -186,7 +201,7 @@ def test_dry_run_prints_the_command():
     argv = shlex.split(out.stdout)
     assert argv[-4:] == ["pympi-pi", "1e5", "--seed", "3"]
     assert argv[:3] == [argv[0], "-n", "2"] and argv[0].endswith(("mpiexec", "mpirun"))
-    assert "mpich" in out.stderr
+    assert "mpich (the MPI library mpi4py loads: MPICH Version:" in out.stderr
 
 
 def test_dry_run_srun_with_image_and_gpu():
@@ -194,6 +209,16 @@ def test_dry_run_srun_with_image_and_gpu():
                  env={"SLURM_JOB_ID": "42"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "srun --ntasks=4 --mpi=pmi2 apptainer run --nv nbody.sif pympi-nbody 1e6"
+    assert "# warning: no image file nbody.sif here" in out.stderr  # checked, and said
+
+
+def test_dry_run_checks_the_image(tmp_path):
+    sif = tmp_path / "pi.sif"
+    sif.write_bytes(b"not really an image")
+    out = launch("-n", "2", "--image", str(sif), "--dry-run", "--", "pympi-pi", "1e6")
+    assert out.returncode == 0 and "warning" not in out.stderr, out.stderr
+    remote = launch("-n", "2", "--image", "docker://ghcr.io/x/pi:1", "--dry-run", "--", "pympi-pi", "1e6")
+    assert remote.returncode == 0 and "docker://ghcr.io/x/pi:1 not checked" in remote.stderr
 
 
 def test_pympi_launch_group_form():

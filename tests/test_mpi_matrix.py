@@ -86,7 +86,8 @@ def make_venv(mpi: MPI) -> MPIVenv:
                        capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         _unavailable(f"cannot install the {mpi.wheel} wheel: {(p.stdout + p.stderr)[-2000:]}")
-    out = subprocess.run([str(prefix / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    out = subprocess.run([str(prefix / "bin" / "python"), "-c",
+                          "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                          capture_output=True, text=True, check=True).stdout.strip()
     # addsitedir, not a bare path: the project's own .pth files (its editable install) count too
     (Path(out) / "zz-pympi-project.pth").write_text(f"import site; site.addsitedir({site!r})\n")

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import click
 
-from pympi_gpu import __version__
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, run_command
+from pympi_gpu.cli.common import CONTEXT_SETTINGS, run_command, version_option
 
 __all__ = ["cli", "main", "pi_main", "nbody_main", "launch_main", "scale_main", "info_main"]
 
@@ -39,7 +38,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
-@click.version_option(__version__, prog_name="pympi_gpu")
+@version_option()
 def cli():
     """MPI + GPU applications: pi, n-body, launching, scaling studies.
 

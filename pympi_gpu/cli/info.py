@@ -6,7 +6,7 @@ import json
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, mpi_world, world_rank_hint
+from pympi_gpu.cli.common import CONTEXT_SETTINGS, mpi_world, version_option, world_rank_hint
 
 
 def format_report(rep) -> str:
@@ -47,13 +47,14 @@ def format_report(rep) -> str:
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
+@version_option()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--no-gpu", is_flag=True, help="Do not probe GPUs (numba.cuda is not imported).")
 def info(as_json, no_gpu):
     """Report versions, MPI library, launcher, ranks per host, GPUs, CUDA-aware MPI and container.
 
-    Run it the way the job runs: ``srun pympi-info``, ``ibrun pympi-info``,
-    ``mpiexec -n 4 pympi-info``, or inside the image.
+    Run it the way the job runs: srun pympi-info, ibrun pympi-info,
+    mpiexec -n 4 pympi-info, or inside the image.
     """
     from pympi_gpu.info import collect
     from pympi_gpu.records import to_dict

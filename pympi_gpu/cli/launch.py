@@ -13,12 +13,13 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange
+from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, version_option
 from pympi_gpu.launch import LAUNCHERS, MPI_VENDORS, LaunchError, plan, probe_mpi
 
 
 @click.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True,
                                  "allow_interspersed_args": False})
+@version_option()
 @click.option("-n", "--ntasks", type=IntRange(min=1), required=True,
               help="Number of MPI ranks.")
 @click.option("-N", "--nodes", type=IntRange(min=1), default=None,
@@ -30,7 +31,8 @@ from pympi_gpu.launch import LAUNCHERS, MPI_VENDORS, LaunchError, plan, probe_mp
 @click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
               help="Launcher; auto: ibrun if on PATH, srun inside Slurm, else mpiexec/mpirun.")
 @click.option("--mpi", "mpi", type=click.Choice(MPI_VENDORS), default=None,
-              help="The MPI COMMAND uses [default: detected: MPI wheel, mpi4py config, mpiexec --version].")
+              help="The MPI COMMAND uses [default: the library mpi4py loads, else MPI wheel, mpi4py config, "
+                   "mpiexec --version].")
 @click.option("--pmi", default=None, metavar="PLUGIN",
               help="srun --mpi plugin (pmi2, pmix, ...; 'default' for the cluster's) [default: from --mpi].")
 @click.option("--dry-run", is_flag=True, help="Print the command line (and why) instead of running it.")
@@ -45,8 +47,13 @@ def launch(ntasks, nodes, tasks_per_node, image, gpu, launcher, mpi, pmi, dry_ru
     In a Slurm allocation the ranks start with srun and the PMI plugin of the
     MPI in use (pmi2 for MPICH, MVAPICH and Intel MPI, pmix for Open MPI).
     """
-    if image is not None and "://" not in image and not dry_run and not os.path.isfile(image):
-        raise click.BadParameter(f"no such image file: {image}", param_hint="--image")
+    image_note = None
+    if image is not None and "://" in image:
+        image_note = f"image {image} not checked: it is fetched by apptainer when the job starts"
+    elif image is not None and not os.path.isfile(image):
+        if not dry_run:
+            raise click.BadParameter(f"no such image file: {image}", param_hint="--image")
+        image_note = f"warning: no image file {image} here; the job would fail unless it exists where it runs"
     try:
         how = "--mpi"
         if mpi is None and launcher != "ibrun":
@@ -58,6 +65,8 @@ def launch(ntasks, nodes, tasks_per_node, image, gpu, launcher, mpi, pmi, dry_ru
     if dry_run:
         click.echo(shlex.join(chosen.argv))
         click.echo(f"# {chosen.launcher}: {chosen.reason}", err=True)
+        if image_note:
+            click.echo(f"# {image_note}", err=True)
         return
     sys.stdout.flush()
     sys.stderr.flush()

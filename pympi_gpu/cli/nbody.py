@@ -8,7 +8,8 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, configure_threads, fail, mpi_world
+from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, configure_threads, fail,
+                                  mpi_world, version_option)
 
 SCHEMA = "pympi_gpu.nbody/1"
 MAX_BODIES = 2**31 - 1
@@ -101,20 +102,23 @@ def _progress(comm, enabled: bool):
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
+@version_option()
 @click.argument("bodies", type=_Bodies(maximum=MAX_BODIES))
 @click.option("--steps", type=_Count(minimum=0, maximum=10**12), default=10, show_default=True,
               help="Leapfrog steps; with --restart, the step to reach.")
 @click.option("--dt", type=PositiveFloat(), default=1e-3, show_default=True, help="Time step (N-body units).")
 @click.option("--softening", type=PositiveFloat(), default=0.01, show_default=True,
               help="Softening length eps (> 0): forces ~ 1/(r^2 + eps^2).")
-@click.option("--precision", type=click.Choice(["fp32", "fp64"]), default="fp32", show_default=True)
+@click.option("--precision", type=click.Choice(["fp32", "fp64"]), default="fp32", show_default=True,
+              help="Floating-point precision of positions, velocities and forces.")
 @click.option("--backend", type=click.Choice(["auto", "gpu", "numba", "numpy"]), default="auto",
               show_default=True, help="Kernels: GPU if really usable, else numba (auto).")
 @click.option("--exchange", type=click.Choice(["ring", "allgather"]), default="ring", show_default=True,
               help="How bodies travel between ranks.")
 @click.option("--transport", type=click.Choice(["auto", "device", "host"]), default="auto", show_default=True,
               help="GPU only: device buffers straight to MPI (CUDA-aware) or staged through host memory.")
-@click.option("--seed", type=IntRange(0, 2**64 - 1), default=20240601, show_default=True)
+@click.option("--seed", type=IntRange(0, 2**64 - 1), default=20240601, show_default=True,
+              help="Seed of the initial conditions (same seed, same bodies at any rank count).")
 @click.option("--init", type=click.Choice(["plummer", "uniform"]), default="plummer", show_default=True,
               help="Initial conditions: Plummer sphere or cold uniform ball.")
 @click.option("--verify", is_flag=True, help="Check sampled accelerations and the energy drift; exit 1 on failure.")
@@ -128,7 +132,7 @@ def _progress(comm, enabled: bool):
 @click.option("--restart", type=str, default=None, metavar="PATH", help="Continue from this checkpoint.")
 @click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (schema in README).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/nbody.md).")
 @click.pass_context
 def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init, verify,
           energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, threads, as_json):

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, Count, IntRange, configure_threads, echo_root, fail, mpi_world
+from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, configure_threads, echo_root, fail, mpi_world,
+                                  version_option)
 from pympi_gpu.counts import MAX_COUNT
 
 SCHEMA = "pympi_gpu.pi/1"
@@ -45,6 +46,7 @@ def format_run(run, threads: int, verbose: bool = False) -> str:
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
+@version_option()
 @click.argument("samples", type=Count())
 @click.option("--method", type=click.Choice(["mc", "trapezoid", "both"]), default="mc", show_default=True,
               help="Monte Carlo sampling, the trapezoid rule, or both.")
@@ -56,7 +58,7 @@ def format_run(run, threads: int, verbose: bool = False) -> str:
               show_default=True, help="Kernels: GPU if really usable, else numba (auto).")
 @click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (schema in README).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/pi.md).")
 @click.option("-v", "--verbose", is_flag=True, help="Add one line per rank.")
 def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     """Estimate pi from SAMPLES points (Monte Carlo) or intervals (trapezoid rule).
@@ -98,7 +100,8 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
         if as_json:
             from pympi_gpu.records import to_dict
 
-            doc = to_dict(run, schema=SCHEMA, app="pi", work_unit="samples")
+            unit = "intervals" if methods == ("trapezoid",) else "samples"
+            doc = to_dict(run, schema=SCHEMA, app="pi", work_unit=unit)
             doc["throughput"] = run.throughput
             doc["threads_per_rank"] = nthreads
             if not verbose:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, fail
+from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, escape, fail, version_option
 
 LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")  # as pympi_gpu.launch.LAUNCHERS
 
@@ -31,7 +31,9 @@ def _sizes(value, what):
     try:
         return parse_sizes(value, what)
     except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        ctx = click.get_current_context()
+        param = next(p for p in ctx.command.params if p.name == what)
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
 def _default_prefix(command, weak: bool) -> str:
@@ -69,7 +71,7 @@ def render_table(summary):
 
     weak = summary.kind == "weak"
     unit = summary.work_unit or "units"
-    table = Table(title=f"{summary.kind} scaling: {' '.join(summary.command)}",
+    table = Table(title=f"{summary.kind} scaling: {escape(' '.join(summary.command))}",
                   caption=(f"time = median of the command's wall_time over repeats; vs "
                            f"{summary.baseline_ranks} rank(s)" if summary.baseline_ranks else None))
     nodes = any(p.nodes is not None for p in summary.points)
@@ -95,6 +97,7 @@ def render_table(summary):
 
 
 @click.command(context_settings=dict(CONTEXT_SETTINGS, allow_interspersed_args=False))
+@version_option()
 @click.option("--ranks", metavar="LIST", help="Rank counts, e.g. 1,2,4,8.")
 @click.option("--nodes", metavar="LIST", help="Node counts, e.g. 1,2,4 (with --tasks-per-node).")
 @click.option("--tasks-per-node", type=IntRange(min=1), default=None, help="Ranks per node with --nodes.")
@@ -203,7 +206,7 @@ def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout
     if fresh:
         moved = store.set_aside()
         if moved:
-            err.print(f"earlier results set aside as {moved}")
+            err.print(f"earlier results set aside as {escape(moved)}", highlight=False)
     try:
         before = store.load()
     except StudyMismatch as exc:
@@ -211,7 +214,7 @@ def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout
     done = {(r["point"], r["repeat"]) for r in before if r.get("ok")}
     todo = sum(1 for p in points for i in range(repeat) if (p.key, i) not in done)
     if done:
-        err.print(f"resuming {jsonl}: {len(points) * repeat - todo} run(s) already done, {todo} to go")
+        err.print(f"resuming {escape(jsonl)}: {len(points) * repeat - todo} run(s) already done, {todo} to go")
 
     def _term(signum, frame):
         raise KeyboardInterrupt
@@ -224,7 +227,7 @@ def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout
             task = progress.add_task(f"{kind} scaling", total=todo)
 
             def on_start(point, i, launch):
-                progress.update(task, description=f"{point.label()}, run {i + 1}/{repeat} ({launch.launcher})")
+                progress.update(task, description=escape(f"{point.label()}, run {i + 1}/{repeat} ({launch.launcher})"))
 
             def on_done(o):
                 progress.advance(task)
@@ -234,7 +237,7 @@ def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout
                                            highlight=False)
                 else:
                     progress.console.print(f"  {o.point.label():>14} run {o.repeat + 1}/{repeat}: "
-                                           f"[red]FAILED[/] {o.error}", highlight=False)
+                                           f"[red]FAILED[/] {escape(o.error)}", highlight=False)
             run_study(command, points, repeat, planner, store, timeout=timeout,
                       on_start=on_start, on_done=on_done)
     except KeyboardInterrupt:
@@ -253,16 +256,16 @@ def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout
         out.print(render_table(summary))
         for p in summary.failed:
             where = f"{p.ranks} ranks" + (f" ({p.nodes} nodes x {p.tasks_per_node})" if p.nodes else "")
-            out.print(f"[red]{where} failed[/]: {p.error}", highlight=False)
+            out.print(f"[red]{where} failed[/]: {escape(p.error)}", highlight=False)
             if p.stderr_tail.strip():
                 tail = "\n".join(p.stderr_tail.strip().splitlines()[-5:])
                 out.print("  " + tail.replace("\n", "\n  "), highlight=False, markup=False)
     for f in files + ([png] if png else []):
-        err.print(f"wrote {f}", highlight=False)
+        err.print(f"wrote {escape(f)}", highlight=False)
     if png is None:
-        err.print(f"plot skipped: {why}", highlight=False)
+        err.print(f"plot skipped: {escape(why)}", highlight=False)
     if interrupted:
-        err.print(f"interrupted: {len(runs)} run(s) kept in {jsonl}; run the same command again to resume",
+        err.print(f"interrupted: {len(runs)} run(s) kept in {escape(jsonl)}; run the same command again to resume",
                   highlight=False)
         sys.exit(130)
     if summary.failed:

@@ -91,8 +91,14 @@ def trapezoid(comm, intervals: int, kernels) -> PiResult:
         estimate = None
     estimate = comm.bcast(estimate, root=0)
     t2 = MPI.Wtime()
-    lo = grid.chunk_nodes(intervals, c0)[0] if c1 > c0 else 0
-    hi = grid.chunk_nodes(intervals, c1 - 1)[1] if c1 > c0 else 0
+    # The rank's share in intervals: interior node i closes interval [i-1, i); the
+    # rank holding node n-1 also has the last interval, so shares add up to n.
+    if c1 > c0:
+        lo = grid.chunk_nodes(intervals, c0)[0] - 1
+        hi = grid.chunk_nodes(intervals, c1 - 1)[1]
+        hi = intervals if hi == intervals else hi - 1
+    else:
+        lo = hi = 0
     return _record(comm, "trapezoid", intervals, estimate, None, None, (t0, t1, t2), (lo, hi - lo))
 
 

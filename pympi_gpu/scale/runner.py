@@ -17,7 +17,7 @@ from pympi_gpu.scale.store import ResultsStore
 __all__ = ["REQUIRED_KEYS", "Launch", "SimpleLaunch", "Planner", "RunOutcome", "with_json", "parse_record",
            "run_once", "run_study", "StudyRun"]
 
-#: Keys every pympi command's ``--json`` object carries (README, "JSON schema" of pympi-pi and "Output" of pympi-nbody).
+#: Keys every pympi command's ``--json`` object carries (docs/pi.md, "JSON schema", and docs/nbody.md, "Output").
 REQUIRED_KEYS = ("schema", "app", "ranks", "wall_time", "throughput", "work_unit")
 
 STDERR_TAIL = 2000  # characters of a failed run's stderr kept in the results

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.system, pytest.mark.timeout(3000)]
 
 #: Ranks started by a launcher outside the image each get their own user
 #: namespace (unprivileged Apptainer), where UCX's shared memory cannot open
-#: its peer's /proc/PID/fd/N; named /dev/shm segments work (README troubleshooting).
+#: its peer's /proc/PID/fd/N; named /dev/shm segments work (docs/containers.md, troubleshooting).
 USERNS_UCX = {"UCX_POSIX_USE_PROC_LINK": "n"}
 
 

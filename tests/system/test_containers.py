@@ -4,7 +4,8 @@ No registry is reachable here, so the bases are made locally (see
 containers.py): Debian 12 with Python for Dockerfile.local, and "TACC-style"
 bases with a system MPI for Dockerfile.impi (a real Intel MPI, unpacked from
 PyPI's impi-rt and impi-devel wheels, behind BASH_ENV as on TACC's image) and
-Dockerfile.mvapich (Open MPI stands in: Debian has no MVAPICH2).  The recipes are the files users get, only their ARGs differ.
+Dockerfile.mvapich (Open MPI stands in: Debian has no MVAPICH2).  The recipes
+are the files users get, only their ARGs differ.
 
 Every image must compute pi over two ranks inside the container with the same
 Monte Carlo hits as this checkout computes outside it (the random stream is
