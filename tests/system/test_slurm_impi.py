@@ -54,11 +54,17 @@ def sizes(stdout: str) -> list[tuple[int, str]]:
     return [(int(line.split()[1]), line.split(" ", 2)[2]) for line in stdout.splitlines() if line.startswith("size ")]
 
 
-@pytest.mark.parametrize("ntasks, nodes", [(2, None), (3, None), (2, 2)])
-def test_intel_mpi_under_srun_pmi2(slurm, impi, libpmi2, tmp_path, ntasks, nodes):
+@pytest.mark.parametrize("ntasks, nodes, with_library", [(2, None, True), (3, None, True), (2, 2, True),
+                                                          (2, 2, False)])
+def test_intel_mpi_under_srun_pmi2(slurm, impi, libpmi2, tmp_path, ntasks, nodes, with_library):
+    """With Slurm's libpmi2 (as cluster guides say), and without: Intel MPI 2021 also speaks
+    srun's PMI wire protocol itself, which is what a container without libpmi2 relies on."""
     world = tmp_path / "world.py"
     world.write_text(WORLD)
-    proc = slurm.srun([impi.python, str(world)], ntasks=ntasks, nodes=nodes, mpi="pmi2", **_env(impi, libpmi2))
+    env = _env(impi, libpmi2)
+    if not with_library:
+        del env["env"]["I_MPI_PMI_LIBRARY"], env["env"]["I_MPI_PMI"]
+    proc = slurm.srun([impi.python, str(world)], ntasks=ntasks, nodes=nodes, mpi="pmi2", **env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = sizes(proc.stdout)
     assert [s for s, _ in got] == [ntasks] * ntasks, proc.stdout + proc.stderr
@@ -76,14 +82,13 @@ def test_pympi_pi_on_intel_mpi_under_srun_pmi2(slurm, impi, libpmi2):
     assert abs(doc["results"][0]["error"]) < 0.05
 
 
-def test_without_the_pmi_library_intel_mpi_is_alone_and_warned(slurm, impi, libpmi2, tmp_path):
-    """Without I_MPI_PMI_LIBRARY, Intel MPI cannot talk to srun: the world check says so."""
+def test_intel_mpi_under_srun_without_a_pmi_is_alone_and_warned(slurm, impi, libpmi2, tmp_path):
+    """``srun --mpi=none``: no PMI for Intel MPI to talk to; every rank alone, and the world check says so."""
     world = tmp_path / "world.py"
     world.write_text(WORLD)
     env = _env(impi, libpmi2)
     del env["env"]["I_MPI_PMI_LIBRARY"], env["env"]["I_MPI_PMI"]
     proc = slurm.srun([impi.python, str(world)], ntasks=2, mpi="none", **env)
-    if proc.returncode == 0 and [s for s, _ in sizes(proc.stdout)] == [2, 2]:
-        pytest.skip("this Intel MPI found srun's PMI on its own")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [s for s, _ in sizes(proc.stdout)] == [1, 1], proc.stdout + proc.stderr
     assert proc.stderr.count("warning: MPI started a world of 1 rank") == 1, proc.stderr
