@@ -368,14 +368,21 @@ NASTY = ["$(touch {d}/dollar)", "`touch {d}/backtick`", "; touch {d}/semicolon",
 
 
 def test_launch_never_runs_arguments_through_a_shell(tmp_path):
-    args = [a.format(d=tmp_path) for a in NASTY]
-    probe = "import json, sys; print(json.dumps(sys.argv[1:]))"
+    shell = tmp_path / "shell"  # where a shell running the arguments would create files
+    shell.mkdir()
+    got = tmp_path / "got"
+    got.mkdir()
+    args = [a.format(d=shell) for a in NASTY]
+    # each rank writes the argv it received to a file of its own (ranks' stdout lines may interleave)
+    probe = ("import json, os, sys; rank = os.environ.get('PMI_RANK', '0'); "
+             f"open(os.path.join({str(got)!r}, rank + '.json'), 'w').write(json.dumps(sys.argv[1:]))")
     p = run([LAUNCH, "-n", "2", "--launcher", "mpiexec", "--", sys.executable, "-c", probe, *args],
             env=env(), timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
-    lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("[")]
-    assert lines == [args, args]  # every rank got every argument byte for byte
-    assert list(tmp_path.iterdir()) == []  # and no shell ran any of them
+    assert sorted(f.name for f in got.iterdir()) == ["0.json", "1.json"]
+    for f in got.iterdir():
+        assert json.loads(f.read_text()) == args  # every rank got every argument byte for byte
+    assert list(shell.iterdir()) == []  # and no shell ran any of them
     # the dry run prints a line a shell would read back as the same arguments
     p = run([LAUNCH, "-n", "2", "--launcher", "mpiexec", "--dry-run", "--", "prog", *args], env=env(), timeout=60)
     assert p.returncode == 0, p.stderr
