@@ -120,14 +120,28 @@ def test_image_runs_as_a_non_root_user(which, request):
 
 
 def test_mpi4py_reports_intel_mpi_and_was_compiled_by_its_mpicc(impi_image):
-    """mpi4py in the impi image was compiled here by impi-devel's mpicc and runs on Intel MPI."""
-    code = ("import mpi4py, mpi4py.MPI as M; print(M.Get_library_version().splitlines()[0]); "
-            "print(mpi4py.get_config().get('mpicc', ''))")
+    """mpi4py in the impi image was compiled by impi-devel's mpicc and runs on Intel MPI.
+
+    The wrapper's mark is in the extension: the RUNPATH to Intel MPI's lib/ that
+    ``mpicc`` adds (``-Xlinker -rpath``), and one ``MPI.*.so`` built for this MPI,
+    not the per-ABI variants of PyPI's mpi4py wheel.
+    """
+    code = ("import mpi4py.MPI as M; print(M.Get_library_version().splitlines()[0]); print(M.__file__)")
     proc = run(c.run_argv(impi_image.tag, "python3", "-c", code), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    library, mpicc = proc.stdout.splitlines()[-2:]
+    library, ext = proc.stdout.splitlines()[-2:]
     assert library.startswith("Intel(R) MPI Library"), library
-    assert mpicc.startswith(f"{c.IMPI_PREFIX}/") and mpicc.endswith("/bin/mpicc"), mpicc
+    script = f'readelf -d {ext} | grep -i runpath; ls "$(dirname {ext})" | grep "^MPI\\..*\\.so$"'
+    proc = run(c.run_argv(impi_image.tag, "bash", "-c", script), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runpath, *extensions = proc.stdout.splitlines()
+    assert f"{c.IMPI_PREFIX}/" in runpath and "/lib" in runpath, runpath
+    assert len(extensions) == 1 and extensions[0].startswith("MPI.cpython-"), extensions
+    proc = run(c.run_argv(impi_image.tag, "mpiexec", "-n", "2", "python3", "-c",
+                          "from mpi4py import MPI; c = MPI.COMM_WORLD; s = c.allreduce(c.Get_rank() + 1); "
+                          "c.Get_rank() == 0 and print('sum', s, 'size', c.Get_size())"), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "sum 3 size 2" in proc.stdout
 
 
 @pytest.mark.parametrize("which", ["impi", "mvapich"])
