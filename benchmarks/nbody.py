@@ -26,7 +26,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import shutil
 import socket
@@ -206,11 +205,17 @@ def main() -> int:
     ap.add_argument("--bodies", type=int, default=65536, help="bodies of the CPU scaling runs")
     ap.add_argument("--gpu-bodies", type=int, default=1 << 20)
     ap.add_argument("--cuda-samples", default=None, help="path of cuda-samples' nbody binary")
-    ap.add_argument("--out", default=None, help="JSON output [benchmarks/results/nbody-<host>.json]")
+    ap.add_argument("--out", default=None,
+                    help="JSON output [benchmarks/results/nbody-cpu-<vector ISA>.json with --mode cpu, "
+                         "else nbody-<host>.json]")
     args = ap.parse_args()
     repeats = args.repeats or (3 if args.quick else 5)
+    from pympi_gpu.jitcache import host_cpu
+
+    cpu = host_cpu()  # model, LLVM's name, vector ISA: kernel speeds differ most by ISA
     result = {"schema": "pympi_gpu.bench.nbody/1", "host": socket.gethostname(),
-              "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+              "cpu": cpu["model"], "llvm_cpu": cpu["llvm_cpu"], "vector_isa": cpu["vector_isa"],
+              "cores": os.cpu_count(),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "load_average": os.getloadavg(), "repeats": repeats, "rows": [], "skipped": []}
     rows = result["rows"]
@@ -227,10 +232,14 @@ def main() -> int:
             rows += gpu_rows(args.gpu_bodies, 10, repeats, samples)
         else:
             result["skipped"].append(f"GPU: {why}")
+    result["load_average_after"] = os.getloadavg()
+    print(f"{cpu['model']} ({cpu['llvm_cpu']}, {cpu['vector_isa']}), load average "
+          f"{result['load_average'][0]:.2f} before, {result['load_average_after'][0]:.2f} after")
     print(table(rows))
     for s in result["skipped"]:
         print(f"skipped: {s}")
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"nbody-{socket.gethostname()}.json"
+    name = f"nbody-cpu-{cpu['vector_isa']}.json" if args.mode == "cpu" else f"nbody-{socket.gethostname()}.json"
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"JSON: {out}")

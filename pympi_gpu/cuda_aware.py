@@ -1,19 +1,24 @@
 """Whether the MPI library can take CUDA device memory (CUDA-aware MPI).
 
-Call :func:`detect` after MPI is initialised.  In order:
+Call :func:`detect` after MPI is initialised; it answers for this process.
+:func:`agree` makes one verdict of all the ranks' (collective), and
+:func:`round_trip` proves a "yes" with a few bytes of device memory.
 
-1. ``PYMPI_CUDA_AWARE=0|1`` forces the answer (a site that knows better).
-2. ``MPIX_Query_cuda_support()``, which Open MPI and MPICH export: mpi4py 4
+The order :func:`detect` asks in:
+
+1. ``PYMPI_CUDA_AWARE=0|1`` forces the answer: the documented override of a
+   user who knows better (``1`` also skips the round trip).
+2. ``MPIR_CVAR_ENABLE_GPU=0`` switches MPICH's GPU support off at run time.
+3. ``MPIX_Query_cuda_support()``, which Open MPI and MPICH export: mpi4py 4
    does not wrap it, so it is reached with ctypes on the libmpi this process
-   has loaded.  It answers for the library *at run time*.
-3. The known switches of libraries without that call: MVAPICH2-GDR needs
-   ``MV2_USE_CUDA=1``; Intel MPI needs ``I_MPI_OFFLOAD=1`` (2021.x and newer
-   only; TACC's Intel MPI 2019 bases are not CUDA-aware); MPICH honours
-   ``MPIR_CVAR_ENABLE_GPU=0``; Open MPI's ``ompi_info`` reports
-   ``mpi_built_with_cuda_support``.
+   has loaded.  MPICH and Open MPI 5 answer for this run; Open MPI 4.1 answers
+   how it was built (``OPAL_CUDA_SUPPORT``), like ``ompi_info``.
+4. Libraries without that call: MVAPICH2-GDR takes device buffers with
+   ``MV2_USE_CUDA=1``; Intel MPI only from 2021.12 (earlier releases drive
+   Level Zero GPUs only) and only with ``I_MPI_OFFLOAD`` set; Open MPI's
+   ``ompi_info`` tells how the library was *built*, which is the last resort.
 
-Where nothing tells, the answer is "unknown" (``supported=None``), and the
-n-body stages through host memory, which always works.
+Where nothing tells, the answer is "unknown" (``supported=None``).
 """
 
 from __future__ import annotations
@@ -21,12 +26,17 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 
 from pympi_gpu.provenance import mpi_vendor
 
-__all__ = ["CudaAwareness", "detect", "loaded_mpi_libraries"]
+__all__ = ["CudaAwareness", "detect", "agree", "round_trip", "loaded_mpi_libraries", "intel_mpi_version",
+           "INTEL_MPI_CUDA_SINCE"]
+
+#: The first Intel MPI release that takes CUDA device buffers (with I_MPI_OFFLOAD set).
+INTEL_MPI_CUDA_SINCE = (2021, 12)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +47,11 @@ class CudaAwareness:
     method: str
     detail: str
 
+    @property
+    def forced(self) -> bool:
+        """Whether the user set the answer (``PYMPI_CUDA_AWARE``)."""
+        return self.method == "PYMPI_CUDA_AWARE"
+
 
 def loaded_mpi_libraries(maps: str = "/proc/self/maps") -> list[str]:
     """Paths of the libmpi shared objects mapped into this process."""
@@ -45,8 +60,7 @@ def loaded_mpi_libraries(maps: str = "/proc/self/maps") -> list[str]:
             paths = {line.split()[-1] for line in fh if "/libmpi" in line and ".so" in line}
     except OSError:
         return []
-    return sorted(p for p in paths if os.path.basename(p).startswith(("libmpi.so", "libmpi_")) or
-                  os.path.basename(p).startswith("libmpi."))
+    return sorted(p for p in paths if os.path.basename(p).startswith(("libmpi.so", "libmpi_", "libmpi.")))
 
 
 def _query_symbol() -> CudaAwareness | None:
@@ -76,12 +90,44 @@ def _ompi_info() -> CudaAwareness | None:
     for line in out.splitlines():
         if line.startswith("mca:mpi:base:param:mpi_built_with_cuda_support:value:"):
             value = line.rsplit(":", 1)[1].strip() == "true"
-            return CudaAwareness(value, "ompi_info", line)
+            return CudaAwareness(value, "ompi_info", "built with CUDA support" if value else
+                                 "built without CUDA support")
     return None
 
 
+def intel_mpi_version(library_version: str) -> tuple[int, int] | None:
+    """``(year, minor)`` of an Intel MPI library version string, or None.
+
+    ``"Intel(R) MPI Library 2021.12 for Linux* OS"`` gives ``(2021, 12)``; the
+    older ``"... 2019 Update 7 ..."`` gives ``(2019, 7)`` (same order).
+    """
+    m = re.search(r"Intel\(R\) MPI Library (\d{4})(?:\.(\d+))?(?: Update (\d+))?", library_version)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2) or m.group(3) or 0)
+
+
+def _intel(env, library_version: str, query) -> CudaAwareness:
+    version = intel_mpi_version(library_version)
+    shown = "unknown version" if version is None else "%d.%d" % version
+    if version is None or version < INTEL_MPI_CUDA_SINCE:
+        return CudaAwareness(False, "Intel MPI version",
+                             f"Intel MPI {shown}: CUDA device buffers need 2021.12 or newer")
+    offload = env.get("I_MPI_OFFLOAD", "0").strip()
+    mode = env.get("I_MPI_OFFLOAD_MODE", "auto").strip().lower()
+    if offload in ("", "0"):
+        return CudaAwareness(False, "I_MPI_OFFLOAD",
+                             f"Intel MPI {shown} takes device buffers only with I_MPI_OFFLOAD=1; it is not set")
+    if mode not in ("auto", "cuda", ""):
+        return CudaAwareness(False, "I_MPI_OFFLOAD_MODE", f"I_MPI_OFFLOAD_MODE={mode} is not CUDA")
+    found = query()  # 2021.x exports it (2021.19 answers 0 without I_MPI_OFFLOAD)
+    if found is not None:
+        return dataclasses.replace(found, detail=f"Intel MPI {shown}, I_MPI_OFFLOAD={offload}: {found.detail}")
+    return CudaAwareness(True, "I_MPI_OFFLOAD", f"Intel MPI {shown} with I_MPI_OFFLOAD={offload}")
+
+
 def detect(environ=None, library_version: str | None = None) -> CudaAwareness:
-    """Decide whether device buffers may be handed to MPI (see module docs)."""
+    """Decide whether this process may hand device buffers to MPI (see module docs)."""
     env = os.environ if environ is None else environ
     forced = env.get("PYMPI_CUDA_AWARE", "").strip().lower()
     if forced in ("1", "yes", "true", "on"):
@@ -93,6 +139,10 @@ def detect(environ=None, library_version: str | None = None) -> CudaAwareness:
 
         library_version = MPI.Get_library_version()
     vendor = mpi_vendor(library_version)
+    if vendor == "intelmpi":
+        # Before 2021.12 Intel MPI drives no CUDA device whatever it exports;
+        # from then on only with I_MPI_OFFLOAD, and then its MPIX answer counts.
+        return _intel(env, library_version, _query_symbol)
     if vendor == "mpich" and env.get("MPIR_CVAR_ENABLE_GPU", "").strip() == "0":
         return CudaAwareness(False, "MPIR_CVAR_ENABLE_GPU", "MPICH GPU support switched off")
     found = _query_symbol()
@@ -102,12 +152,52 @@ def detect(environ=None, library_version: str | None = None) -> CudaAwareness:
         on = env.get("MV2_USE_CUDA", "0").strip() == "1"
         return CudaAwareness(on, "MV2_USE_CUDA", "MVAPICH2(-GDR) is CUDA-aware only with MV2_USE_CUDA=1"
                              + ("" if on else "; it is not set"))
-    if vendor == "intelmpi":
-        on = env.get("I_MPI_OFFLOAD", "0").strip() == "1"
-        return CudaAwareness(on, "I_MPI_OFFLOAD", "Intel MPI 2021+ offloads device buffers with I_MPI_OFFLOAD=1"
-                             + ("" if on else "; it is not set"))
     if vendor == "openmpi":
         found = _ompi_info()
         if found is not None:
             return found
-    return CudaAwareness(None, "none", f"no way to ask {vendor} MPI; assuming host staging")
+    return CudaAwareness(None, "none", f"no way to ask {vendor} MPI")
+
+
+def agree(comm, mine: CudaAwareness) -> CudaAwareness:
+    """One verdict for all ranks: yes only if every rank says yes.
+
+    Collective over comm.  A "no" anywhere wins over "unknown"; the verdict
+    carries the method and detail of the first rank that was not sure, with
+    its rank number, so the message names where the job would break.
+    """
+    verdicts = comm.allgather((mine.supported, mine.method, mine.detail))
+    for wanted in (False, None):
+        for rank, (supported, method, detail) in enumerate(verdicts):
+            if supported is wanted:
+                where = f"rank {rank}: " if len(verdicts) > 1 else ""
+                return CudaAwareness(wanted, method, where + detail)
+    return mine
+
+
+def round_trip(comm, backend) -> tuple[bool, str]:
+    """Pass a few numbers in device memory around the ring of ranks: a yes proven.
+
+    Collective over comm; call it only after :func:`agree` said yes (a library
+    that cannot read device memory may crash here instead of answering).
+    ``backend`` is a GPU backend (``empty``, ``from_host``, ``to_host``,
+    ``sync``, ``mpi_buffer``).  Returns ``(ok, detail)``, the same on every rank.
+    """
+    import numpy as np
+    from mpi4py import MPI
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    mark = np.arange(4, dtype=np.float64) + 1000.0 * rank
+    send = backend.from_host(mark.astype(backend.dtype))
+    recv = backend.empty(4)
+    backend.sync()
+    mpitype = MPI.DOUBLE if backend.dtype.itemsize == 8 else MPI.FLOAT
+    left, right = (rank - 1) % size, (rank + 1) % size
+    comm.Sendrecv([backend.mpi_buffer(send), mpitype], dest=right, sendtag=0x6361,
+                  recvbuf=[backend.mpi_buffer(recv), mpitype], source=left, recvtag=0x6361)
+    want = (np.arange(4, dtype=np.float64) + 1000.0 * left).astype(backend.dtype)
+    ok = bool(np.array_equal(backend.to_host(recv), want))
+    bad = [r for r, good in enumerate(comm.allgather(ok)) if not good]
+    if bad:
+        return False, f"device-buffer round trip gave wrong data on rank(s) {bad}"
+    return True, f"device-buffer round trip over {size} rank(s) correct"

@@ -1,13 +1,35 @@
 """Finding and binding GPUs: one per rank, from the node-local rank.
 
-Nothing here imports CuPy; numba.cuda is imported only when asked.
+CUDA-aware MPIs want each process's GPU chosen before ``MPI_Init`` (Open MPI's
+and MVAPICH2-GDR's documentation say so: the library sets up its CUDA state,
+IPC handles and registration caches for the device current at init).  Before
+init there is no communicator to ask, so :func:`select_before_init` reads the
+node-local rank that the launcher exports (:data:`LOCAL_RANK_VARS`);
+:func:`bind_device`, after init, checks that choice against the node's
+shared-memory communicator and binds from that where no launcher said.
+
+Nothing here imports CuPy; numba.cuda is imported only when asked, and mpi4py
+only by the functions that take a communicator.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
-__all__ = ["simulator", "gpu_usable", "local_rank", "bind_device"]
+__all__ = ["simulator", "gpu_usable", "local_rank", "LOCAL_RANK_VARS", "local_rank_from_env",
+           "EarlyBinding", "select_before_init", "bind_device"]
+
+#: Node-local rank variables, most specific first.  Each launcher's own variable
+#: comes before Slurm's: a batch script's ``mpirun``/``mpiexec`` children inherit
+#: the batch step's ``SLURM_LOCALID`` (0 for every one of them), but each launcher
+#: sets its own.  ``OMPI_COMM_WORLD_LOCAL_RANK``: Open MPI's mpirun/prterun;
+#: ``MV2_COMM_WORLD_LOCAL_RANK``: MVAPICH2's mpirun_rsh; ``MPI_LOCALRANKID``:
+#: Hydra (MPICH's and Intel MPI's mpiexec, hence TACC's ibrun); ``PALS_LOCAL_RANKID``:
+#: Cray PALS; ``FLUX_TASK_LOCAL_ID``: Flux; ``PMI_LOCAL_RANK``: some PMI-2 launchers;
+#: ``SLURM_LOCALID``: srun.
+LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                   "PALS_LOCAL_RANKID", "FLUX_TASK_LOCAL_ID", "PMI_LOCAL_RANK", "SLURM_LOCALID")
 
 
 def simulator() -> bool:
@@ -61,11 +83,61 @@ def local_rank(comm) -> tuple[int, int]:
         node.Free()
 
 
-def bind_device(comm) -> dict[str, object]:
+def local_rank_from_env(environ=None) -> tuple[int, str] | None:
+    """The node-local rank the launcher exported, and the variable that said it.
+
+    The first of :data:`LOCAL_RANK_VARS` holding a whole number wins; None where
+    none does (e.g. a plain ``python`` or ``mpiexec`` of a launcher we do not know).
+    """
+    env = os.environ if environ is None else environ
+    for var in LOCAL_RANK_VARS:
+        value = env.get(var, "").strip()
+        if value.isdigit():
+            return int(value), var
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlyBinding:
+    """A GPU selected before ``MPI_Init``: the device index, from which variable."""
+
+    device: int
+    local_rank: int
+    variable: str
+
+
+def select_before_init(environ=None, allow_simulator: bool = False) -> EarlyBinding | None:
+    """Make this process's GPU current before MPI starts, from the launcher's local rank.
+
+    Call it before the first ``from mpi4py import MPI`` (which initialises MPI).
+    Returns None, selecting nothing, where no launcher variable is set or no GPU
+    is usable (the simulator counts only with ``allow_simulator``); then
+    :func:`bind_device` binds after init.  Not collective.
+    """
+    found = local_rank_from_env(environ)
+    if found is None:
+        return None
+    if not (gpu_usable()[0] or (allow_simulator and simulator())):
+        return None
+    from numba import cuda
+
+    ndev = len(cuda.gpus)
+    if ndev == 0:
+        return None
+    lrank, var = found
+    cuda.select_device(lrank % ndev)
+    return EarlyBinding(lrank % ndev, lrank, var)
+
+
+def bind_device(comm, early: EarlyBinding | None = None) -> dict[str, object]:
     """Select this rank's GPU: node-local rank modulo the visible devices.
 
-    Honours ``CUDA_VISIBLE_DEVICES`` (the driver enumerates only those).
-    Collective over comm. Returns a description of the binding.
+    Keeps the device of ``early`` (:func:`select_before_init`) when the node's
+    shared-memory communicator agrees with it; otherwise (no launcher variable,
+    or a stale one, such as a batch step's ``SLURM_LOCALID`` seen by every rank)
+    binds from that communicator now, after init.  Honours ``CUDA_VISIBLE_DEVICES``
+    (the driver enumerates only those).  Collective over comm.  Returns a
+    description of the binding.
     """
     from numba import cuda
 
@@ -74,9 +146,20 @@ def bind_device(comm) -> dict[str, object]:
     if ndev == 0:
         raise RuntimeError("no CUDA device visible to this rank")
     index = lrank % ndev
-    cuda.select_device(index)
+    if early is not None and early.device == index:
+        how = f"before MPI_Init, from {early.variable}={early.local_rank}"
+        if early.local_rank != lrank:
+            how += f" (the node's shared-memory communicator says local rank {lrank}; same device)"
+    else:
+        if early is not None:
+            cuda.close()  # leave the early device's context before making another current
+            how = (f"after MPI_Init: {early.variable}={early.local_rank} disagrees with local rank {lrank} "
+                   "of the node's shared-memory communicator")
+        else:
+            how = "after MPI_Init, from the node's shared-memory communicator (no launcher variable)"
+        cuda.select_device(index)
     dev = cuda.current_context().device
     name = getattr(dev, "name", "CUDA simulator" if simulator() else "unknown")
     name = name.decode() if isinstance(name, bytes) else str(name)
     return {"local_rank": lrank, "local_size": lsize, "visible": ndev, "device": index, "name": name,
-            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+            "selected": how, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}

@@ -34,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["configure", "cache_dir_writable", "tune_cpu"]
+__all__ = ["configure", "cache_dir_writable", "tune_cpu", "host_cpu"]
 
 SEED_ENV = "PYMPI_NUMBA_CACHE_SEED"
 
@@ -109,6 +109,34 @@ def tune_cpu(environ=None) -> str:
         return "no AVX-512"
     env["NUMBA_CPU_FEATURES"] = features + ",-prefer-256-bit"
     return "512-bit vectors"
+
+
+def host_cpu() -> dict[str, str]:
+    """The CPU numba compiles for: model name, LLVM's name for it, and its widest vector ISA.
+
+    For benchmark records: kernel speeds differ by ISA (``avx512``, ``avx2``,
+    ``sse4.2``, ``neon``...) more than by anything else about a core.
+    """
+    import platform
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
+    except OSError:
+        pass
+    try:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        name = llvm.get_host_cpu_name()
+        features = set(llvm.get_host_cpu_features().flatten().split(","))
+    except Exception:  # an llvmlite without host introspection
+        name, features = "unknown", set()
+    isa = next((label for flag, label in (("+avx512f", "avx512"), ("+avx2", "avx2"), ("+avx", "avx"),
+                                          ("+sse4.2", "sse4.2"), ("+neon", "neon"), ("+sve", "sve"))
+                if flag in features), "unknown")
+    return {"model": model, "llvm_cpu": name, "vector_isa": isa}
 
 
 def configure() -> str:

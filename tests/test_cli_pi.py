@@ -19,7 +19,16 @@ def pi_json(mpirun, ranks, *args, **kw):
 
 def test_json_is_rank_invariant(mpirun):
     docs = {n: pi_json(mpirun, n, "1_000_003", "--method", "both", "--seed", "42") for n in (1, 2, 3)}
+    # numba's kernels at 2 and 3 ranks: the same hits, bit for bit, as NumPy's
+    numba_docs = {n: pi_json(mpirun, n, "1_000_003", "--method", "both", "--seed", "42", "--backend", "numba")
+                  for n in (2, 3)}
+    for n, doc in numba_docs.items():
+        assert doc["backend"] == "numba" and doc["backend_reason"] == "requested"
+        assert doc["results"][0]["hits"] == docs[1]["results"][0]["hits"]
+        assert doc["results"][1]["estimate"] == numba_docs[2]["results"][1]["estimate"]
+        assert abs(doc["results"][1]["estimate"] - docs[1]["results"][1]["estimate"]) <= 2 * math.ulp(math.pi)
     for n, doc in docs.items():
+        assert doc["backend"] == "numpy" and doc["backend_reason"].startswith("auto: small work")
         assert doc["schema"] == "pympi_gpu.pi/1" and doc["app"] == "pi"
         assert doc["ranks"] == n and doc["provenance"]["ranks"] == n
         assert doc["samples"] == 1_000_003 and doc["seed"] == 42
@@ -43,7 +52,9 @@ def test_human_summary_printed_once(mpirun):
     out = proc.stdout
     assert out.count("pi ~= ") == 1
     assert out.count("    rank ") == 3  # one line per rank, gathered to rank 0
-    for word in ("standard error", "samples", "throughput", "per rank", "ranks 3", "backend numba"):
+    # auto takes NumPy for small work on any machine, and says so
+    for word in ("standard error", "samples", "throughput", "per rank", "ranks 3", "backend numpy",
+                 "auto: small work (666,667 per rank"):
         assert word in out
     est = float(out.split("pi ~= ")[1].split()[0])
     assert abs(est - math.pi) < 0.01
@@ -102,12 +113,27 @@ def test_error_on_one_rank_ends_the_job():
 
 def test_gpu_backend_in_simulator_matches_cpu(mpirun):
     sim = pi_json(mpirun, 2, "3001", "--backend", "gpu", env=clean_env(NUMBA_ENABLE_CUDASIM="1"), timeout=600)
-    cpu = pi_json(mpirun, 2, "3001")
-    assert sim["backend"] == "gpu" and cpu["backend"] == "numba"
-    assert sim["results"][0]["hits"] == cpu["results"][0]["hits"]
+    cpu = pi_json(mpirun, 2, "3001", "--backend", "numba")
+    small = pi_json(mpirun, 2, "3001")
+    assert sim["backend"] == "gpu" and cpu["backend"] == "numba" and small["backend"] == "numpy"
+    assert sim["results"][0]["hits"] == cpu["results"][0]["hits"] == small["results"][0]["hits"]
+
+
+# Work too large for NumPy (auto then probes for GPUs), yet quick for numba.
+BIG = ("1e9", "--method", "trapezoid")
 
 
 def test_auto_never_picks_the_simulator(mpirun):
-    doc = pi_json(mpirun, 2, "1e4", env=clean_env(NUMBA_ENABLE_CUDASIM="1"))
+    doc = pi_json(mpirun, 2, *BIG, env=clean_env(NUMBA_ENABLE_CUDASIM="1"))
     assert doc["backend"] == "numba"
     assert "NUMBA_ENABLE_CUDASIM" in doc["provenance"]["extra_versions"]["backend_reason"]
+    assert doc["backend_reason"].startswith("auto: no GPU")
+
+
+@pytest.mark.parametrize("ranks, probe, bad_rank", [(2, "yes,no", 1), (3, "yes,yes,no", 2), (3, "no,yes", 0)])
+def test_auto_agrees_on_every_rank(mpirun, ranks, probe, bad_rank):
+    # Some ranks claim a GPU, one does not: every rank must take numba (ranks
+    # that went their own way used to hang in the GPU binding's Split_type).
+    doc = pi_json(mpirun, ranks, *BIG, env=clean_env(PYMPI_TESTING_GPU_PROBE=probe), timeout=120)
+    assert doc["backend"] == "numba" and doc["ranks"] == ranks
+    assert doc["backend_reason"].startswith(f"auto: no GPU on rank {bad_rank} of {ranks}")

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from pympi_gpu.rng import bits, inside, mc_hit, mix64, seed_key, uniform
+from pympi_gpu import rng
+from pympi_gpu.rng import GAMMA, bits, count_hits_numpy, counter, hit_of, inside, mc_hit, mix64, seed_key, uniform
 
 MASK = (1 << 64) - 1
 
@@ -41,6 +42,8 @@ def test_counter_form_equals_sequential_stream(key):
 
 def test_jitted_equals_python():
     from numba import njit
+
+    rng.register_numba()  # what the kernel modules do; importing rng alone loads no numba
 
     @njit
     def first(key, n):
@@ -98,3 +101,89 @@ def test_hit_test_is_exact_integer_geometry():
     assert bool(inside(h))
     with np.errstate(over="ignore"):
         assert int(mc_hit(np.uint64(0), np.uint64(0))) == int(inside(bits(np.uint64(0), np.uint64(0))))
+
+
+def test_importing_rng_loads_no_numba():
+    code = "import sys; import pympi_gpu.rng; assert 'numba' not in sys.modules"
+    import subprocess
+    import sys
+
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def _hits_reference(key, start, count):
+    with np.errstate(over="ignore"):
+        k = np.arange(start, start + count, dtype=np.uint64)
+        return int(np.count_nonzero(inside(bits(key, k))))
+
+
+@pytest.mark.parametrize("start, count, block", [(0, 100_000, 1 << 15), (12_345, 99_999, 1 << 15),
+                                                 (2**52, 5, 1 << 15), (7, 1, 1 << 15), (3, 10_001, 1000)])
+def test_count_hits_numpy_equals_the_definition(start, count, block):
+    key = seed_key(20240601)
+    assert count_hits_numpy(key, start, count, block=block) == _hits_reference(key, start, count)
+
+
+def test_additive_state_equals_counter():
+    """Stepping the state by GAMMA (the kernels' loops) gives the stream's outputs exactly."""
+    from numba import njit
+
+    rng.register_numba()
+
+    @njit
+    def stepped(key, start, n):
+        out = np.empty(n, dtype=np.uint64)
+        state = counter(key, np.uint64(start))
+        for i in range(n):
+            out[i] = hit_of(state)
+            state += GAMMA
+        return out
+
+    key = seed_key(3)
+    start = 2**53 - 600  # near the largest count, where the state wraps many times
+    with np.errstate(over="ignore"):
+        want = np.array([int(mc_hit(key, np.uint64(start + i))) for i in range(500)], dtype=np.uint64)
+    assert np.array_equal(stepped(key, start, 500), want)
+
+
+def _inside_definition(h: int) -> bool:
+    """The hit test as defined: cell centre ((2u+1), (2v+1)) / 2**31 in the quarter disc."""
+    u, v = h >> 34, (h >> 2) & ((1 << 30) - 1)
+    return (2 * u + 1) ** 2 + (2 * v + 1) ** 2 < 2**62
+
+
+def test_inside_matches_its_definition_at_random_and_on_the_circle():
+    import math
+
+    rng_ = np.random.default_rng(5)
+    hs = [int(x) for x in rng_.integers(0, 2**63, 20_000, dtype=np.uint64) * np.uint64(2)
+          + rng_.integers(0, 2, 20_000, dtype=np.uint64)]
+    # cells on both sides of the circle: for a u, the v whose centre is just in, and the next
+    for u in [0, 1, 12345, 2**29, 2**30 - 1] + [int(x) for x in rng_.integers(0, 2**30, 200)]:
+        rest = 2**62 - (2 * u + 1) ** 2
+        v = max(0, (math.isqrt(max(rest - 1, 0)) - 1) // 2)
+        for dv in (-1, 0, 1, 2):
+            if 0 <= v + dv < 2**30:
+                hs.append((u << 34) | ((v + dv) << 2) | 3)
+    arr = np.array(hs, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        got = inside(arr)
+    assert got.tolist() == [_inside_definition(h) for h in hs]
+    assert 0 < int(got.sum()) < len(hs)
+
+
+def test_jitted_inside_matches_numpy():
+    from numba import njit
+
+    rng.register_numba()
+
+    @njit
+    def hits(h):
+        out = np.empty(h.size, dtype=np.bool_)
+        for i in range(h.size):
+            out[i] = inside(h[i])
+        return out
+
+    h = np.random.default_rng(6).integers(0, 2**63, 50_000, dtype=np.uint64) * np.uint64(2)
+    with np.errstate(over="ignore"):
+        assert np.array_equal(hits(h), inside(h))

@@ -251,11 +251,50 @@ def test_dry_run_shows_each_launch_and_runs_nothing(tmp_path):
             env=env(), cwd=tmp_path, timeout=60)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert lines[0].startswith("# 1 rank: mpiexec") and lines[2].startswith("# 3 ranks: mpiexec")
-    assert lines[1].split()[:3] == ["mpiexec", "-n", "1"] and lines[1].endswith("pympi-pi 1e9 --json")
+    assert lines[0].startswith("# 1 rank, 1 thread(s) per rank, 1 cores per node (of ")
+    assert lines[2].startswith("# 3 ranks, 1 thread(s) per rank, 3 cores per node (of ")
+    assert ": mpiexec (" in lines[0]
+    # one thread per rank at every size unless the command says otherwise
+    assert lines[1].split()[:3] == ["mpiexec", "-n", "1"] and lines[1].endswith("pympi-pi 1e9 --threads 1 --json")
     assert lines[3].split()[:3] == ["mpiexec", "-n", "3"]
     p = run([SCALE, "--nodes", "1,2", "--tasks-per-node", "3", "--launcher", "mpiexec", "--dry-run", "--",
              "pympi-pi", "1e9"], env=env(), cwd=tmp_path, timeout=60)
     assert p.returncode == 0, p.stderr
-    assert "# 2 nodes x 3: mpiexec" in p.stdout and "mpiexec -n 6 " in p.stdout
+    assert "# 2 nodes x 3, 1 thread(s) per rank, 3 cores per node" in p.stdout and "mpiexec -n 6 " in p.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_threads_fixed_recorded_and_oversubscription_flagged(tmp_path):
+    # A node of 2 cores (Slurm's word): 1 and 2 ranks fit, 3 ranks x 1 thread do not.
+    out = tmp_path / "st"
+    p = run([SCALE, "--ranks", "1,3", "--out", str(out), "--", script("pympi-pi"), "1e5"],
+            env=env(SLURM_CPUS_ON_NODE="2"), timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "warning: 3 ranks: 3 rank(s) x 1 thread(s) = 3 cores per node, but a node has 2" in p.stderr
+    assert "1 rank:" not in p.stderr.split("warning")[-1]
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert doc["threads_per_rank"] == 1 and doc["cores_per_node"] == 2
+    rows = {pt["ranks"]: pt for pt in doc["points"]}
+    assert rows[1]["threads_per_rank"] == 1 and rows[1]["cores"] == 1 and not rows[1]["oversubscribed"]
+    assert rows[3]["cores"] == 3 and rows[3]["oversubscribed"]
+    runs = read_jsonl(out.with_suffix(".jsonl"))
+    assert all(r["argv"][-3:] == ["--threads", "1", "--json"] for r in runs)
+    with open(out.with_suffix(".csv")) as f:
+        table = list(csv.DictReader(f))
+    assert [(r["ranks"], r["threads_per_rank"], r["cores"], r["oversubscribed"]) for r in table] == [
+        ("1", "1", "1", "False"), ("3", "1", "3", "True")]
+
+
+def test_users_threads_are_kept_and_mixed_backends_are_flagged(tmp_path):
+    # 6e7 samples: numba on 1 rank, but small enough per rank for NumPy on 2 (auto picks by work)
+    out = tmp_path / "mix"
+    p = run([SCALE, "--ranks", "1,2", "--out", str(out), "--", script("pympi-pi"), "6e7", "--threads", "2"],
+            env=env(SLURM_CPUS_ON_NODE="8"), timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert doc["threads_per_rank"] == 2
+    # what each point really ran: NumPy has no thread pool
+    assert [(pt["threads_per_rank"], pt["cores"]) for pt in doc["points"]] == [(2, 2), (1, 2)]
+    assert [pt["backend"] for pt in doc["points"]] == ["numba", "numpy"]
+    assert "points ran on different backends (numba, numpy)" in p.stdout
+    assert all(r["argv"].count("--threads") == 1 for r in read_jsonl(out.with_suffix(".jsonl")))

@@ -86,8 +86,15 @@ class _Stop:
         return self.signal is not None
 
 
-def _progress(comm, enabled: bool):
-    if not enabled or comm.Get_rank() != 0 or not sys.stderr.isatty():
+def _progress(comm, enabled: bool, bar_ok: bool):
+    """Rank 0's progress: a bar on a terminal (``bar_ok``), else plain lines every ~10 s."""
+    if not enabled or comm.Get_rank() != 0:
+        return None, None
+    if not sys.stderr.isatty():
+        from pympi_gpu.progress import LineProgress, interval_from_env
+
+        return None, LineProgress(sys.stderr, "pympi-nbody", interval=interval_from_env())
+    if not bar_ok:
         return None, None
     from rich.console import Console
     from rich.progress import Progress
@@ -112,7 +119,7 @@ def _progress(comm, enabled: bool):
 @click.option("--precision", type=click.Choice(["fp32", "fp64"]), default="fp32", show_default=True,
               help="Floating-point precision of positions, velocities and forces.")
 @click.option("--backend", type=click.Choice(["auto", "gpu", "numba", "numpy"]), default="auto",
-              show_default=True, help="Kernels: GPU if really usable, else numba (auto).")
+              show_default=True, help="Kernels: the GPU if every rank has one, else numba (auto).")
 @click.option("--exchange", type=click.Choice(["ring", "allgather"]), default="ring", show_default=True,
               help="How bodies travel between ranks.")
 @click.option("--transport", type=click.Choice(["auto", "device", "host"]), default="auto", show_default=True,
@@ -133,9 +140,12 @@ def _progress(comm, enabled: bool):
 @click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/nbody.md).")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No progress on stderr (else rank 0 shows a bar on a terminal, or a line every "
+                   "~10 s, PYMPI_PROGRESS_INTERVAL, when stderr is a file or pipe).")
 @click.pass_context
 def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init, verify,
-          energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, threads, as_json):
+          energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, threads, as_json, quiet):
     """All-pairs gravitational n-body over MPI ranks: BODIES bodies, leapfrog KDK.
 
     BODIES is a whole number such as 65536, 1e6 or 2_000_000.
@@ -148,7 +158,7 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     simd_note = jitcache.tune_cpu()  # before configure(), which would find it done
     jitcache.configure()
     from pympi_gpu.nbody import checkpoint as ckpt
-    from pympi_gpu.nbody.backends import make_backend, resolve
+    from pympi_gpu.nbody.backends import make_backend
     from pympi_gpu.nbody.driver import NbodyConfig, initial_state, local_arrays, simulate, state_from_arrays
     from pympi_gpu.nbody.exchange import choose_transport, make_exchange
 
@@ -158,6 +168,12 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
         fail("--checkpoint-every needs --checkpoint PATH")
     if checkpoint and (why := ckpt.check_writable(checkpoint)):
         fail(why)
+    early = None
+    if backend in ("gpu", "auto"):
+        # Before MPI_Init, which mpi_world() starts: CUDA-aware MPIs want the device chosen first.
+        from pympi_gpu.gpu import select_before_init
+
+        early = select_before_init(allow_simulator=backend == "gpu")
     comm = mpi_world()
     size = comm.Get_size()
     # From here on SIGTERM only asks for a stop at the end of the current step.
@@ -192,7 +208,13 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
         if meta["step"] > steps:
             fail(f"--restart: {restart!r} is at step {meta['step']}, beyond --steps {steps}")
 
-    backend_name, backend_why = resolve(backend)
+    if backend == "auto":  # one answer for every rank: GPU only if all have one
+        from pympi_gpu.backend_choice import gpu_everywhere
+
+        has_gpu, why = gpu_everywhere(comm)
+        backend_name, backend_why = ("gpu" if has_gpu else "numba"), f"auto: {why}"
+    else:
+        backend_name, backend_why = backend, "requested"
     device_backend = backend_name == "gpu"
     if backend == "gpu":
         from pympi_gpu.gpu import gpu_usable, simulator
@@ -209,16 +231,24 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     if device_backend:
         from pympi_gpu.gpu import bind_device
 
-        binding = bind_device(comm)
+        binding = bind_device(comm, early)
         if transport == "auto" or transport == "device":
-            from pympi_gpu.cuda_aware import detect
+            from pympi_gpu.cuda_aware import agree, detect
 
-            awareness = detect()
+            awareness = agree(comm, detect())  # one verdict, so that no rank refuses alone
     try:
         transport_name, transport_why = choose_transport(transport, device_backend, awareness)
     except ValueError as exc:
         fail(str(exc))
     be = make_backend(backend_name, precision)
+    if transport_name == "device" and not awareness.forced:
+        from pympi_gpu.cuda_aware import round_trip
+
+        proven, detail = round_trip(comm, be)
+        if not proven:
+            fail(f"--transport {transport}: the MPI library said it is CUDA-aware, but a {detail}; "
+                 "use --transport host")
+        transport_why += f"; {detail}"
     nthreads = configure_threads(comm, threads)
     be.warmup()
 
@@ -234,9 +264,9 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     provenance = collect(comm, extra={"backend_reason": backend_why, "threads_per_rank": str(nthreads),
                                       "simd": simd_note,
                                       **({"gpu": "device {device} of {visible} visible ({name}), local rank "
-                                                 "{local_rank} of {local_size}".format(**binding)}
+                                                 "{local_rank} of {local_size}, selected {selected}".format(**binding)}
                                          if binding else {})})
-    bar, on_step = _progress(comm, not as_json and steps - (meta["step"] if meta else 0) >= 20)
+    bar, on_step = _progress(comm, not quiet, not as_json and steps - (meta["step"] if meta else 0) >= 20)
     try:
         run, state = simulate(comm, config, be, ex, state, backend_reason=backend_why,
                               transport_reason=transport_why, on_step=on_step, stop_requested=stop.__bool__,

@@ -20,7 +20,7 @@ def _si(x: float, unit: str = "") -> str:
     return f"{x:.3f} {unit}".rstrip()
 
 
-def format_run(run, threads: int, verbose: bool = False) -> str:
+def format_run(run, threads: int, verbose: bool = False, reason: str | None = None) -> str:
     """The human summary of a :class:`~pympi_gpu.records.PiRun`."""
     label = {"mc": "Monte Carlo", "trapezoid": "trapezoid rule"}
     lines = []
@@ -42,6 +42,8 @@ def format_run(run, threads: int, verbose: bool = False) -> str:
                 lines.append(f"    rank {s.rank:>4} of {run.ranks} on {s.host}: [{s.start:,}, "
                              f"{s.start + s.count:,}) {s.count:,} {unit}, {s.compute_time:.4f} s")
     lines.append(f"ranks {run.ranks}, backend {run.backend}, threads/rank {threads}, seed {run.seed}")
+    if reason:
+        lines.append(f"  backend {run.backend}: {reason}")
     return "\n".join(lines)
 
 
@@ -55,7 +57,9 @@ def format_run(run, threads: int, verbose: bool = False) -> str:
 @click.option("--seed", type=IntRange(0, 2**64 - 1), default=None,
               help="Seed of the Monte Carlo stream [default: 20240601].")
 @click.option("--backend", type=click.Choice(["auto", "numba", "numpy", "gpu"]), default="auto",
-              show_default=True, help="Kernels: GPU if really usable, else numba (auto).")
+              show_default=True,
+              help="Kernels. auto: NumPy for small work (starts fastest), else the GPU if every "
+                   "rank has one, else numba; the run says which and why.")
 @click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/pi.md).")
@@ -67,9 +71,7 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     2**53; by default it is the total over all ranks.
     """
     from pympi_gpu import jitcache
-
-    jitcache.configure()
-    from pympi_gpu.pi.backends import kernels_for, resolve
+    from pympi_gpu.pi.backends import choose, kernels_for, small_work
     from pympi_gpu.pi.driver import DEFAULT_SEED, estimate_pi
     from pympi_gpu.provenance import collect
 
@@ -81,7 +83,10 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     if method in ("trapezoid", "both") and total < 2:
         fail("the trapezoid rule needs at least 2 intervals")
     seed = DEFAULT_SEED if seed is None else seed
-    backend_name, why = resolve(backend)
+    methods = ("mc", "trapezoid") if method == "both" else (method,)
+    if backend != "numpy" and not (backend == "auto" and small_work(total, size, methods)):
+        jitcache.configure()  # before numba loads: the GPU probe or the kernels load it
+    backend_name, why = choose(comm, backend, total, methods)
     if backend_name == "gpu":
         from pympi_gpu.gpu import bind_device, gpu_usable, simulator
 
@@ -90,8 +95,8 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
             fail(f"--backend gpu: no usable GPU ({reason}); use --backend numba or auto")
         bind_device(comm)
     kernels = kernels_for(backend_name)
-    nthreads = configure_threads(comm, threads)
-    methods = ("mc", "trapezoid") if method == "both" else (method,)
+    # NumPy runs on one thread; only numba has a thread pool to size.
+    nthreads = configure_threads(comm, threads) if backend_name == "numba" else 1
     kernels.warmup(methods)
     provenance = collect(comm, extra={"backend_reason": why, "threads_per_rank": str(nthreads)})
     run = estimate_pi(comm, samples, kernels, methods=methods, seed=seed, per_rank=per_rank,
@@ -104,9 +109,10 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
             doc = to_dict(run, schema=SCHEMA, app="pi", work_unit=unit)
             doc["throughput"] = run.throughput
             doc["threads_per_rank"] = nthreads
+            doc["backend_reason"] = why
             if not verbose:
                 for r in doc["results"]:
                     r.pop("shares")
             click.echo(json.dumps(doc, indent=2))
         else:
-            echo_root(comm, format_run(run, nthreads, verbose))
+            echo_root(comm, format_run(run, nthreads, verbose, why))

@@ -52,6 +52,17 @@ def _planner(launcher: str, image: str | None, gpu: bool):
     return plan
 
 
+def _cores_per_node() -> int | None:
+    """Cores of a node of this job: Slurm's word in an allocation, else this process's CPUs."""
+    value = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
 def _fmt(x, spec: str, none: str = "-") -> str:
     return none if x is None else format(x, spec)
 
@@ -73,11 +84,14 @@ def render_table(summary):
     unit = summary.work_unit or "units"
     table = Table(title=f"{summary.kind} scaling: {escape(' '.join(summary.command))}",
                   caption=(f"time = median of the command's wall_time over repeats; vs "
-                           f"{summary.baseline_ranks} rank(s)" if summary.baseline_ranks else None))
+                           f"{summary.baseline_ranks} rank(s); {summary.threads_per_rank} thread(s) per rank; "
+                           f"cores = busy cores per node (of {summary.cores_per_node})"
+                           if summary.baseline_ranks else None))
     nodes = any(p.nodes is not None for p in summary.points)
     table.add_column("ranks", justify="right")
     if nodes:
         table.add_column("nodes x tpn", justify="right")
+    table.add_column("cores", justify="right")
     for name in ("runs", "time [s]", "min..max [s]", "scaled speedup" if weak else "speedup",
                  "ideal", "efficiency", f"{unit}/s", "status"):
         table.add_column(name, justify="right" if name != "status" else "left")
@@ -87,7 +101,8 @@ def render_table(summary):
         row = [str(p.ranks)]
         if nodes:
             row.append(f"{p.nodes} x {p.tasks_per_node}" if p.nodes else "")
-        row += [f"{p.repeats}/{summary.repeat}", _fmt(p.time, ".4f"),
+        cores = "-" if p.cores is None else f"{p.cores}" + (" [red]over[/]" if p.oversubscribed else "")
+        row += [cores, f"{p.repeats}/{summary.repeat}", _fmt(p.time, ".4f"),
                 f"{p.time_min:.4f}..{p.time_max:.4f}" if p.times else "-",
                 _fmt(p.speedup, ".2f"), _fmt(p.ideal, ".0f"),
                 _fmt(p.efficiency * 100 if p.efficiency is not None else None, ".1f") + ("%" if p.efficiency is not None else ""),
@@ -114,11 +129,14 @@ def render_table(summary):
 @click.option("--gpu", is_flag=True, help="Make GPUs visible inside --image (apptainer --nv).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds one run may take before it is killed and counted as failed.")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Threads per rank, the same at every size (added to COMMAND as --threads unless "
+                   "it has its own).")
 @click.option("--json", "as_json", is_flag=True, help="Print the study as one JSON object instead of the table.")
 @click.option("--dry-run", is_flag=True, help="Print the command line of each size (and why that launcher); run nothing.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, image, gpu,
-          timeout, as_json, dry_run, command):
+          timeout, threads, as_json, dry_run, command):
     """Run COMMAND at each size, REPEAT times, and report speedup and efficiency.
 
     \b
@@ -126,7 +144,10 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
       pympi-scale --ranks 1,2,4 --weak -- pympi-pi 1e9 --per-rank
       pympi-scale --nodes 1,2,4 --tasks-per-node 56 -- pympi-pi 1e12
 
-    COMMAND is a pympi command; --json is added to it.  Every finished run is
+    COMMAND is a pympi command; --json is added to it, and --threads (1 unless
+    given) so that every size runs the same threads per rank: only the rank
+    count changes.  Each size says how many cores it keeps busy, and a size
+    that needs more cores than a node has is flagged as oversubscribed.  Every finished run is
     appended to PREFIX.jsonl at once, so an interrupted study keeps its runs
     and the same command run again resumes it.  A failed size is reported
     with its error and the study goes on; the exit status is then 1.
@@ -155,6 +176,18 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
     if gpu and image is None:
         fail("--gpu goes with --image")
     points = make_points(ranks=ranks, nodes=nodes, tasks_per_node=tasks_per_node)
+    from pympi_gpu.scale.points import cores_used, fix_threads, oversubscribed
+
+    try:
+        command, threads = fix_threads(command, threads)
+    except ValueError:
+        fail("the command's --threads is not a whole number")
+    cores = _cores_per_node()
+    for p in points:
+        if oversubscribed(p, threads, cores):
+            click.echo(f"pympi-scale: warning: {p.label()}: {p.ranks_per_node} rank(s) x {threads} thread(s) "
+                       f"= {cores_used(p, threads)} cores per node, but a node has {cores}: oversubscribed, "
+                       "its time measures contention, not scaling", err=True)
     planner = _planner(launcher, image, gpu)
     from pympi_gpu.scale.runner import with_json
 
@@ -166,14 +199,15 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
         import shlex
 
         for p, plan in zip(points, plans):
-            click.echo(f"# {p.label()}: {plan.launcher} ({plan.reason})")
+            click.echo(f"# {p.label()}, {threads} thread(s) per rank, {cores_used(p, threads)} cores per "
+                       f"node (of {cores}): {plan.launcher} ({plan.reason})")
             click.echo(shlex.join(plan.argv))
         return
     _study(command, points, repeat, "weak" if weak else "strong", planner,
-           Path(out or _default_prefix(command, weak)), fresh, timeout, as_json)
+           Path(out or _default_prefix(command, weak)), fresh, timeout, as_json, threads, cores)
 
 
-def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json):
+def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json, threads=None, cores=None):
     from rich.console import Console
 
     from pympi_gpu.scale.store import ResultsStore, StudyLocked
@@ -246,7 +280,7 @@ def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout
         signal.signal(signal.SIGTERM, previous)
 
     runs = store.load()
-    summary = summarise(runs, points, repeat, kind, command)
+    summary = summarise(runs, points, repeat, kind, command, threads=threads, cores_per_node=cores)
     files = [jsonl, report.write_json(summary, prefix.with_name(prefix.name + ".json")),
              report.write_csv(summary, prefix.with_name(prefix.name + ".csv"))]
     png, why = report.write_plot(summary, prefix.with_name(prefix.name + ".png"))
@@ -254,6 +288,10 @@ def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout
         click.echo(json.dumps(report.study_dict(summary), indent=2))
     else:
         out.print(render_table(summary))
+        if summary.mixed_backends:
+            out.print(f"[yellow]warning[/]: the points ran on different backends "
+                      f"({', '.join(summary.mixed_backends)}); give the command --backend to compare like "
+                      "with like", highlight=False)
         for p in summary.failed:
             where = f"{p.ranks} ranks" + (f" ({p.nodes} nodes x {p.tasks_per_node})" if p.nodes else "")
             out.print(f"[red]{where} failed[/]: {escape(p.error)}", highlight=False)

@@ -179,7 +179,11 @@ def choose_transport(requested: str, device_backend: bool, awareness=None) -> tu
     requested : {"auto", "device", "host"}
     device_backend : whether the bodies live in GPU memory
     awareness : :class:`pympi_gpu.cuda_aware.CudaAwareness` or None
-        The verdict on the MPI library (only consulted for GPU backends).
+        The verdict on the MPI library, agreed by all ranks
+        (:func:`pympi_gpu.cuda_aware.agree`); only consulted for GPU backends.
+
+    Raises ValueError for ``device`` unless the verdict is a yes: device
+    pointers handed to an MPI that cannot read them crash it.
     """
     if requested not in TRANSPORTS:
         raise ValueError(f"unknown transport {requested!r} (choose from {', '.join(TRANSPORTS)})")
@@ -191,8 +195,14 @@ def choose_transport(requested: str, device_backend: bool, awareness=None) -> tu
     if awareness is not None:
         verdict = f"{awareness.method}: {awareness.detail}".strip(": ")
     if requested == "device":
-        doubt = "" if awareness is None or awareness.supported else f" (the MPI library: {verdict or 'unknown'})"
-        return "device", "requested" + doubt
+        if awareness is None or awareness.supported is not True:
+            what = ("is not CUDA-aware" if awareness is not None and awareness.supported is False
+                    else "may not be CUDA-aware (nothing tells)")
+            raise ValueError(f"--transport device: this MPI library {what} ({verdict or 'no verdict'}); "
+                             "handing it GPU memory would crash the job. Use --transport host or auto "
+                             "(staged through host memory), or set PYMPI_CUDA_AWARE=1 if you know it "
+                             "takes device buffers.")
+        return "device", f"requested; CUDA-aware MPI ({verdict})"
     if requested == "host":
         return "host", "requested: staged through pinned host buffers"
     if awareness is not None and awareness.supported:

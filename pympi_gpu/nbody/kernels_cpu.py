@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["NumbaKernels", "NumpyKernels", "direct_sum_fp64", "FLOPS_PER_INTERACTION"]
+__all__ = ["NumbaKernels", "NumpyKernels", "direct_sum_fp64", "FLOPS_PER_INTERACTION", "R2_MIN"]
 
 #: the customary count (cuda-samples nbody): 3 sub, 3 fma + 1 add for r^2, rsqrt,
 #: 2 mul for m/r^3, 3 fma into the acceleration, counted as 20 flops.
@@ -50,9 +50,21 @@ def _rsqrt64(r2):
     return y * (1.5 - h * y * y)
 
 
+#: The smallest r**2 (softening included) the force kernels use: 1/r**3 times a body's
+#: mass must stay finite.  At the smallest softening (1e-15) the self term (r = 0) has
+#: 1/r = 1e15, whose cube overflows float32 to inf, and inf * 0 is NaN.  Clamped, the
+#: float32 self term is an exact 0 and 1/r at most 1e12 (finite for masses below ~300;
+#: N-body units have total mass 1): only a pair closer than 1e-12, which only a softening
+#: below 1e-12 lets through, pulls as if at 1e-12.  Float64 never needs it above the
+#: smallest softening (eps**2 = 1e-30), which is also what its float32 rsqrt estimate
+#: can hold.  One max per interaction, vectorised (vmaxps; FMNMX on the GPU).
+R2_MIN = {np.float32: 1e-24, np.float64: 1e-30}
+
+
 def _make_accel(dtype):
     zero = dtype(0.0)
     rsqrt = _rsqrt32 if dtype is np.float32 else _rsqrt64
+    r2_min = dtype(R2_MIN[dtype])
 
     @njit(parallel=True, fastmath=True, error_model="numpy", cache=True)
     def accel(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
@@ -63,7 +75,7 @@ def _make_accel(dtype):
                 dx = sx[j] - xi
                 dy = sy[j] - yi
                 dz = sz[j] - zi
-                inv = rsqrt(dx * dx + dy * dy + dz * dz + eps2)
+                inv = rsqrt(max(dx * dx + dy * dy + dz * dz + eps2, r2_min))  # see R2_MIN
                 s = sm[j] * inv * inv * inv
                 axi += s * dx
                 ayi += s * dy
@@ -148,7 +160,7 @@ class NumpyKernels:
             dx = sx[None, :] - tx[lo:hi, None]
             dy = sy[None, :] - ty[lo:hi, None]
             dz = sz[None, :] - tz[lo:hi, None]
-            inv = dt.type(1) / np.sqrt(dx * dx + dy * dy + dz * dz + eps2)
+            inv = dt.type(1) / np.sqrt(np.maximum(dx * dx + dy * dy + dz * dz + eps2, dt.type(R2_MIN[dt.type])))
             s = sm[None, :] * inv * inv * inv
             ax[lo:hi] += (s * dx).sum(axis=1, dtype=dt)
             ay[lo:hi] += (s * dy).sum(axis=1, dtype=dt)

@@ -19,6 +19,7 @@ from numba import cuda, float32, float64, uint32
 
 from pympi_gpu.gpu import simulator
 from pympi_gpu.nbody.backends import PRECISIONS
+from pympi_gpu.nbody.kernels_cpu import R2_MIN
 
 __all__ = ["CudaBackend", "make_kernels"]
 
@@ -57,12 +58,16 @@ def make_kernels(dtype, block: int):
     if block % _UNROLL:
         raise ValueError(f"block must be a multiple of {_UNROLL}")
 
+    r2_min = dtype(R2_MIN[dtype])
+
     @cuda.jit(device=True, fastmath=True)
     def pair(xi, yi, zi, xj, yj, zj, mj, eps2, ax, ay, az):
         dx = xj - xi
         dy = yj - yi
         dz = zj - zi
-        inv = rsqrt(eps2 + dx * dx + dy * dy + dz * dz)
+        # r**2 clamped so that inv**3 stays finite: at the smallest softening the self
+        # term's would overflow fp32 to inf, and inf * 0 is NaN (kernels_cpu.R2_MIN; one FMNMX).
+        inv = rsqrt(max(eps2 + dx * dx + dy * dy + dz * dz, r2_min))
         s = mj * inv * inv * inv
         return ax + s * dx, ay + s * dy, az + s * dz
 

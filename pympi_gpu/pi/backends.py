@@ -1,20 +1,57 @@
-"""Choosing the pi kernels: done once, at the command-line edge."""
+"""Choosing the pi kernels: done once, at the command-line edge, the same on every rank.
+
+``auto`` picks by the work, then by the hardware:
+
+* small work goes to NumPy: its kernels give the same results (the hit count
+  bit for bit) and start at once, while numba costs 0.4-0.6 s per rank to
+  import and load its cached kernels (more than NumPy needs for tens of
+  millions of samples);
+* larger work goes to the GPU if every rank has one (decided collectively,
+  :func:`pympi_gpu.backend_choice.gpu_everywhere`), else to numba.
+"""
 
 from __future__ import annotations
 
-__all__ = ["BACKENDS", "resolve", "kernels_for"]
+__all__ = ["BACKENDS", "NUMPY_RATE", "NUMPY_MAX_SECONDS", "numpy_seconds", "small_work", "choose",
+           "kernels_for"]
 
 BACKENDS = ("auto", "numba", "numpy", "gpu")
 
+#: items/s of one core running the NumPy kernels (AMD EPYC Zen 2; benchmarks/pi.py)
+NUMPY_RATE = {"mc": 1.9e8, "trapezoid": 5.0e8}
+#: ``auto`` takes NumPy while its estimated compute per rank stays below this:
+#: about half of numba's start-up, so NumPy wins even on a core twice as fast.
+NUMPY_MAX_SECONDS = 0.25
 
-def resolve(name: str) -> tuple[str, str]:
-    """Turn ``auto`` into a concrete backend; return ``(backend, reason)``."""
-    from pympi_gpu.gpu import gpu_usable
 
+def numpy_seconds(total: int, ranks: int, methods) -> float:
+    """Estimated NumPy compute time of the busiest rank (the same on every rank)."""
+    per_rank = -(-total // ranks)
+    return sum(per_rank / NUMPY_RATE[m] for m in methods)
+
+
+def small_work(total: int, ranks: int, methods) -> bool:
+    """Whether ``auto`` runs this work with NumPy (a pure function: every rank agrees)."""
+    return numpy_seconds(total, ranks, methods) <= NUMPY_MAX_SECONDS
+
+
+def choose(comm, name: str, total: int, methods) -> tuple[str, str]:
+    """Turn ``name`` (``auto`` or a backend) into a backend; return ``(backend, reason)``.
+
+    Collective over comm when ``name`` is ``auto`` and the work is not small
+    (the GPU probe); every rank gets the same answer.
+    """
     if name != "auto":
         return name, "requested"
-    ok, why = gpu_usable()
-    return ("gpu", why) if ok else ("numba", f"no GPU: {why}")
+    ranks = comm.Get_size()
+    if small_work(total, ranks, methods):
+        est = numpy_seconds(total, ranks, methods)
+        return "numpy", (f"auto: small work ({-(-total // ranks):,} per rank, about {est:.2f} s in NumPy, "
+                         f"less than numba's start-up)")
+    from pympi_gpu.backend_choice import gpu_everywhere
+
+    ok, why = gpu_everywhere(comm)
+    return ("gpu", f"auto: {why}") if ok else ("numba", f"auto: {why}")
 
 
 def kernels_for(name: str):
@@ -24,7 +61,7 @@ def kernels_for(name: str):
 
         return NumbaKernels()
     if name == "numpy":
-        from pympi_gpu.pi.kernels_cpu import NumpyKernels
+        from pympi_gpu.pi.kernels_numpy import NumpyKernels
 
         return NumpyKernels()
     if name == "gpu":

@@ -10,8 +10,11 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float64, uint64
 
+from pympi_gpu import rng
 from pympi_gpu.pi.grid import chunk_size
-from pympi_gpu.rng import mc_hit
+from pympi_gpu.rng import GAMMA, counter, hit_of
+
+rng.register_numba()
 
 __all__ = ["CudaKernels"]
 
@@ -40,10 +43,10 @@ def _mc_kernel(key, start, count, per_thread, out):
     acc = uint64(0)
     first = tid * per_thread
     last = min(first + per_thread, count)
-    k = uint64(start + first)
+    state = counter(key, uint64(start + first))
     for _ in range(first, last):
-        acc += mc_hit(key, k)
-        k += uint64(1)
+        acc += hit_of(state)
+        state += GAMMA
     buf = cuda.shared.array(_THREADS, uint64)
     total = _block_sum(buf, acc)
     if cuda.threadIdx.x == 0:
@@ -96,6 +99,11 @@ class CudaKernels:
         out = cuda.device_array(c1 - c0, dtype=np.float64)
         _trap_kernel[c1 - c0, _THREADS](np.int64(n), np.int64(c0), np.int64(chunk_size(n)), out)
         return out.copy_to_host()
+
+    def partials(self, sums: np.ndarray) -> np.ndarray:
+        from pympi_gpu.pi.kernels_cpu import exact_partials
+
+        return exact_partials(sums) if sums.size else np.empty(0)
 
     def warmup(self, methods=("mc", "trapezoid")) -> None:
         if "mc" in methods:

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from pympi_gpu.scale.points import Point
+from pympi_gpu.scale.points import Point, cores_used, oversubscribed
 
 __all__ = ["KINDS", "PointSummary", "StudySummary", "summarise"]
 
@@ -50,6 +50,10 @@ class PointSummary:
     error: str | None = None
     returncode: int | None = None
     stderr_tail: str = ""
+    threads_per_rank: int | None = None
+    cores: int | None = None
+    oversubscribed: bool = False
+    backend: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +69,18 @@ class StudySummary:
     repeat: int
     points: tuple[PointSummary, ...]
     provenance: dict[str, Any] | None
+    threads_per_rank: int | None = None
+    cores_per_node: int | None = None
 
     @property
     def failed(self) -> tuple[PointSummary, ...]:
         return tuple(p for p in self.points if p.status in ("failed", "partial"))
+
+    @property
+    def mixed_backends(self) -> tuple[str, ...]:
+        """The backends the points ran on, when they differ (a study should hold it fixed)."""
+        names = sorted({p.backend for p in self.points if p.backend})
+        return tuple(names) if len(names) > 1 else ()
 
     @property
     def complete(self) -> bool:
@@ -87,8 +99,15 @@ def _latest(runs: Sequence[dict[str, Any]], repeat: int) -> dict[str, dict[int, 
 
 
 def summarise(runs: Sequence[dict[str, Any]], points: Sequence[Point], repeat: int,
-              kind: str, command: Sequence[str]) -> StudySummary:
-    """The scaling table of ``points`` from the stored ``runs`` (pure)."""
+              kind: str, command: Sequence[str], *, threads: int | None = None,
+              cores_per_node: int | None = None) -> StudySummary:
+    """The scaling table of ``points`` from the stored ``runs`` (pure).
+
+    ``threads`` is the threads per rank the study fixed; a point's
+    ``threads_per_rank`` is what its runs' records report, when they do.
+    ``cores`` is cores busy per node (ranks per node x threads), and
+    ``oversubscribed`` says that is more than ``cores_per_node``.
+    """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
     latest = _latest(runs, repeat)
@@ -105,7 +124,14 @@ def summarise(runs: Sequence[dict[str, Any]], points: Sequence[Point], repeat: i
                   else "ok" if len(ok) == repeat else "partial")
         err = bad[-1] if bad else None
         thr = [float(r["record"]["throughput"]) for r in ok if r["record"].get("throughput") is not None]
+        seen = [int(r["record"]["threads_per_rank"]) for r in ok if r["record"].get("threads_per_rank")]
+        nthreads = max(seen) if seen else threads
+        backends = sorted({str(r["record"]["backend"]) for r in ok if r["record"].get("backend")})
         rows.append(dict(
+            backend=",".join(backends) or None,
+            threads_per_rank=nthreads,
+            cores=cores_used(p, nthreads) if nthreads else None,
+            oversubscribed=bool(nthreads) and oversubscribed(p, nthreads, cores_per_node),
             ranks=p.ranks, nodes=p.nodes, tasks_per_node=p.tasks_per_node, status=status,
             repeats=len(ok), times=times,
             time=statistics.median(times) if times else None,
@@ -134,4 +160,4 @@ def summarise(runs: Sequence[dict[str, Any]], points: Sequence[Point], repeat: i
         kind=kind, command=tuple(command), app=rec.get("app"), work_unit=rec.get("work_unit"),
         record_schema=rec.get("schema"), baseline_ranks=base["ranks"] if base else None,
         repeat=repeat, points=tuple(PointSummary(**r) for r in rows),
-        provenance=rec.get("provenance"))
+        provenance=rec.get("provenance"), threads_per_rank=threads, cores_per_node=cores_per_node)

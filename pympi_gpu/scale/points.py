@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["Point", "parse_sizes", "make_points"]
+__all__ = ["Point", "parse_sizes", "make_points", "fix_threads", "cores_used", "oversubscribed"]
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -19,6 +19,11 @@ class Point:
     def key(self) -> str:
         """A stable name for this point in the results file."""
         return f"n{self.ranks}" if self.nodes is None else f"N{self.nodes}x{self.tasks_per_node}"
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks that share one node (all of them for a ``--ranks`` point on one node)."""
+        return self.tasks_per_node if self.nodes is not None else self.ranks
 
     def label(self) -> str:
         if self.nodes is None:
@@ -73,3 +78,34 @@ def make_points(ranks: tuple[int, ...] | None = None, nodes: tuple[int, ...] | N
     if tasks_per_node is None or tasks_per_node < 1:
         raise ValueError("node counts need a number of tasks per node >= 1")
     return tuple(Point(n * tasks_per_node, n, tasks_per_node) for n in nodes)
+
+
+def fix_threads(command: list[str] | tuple[str, ...], threads: int) -> tuple[list[str], int]:
+    """The command with its threads per rank fixed, and that number.
+
+    A study that lets each run take "this node's cores / its ranks" (the
+    commands' default) compares 1 rank x 2 threads against 2 ranks x 1
+    thread: the same cores, so a speedup near 1 says nothing about the
+    ranks.  The command's own ``--threads N`` wins; else ``--threads``
+    ``threads`` is added (before a ``--`` if there is one).
+    """
+    cmd = list(command)
+    for i, arg in enumerate(cmd):
+        if arg == "--":
+            break
+        if arg == "--threads" and i + 1 < len(cmd):
+            return cmd, int(cmd[i + 1])
+        if arg.startswith("--threads="):
+            return cmd, int(arg.split("=", 1)[1])
+    at = cmd.index("--") if "--" in cmd else len(cmd)
+    return cmd[:at] + ["--threads", str(threads)] + cmd[at:], threads
+
+
+def cores_used(point: Point, threads: int) -> int:
+    """Cores a point keeps busy on each of its nodes: ranks per node x threads per rank."""
+    return point.ranks_per_node * threads
+
+
+def oversubscribed(point: Point, threads: int, cores_per_node: int | None) -> bool:
+    """Whether the point asks more of a node than the cores it has (unknown: False)."""
+    return cores_per_node is not None and cores_used(point, threads) > cores_per_node

@@ -20,9 +20,9 @@ __all__ = ["SCHEMA", "CSV_COLUMNS", "study_dict", "write_json", "write_csv", "wr
 
 SCHEMA = "pympi_gpu.scale/1"
 
-CSV_COLUMNS = ("ranks", "nodes", "tasks_per_node", "status", "repeats", "time", "time_min",
-               "time_max", "elapsed", "speedup", "ideal", "efficiency", "throughput",
-               "throughput_per_rank", "work_unit", "launcher", "error")
+CSV_COLUMNS = ("ranks", "nodes", "tasks_per_node", "threads_per_rank", "cores", "oversubscribed", "backend",
+               "status", "repeats", "time", "time_min", "time_max", "elapsed", "speedup", "ideal",
+               "efficiency", "throughput", "throughput_per_rank", "work_unit", "launcher", "error")
 
 
 def study_dict(summary: StudySummary) -> dict:

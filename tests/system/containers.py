@@ -492,16 +492,90 @@ def apptainer_root(work: Path) -> ApptainerRoot:
     return ApptainerRoot(root, work)
 
 
+# ---------------------------------------------------------------- CUDA base (Dockerfile.cuda)
+
+#: The CUDA of the stand-in base: wheels of this major.minor make /usr/local/cuda, and
+#: Dockerfile.cuda is built with a CUDA_VERSION of the same major.minor, so the wheels
+#: it pins to the base's CUDA resolve to these versions.
+CUDA_STANDIN_VERSION = os.environ.get("PYMPI_CUDA_STANDIN", "12.8.1")
+CUDA_BASE = f"localhost/pympi-ci/cuda-standin:{CUDA_STANDIN_VERSION}-bookworm"
+CUDA_IMAGE = "localhost/pympi-gpu:cuda-standin"
+
+#: The stand-in for nvidia/cuda:*-devel and -runtime: Debian 12 with /usr/local/cuda laid out as
+#: NVIDIA's images lay it out (include/cuda.h, lib64/libcudart.so, bin/ptxas, nvvm/), made from
+#: NVIDIA's PyPI wheels (their registry is not reachable here).  No driver: that comes from the
+#: host (--gpus / --nv) on a GPU machine, as with the real images.
+CUDA_STANDIN = f"""\
+FROM {DEBIAN_IMAGE}
+COPY wheels /tmp/wheels
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends unzip \\
+ && mkdir /tmp/w && for w in /tmp/wheels/*.whl; do unzip -q -o "$w" -d /tmp/w; done \\
+ && c=/usr/local/cuda-{CUDA_STANDIN_VERSION.rsplit('.', 1)[0]} && mkdir -p $c/bin $c/lib64 $c/nvvm \\
+ && cp -a /tmp/w/nvidia/cuda_runtime/include $c/ && cp -a /tmp/w/nvidia/cuda_nvcc/include/. $c/include/ \\
+ && cp -a /tmp/w/nvidia/cuda_runtime/lib/. $c/lib64/ && ln -s libcudart.so.12 $c/lib64/libcudart.so \\
+ && cp -a /tmp/w/nvidia/cuda_nvcc/bin/. $c/bin/ && cp -a /tmp/w/nvidia/cuda_nvcc/nvvm/. $c/nvvm/ \\
+ && ln -s $c /usr/local/cuda && echo /usr/local/cuda/lib64 > /etc/ld.so.conf.d/cuda.conf && ldconfig \\
+ && test -f /usr/local/cuda/include/cuda.h \\
+ && apt-get purge -y unzip && rm -rf /tmp/w /tmp/wheels /var/lib/apt/lists/*
+ENV CUDA_VERSION={CUDA_STANDIN_VERSION} PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
+    NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
+"""
+
+
+def cuda_wheels(dest: Path, version: str = CUDA_STANDIN_VERSION) -> list[Path]:
+    """NVIDIA's CUDA runtime and compiler wheels of ``version``'s major.minor, downloaded by
+    this machine's pip (with its index settings) into ``dest``."""
+    mm = version.rsplit(".", 1)[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("*.whl"):
+        old.unlink()
+    sh([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(dest),
+        f"nvidia-cuda-runtime-cu12=={mm}.*", f"nvidia-cuda-nvcc-cu12=={mm}.*"], timeout=900)
+    return sorted(dest.glob("*.whl"))
+
+
+def build_cuda_base(timeout: float = 1800) -> str:
+    """The CUDA stand-in base (:data:`CUDA_STANDIN`), its wheels put in the build context.
+
+    Always built, as :func:`build_base`: the same wheels give the same context, which
+    podman's layer cache makes instant."""
+    import_debian()
+    ctx = CACHE / "ctx" / "cuda-standin"
+    cuda_wheels(ctx / "wheels")
+    (ctx / "Containerfile").write_text(CUDA_STANDIN)
+    sh(podman("build", "--format", "docker", "--isolation", "chroot", "--network", "host",
+              *ulimits(), "-t", CUDA_BASE, str(ctx)), timeout=timeout)
+    return CUDA_BASE
+
+
+@functools.cache
+def ensure_cuda_image(mpi: str = "openmpi") -> Built:
+    """docker/Dockerfile.cuda built on the CUDA stand-in base, once per process."""
+    t0 = time.monotonic()
+    base = build_cuda_base()
+    tag = CUDA_IMAGE if mpi == "openmpi" else f"{CUDA_IMAGE}-{mpi}"
+    build_recipe("Dockerfile.cuda", tag, ["--build-arg", f"BUILD_BASE={base}", "--build-arg", f"BASE={base}",
+                                          "--build-arg", f"CUDA_VERSION={CUDA_STANDIN_VERSION}",
+                                          "--build-arg", f"MPI={mpi}"], timeout=3600)
+    built = Built("cuda", "Dockerfile.cuda", tag, base, time.monotonic() - t0, image_size(tag))
+    log(f"Dockerfile.cuda (MPI={mpi}): {tag} {built.size / 1e6:.0f} MB, {built.seconds:.0f} s with its base")
+    return built
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["bases"]:
         for which in ("local", "impi", "mvapich"):
             _, _, tag, text = IMAGES[which]
             build_base(tag, text)
         return 0
+    if argv[:1] == ["cuda"]:
+        print(ensure_cuda_image(*(argv[1:2] or ["openmpi"])))
+        return 0
     if argv[:1] == ["python-source"]:
         print(debian_cpython_source())
         return 0
-    print("usage: python -m tests.system.containers bases|python-source", file=sys.stderr)
+    print("usage: python -m tests.system.containers bases|cuda [openmpi|mpich]|python-source", file=sys.stderr)
     return 2
 
 

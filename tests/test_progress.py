@@ -1,0 +1,88 @@
+"""Progress of long runs: plain lines from rank 0 when stderr is not a terminal.
+
+Also: ``pympi-nbody --backend auto`` agrees on one backend over all ranks.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from conftest import clean_env, mpiexec_argv, run, script
+from pympi_gpu.progress import INTERVAL_ENV, LineProgress, interval_from_env
+
+NBODY = script("pympi-nbody")
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_lines_every_interval_with_rate_and_time_left():
+    clock, out = FakeClock(), io.StringIO()
+    p = LineProgress(out, "prog", interval=10.0, clock=clock)
+    for step in range(1, 101):
+        clock.now += 0.25  # 4 steps/s
+        p(step, 100)
+    lines = out.getvalue().splitlines()
+    # 25 s of stepping, a line at each 10 s mark
+    assert lines == ["prog: step 40/100 (40%), 4 steps/s, about 15 s left",
+                     "prog: step 80/100 (80%), 4 steps/s, about 5 s left"]
+
+
+def test_restarted_run_counts_from_its_first_step_and_long_times_read_well():
+    clock, out = FakeClock(), io.StringIO()
+    p = LineProgress(out, "prog", interval=60.0, clock=clock)
+    for step in range(501, 600):
+        clock.now += 1.0
+        p(step, 10_000)
+    assert out.getvalue().splitlines()[0] == "prog: step 560/10000 (6%), 1 steps/s, about 2 h 37 min left"
+
+
+def test_interval_from_environment():
+    assert interval_from_env({}) == 10.0
+    assert interval_from_env({INTERVAL_ENV: "0.5"}) == 0.5
+    assert interval_from_env({INTERVAL_ENV: "soon"}) == 10.0
+    assert interval_from_env({INTERVAL_ENV: "-1"}) == 10.0
+
+
+def _nbody(ranks, *args, **env):
+    argv = mpiexec_argv(ranks) + [NBODY, *map(str, args)]
+    return run(argv, env=clean_env(**env), timeout=300)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_rank0_prints_progress_lines_under_mpiexec(ranks):
+    out = _nbody(ranks, 3000, "--steps", 20, "--backend", "numpy", "--json", **{INTERVAL_ENV: "0.001"})
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)  # stdout holds the JSON alone
+    assert doc["steps"] == 20
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("pympi-nbody: step ")]
+    assert lines, out.stderr
+    assert all("steps/s" in ln for ln in lines)
+    assert any("left" in ln for ln in lines)
+    # one writer (rank 0): every step appears at most once
+    steps = [ln.split()[2] for ln in lines]
+    assert len(steps) == len(set(steps)), lines
+
+
+def test_quiet_turns_progress_off():
+    out = _nbody(2, 3000, "--steps", 5, "--backend", "numpy", "--quiet", **{INTERVAL_ENV: "0.001"})
+    assert out.returncode == 0, out.stderr
+    assert "pympi-nbody: step" not in out.stderr
+    assert "n-body: 3,000 bodies" in out.stdout
+
+
+@pytest.mark.parametrize("ranks, probe, bad_rank", [(2, "yes,no", 1), (3, "no,yes,yes", 0)])
+def test_nbody_auto_agrees_on_every_rank(ranks, probe, bad_rank):
+    out = _nbody(ranks, 300, "--steps", 2, "--json", PYMPI_TESTING_GPU_PROBE=probe)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["backend"] == "numba"
+    assert doc["backend_reason"].startswith(f"auto: no GPU on rank {bad_rank} of {ranks}")
