@@ -129,7 +129,7 @@ def render_table(summary):
 @click.option("--gpu", is_flag=True, help="Make GPUs visible inside --image (apptainer --nv).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds one run may take before it is killed and counted as failed.")
-@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--threads", type=IntRange(min=1), default=1, show_default=True,
               help="Threads per rank, the same at every size (added to COMMAND as --threads unless "
                    "it has its own).")
 @click.option("--json", "as_json", is_flag=True, help="Print the study as one JSON object instead of the table.")
