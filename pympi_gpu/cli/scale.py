@@ -225,11 +225,11 @@ def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_js
         fail(str(exc))
     with held:
         _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json,
-                      err, out, jsonl, store)
+                      err, out, jsonl, store, threads, cores)
 
 
 def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json, err, out, jsonl,
-                  store):
+                  store, threads, cores):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pympi_gpu.scale import report
