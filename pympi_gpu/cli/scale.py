@@ -46,9 +46,14 @@ def _planner(launcher: str, image: str | None, gpu: bool):
     """``planner(argv, point)`` through :func:`pympi_gpu.launch.plan`."""
     from pympi_gpu import launch
 
+    found: list[tuple[str | None, str]] = []  # the MPI in use, probed once, as pympi-launch does
+
     def plan(argv, point):
+        if not found:
+            found.append(launch.probe_mpi() if launcher != "ibrun" else (None, "--mpi"))
+        mpi, how = found[0]
         return launch.plan(argv, point.ranks, nodes=point.nodes, tasks_per_node=point.tasks_per_node,
-                           image=image, gpu=gpu, launcher=launcher)
+                           image=image, gpu=gpu, launcher=launcher, mpi=mpi, mpi_how=how)
     return plan
 
 
