@@ -94,7 +94,7 @@ def test_pi_over_two_ranks_inside_the_image(which, request, host_reference):
 def test_read_only_image_loads_the_build_time_numba_cache(which, request):
     image = request.getfixturevalue(f"{which}_image")
     proc = run(c.run_argv(image.tag, "mpiexec", "-n", "2", "pympi-pi", "1e5", "--method", "both",
-                          env={"NUMBA_DEBUG_CACHE": "1"}), timeout=300)
+                          "--backend", "numba", env={"NUMBA_DEBUG_CACHE": "1"}), timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "[cache] data loaded" in out
@@ -103,7 +103,7 @@ def test_read_only_image_loads_the_build_time_numba_cache(which, request):
 
 def test_numba_cpu_host_compiles_for_this_machine(local_image, host_reference):
     """PYMPI_NUMBA_CPU=host: the portable kernels are bypassed, compiled for this CPU."""
-    proc = run(c.run_argv(local_image.tag, "pympi-pi", "1e5", "--json",
+    proc = run(c.run_argv(local_image.tag, "pympi-pi", "1e5", "--json", "--backend", "numba",
                           env={"NUMBA_DEBUG_CACHE": "1", "PYMPI_NUMBA_CPU": "host"}), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "data saved" in proc.stdout + proc.stderr
