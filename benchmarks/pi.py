@@ -267,7 +267,7 @@ def _print(res: dict) -> None:
     s = res["strong_scaling_2_ranks"]
     con.print(f"strong scaling at {s['samples']:.0e}: 1 rank {s['t1_s']:.3f} s, 2 ranks {s['t2_s']:.3f} s, "
               f"speedup {s['speedup']:.2f}, efficiency {100 * s['efficiency']:.1f}%")
-    con.print(f"GPU: {res['gpu']}")
+    con.print(f"GPU: {res['gpu']}", markup=False)  # a driver message may hold [brackets]
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import click
 
 from pympi_gpu.counts import MAX_COUNT, CountError, parse_count
 
-__all__ = ["Count", "PositiveFloat", "world_rank_hint", "echo_root", "fail", "run_command",
+__all__ = ["Count", "IntRange", "PositiveFloat", "world_rank_hint", "echo_root", "fail", "run_command",
            "mpi_world", "import_mpi", "MPI_MISSING", "configure_threads", "version_option",
            "escape", "CONTEXT_SETTINGS"]
 
@@ -39,6 +39,20 @@ class Count(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+class IntRange(click.IntRange):
+    """:class:`click.IntRange` for ASCII digits only.
+
+    Python's ``int()`` reads any Unicode digit (``int("１")`` is 1, so is
+    ``int("١")``); a seed or a thread count typed in another script is refused
+    rather than silently read.
+    """
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.isascii():
+            self.fail(f"{value!r} is not a valid integer (write it with the digits 0-9)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class PositiveFloat(click.ParamType):
     """A finite float > 0 (or >= 0 with ``allow_zero``)."""
 
@@ -51,6 +65,8 @@ class PositiveFloat(click.ParamType):
         import math
 
         try:
+            if isinstance(value, str) and not value.isascii():  # float() reads any script's digits
+                raise ValueError(value)
             x = float(value)
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number", param, ctx)

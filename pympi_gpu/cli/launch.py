@@ -13,18 +13,18 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, version_option
+from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, version_option
 from pympi_gpu.launch import LAUNCHERS, MPI_VENDORS, LaunchError, plan, probe_mpi
 
 
 @click.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True,
                                  "allow_interspersed_args": False})
 @version_option()
-@click.option("-n", "--ntasks", type=click.IntRange(min=1), required=True,
+@click.option("-n", "--ntasks", type=IntRange(min=1), required=True,
               help="Number of MPI ranks.")
-@click.option("-N", "--nodes", type=click.IntRange(min=1), default=None,
+@click.option("-N", "--nodes", type=IntRange(min=1), default=None,
               help="Spread the ranks over this many nodes (srun; ibrun takes the allocation's).")
-@click.option("--tasks-per-node", type=click.IntRange(min=1), default=None, help="Ranks per node.")
+@click.option("--tasks-per-node", type=IntRange(min=1), default=None, help="Ranks per node.")
 @click.option("--image", metavar="SIF", default=None,
               help="Run COMMAND inside this Apptainer image: apptainer run [--nv] SIF COMMAND.")
 @click.option("--gpu", is_flag=True, help="Give the image the host's NVIDIA GPUs (apptainer --nv).")

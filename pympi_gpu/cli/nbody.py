@@ -8,8 +8,8 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, PositiveFloat, configure_threads, fail, mpi_world,
-                                  version_option)
+from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, configure_threads, fail,
+                                  mpi_world, version_option)
 from pympi_gpu.cli.nbody_lj import check_model_options, lj_options, run_lj
 
 SCHEMA = "pympi_gpu.nbody/1"
@@ -26,6 +26,20 @@ class _Count(Count):
         if isinstance(value, str) and value.strip().startswith("-") and value.strip()[1:2].isdigit():
             self.fail(f"{value!r} is negative (must be at least {self.minimum})", param, ctx)
         return super().convert(value, param, ctx)
+
+
+class _Bodies(_Count):
+    """BODIES: above :data:`MAX_BODIES` the refusal says the memory it would have taken."""
+
+    def convert(self, value, param, ctx):
+        from pympi_gpu.counts import MAX_COUNT
+        from pympi_gpu.nbody.memory import human_bytes, need_bytes
+
+        n = _Count(minimum=self.minimum, maximum=MAX_COUNT).convert(value, param, ctx)
+        if n > self.maximum:
+            self.fail(f"{value!r} is out of range (at most {self.maximum:,} bodies; {n:.3g} bodies would "
+                      f"need about {human_bytes(need_bytes(n, 'fp32'))} of memory in fp32)", param, ctx)
+        return n
 
 
 def format_run(run, threads: int) -> str:
@@ -97,7 +111,7 @@ def _progress(comm, enabled: bool, bar_ok: bool):
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @version_option()
-@click.argument("bodies", type=_Count(maximum=MAX_BODIES))
+@click.argument("bodies", type=_Bodies(maximum=MAX_BODIES))
 @click.option("--steps", type=_Count(minimum=0, maximum=10**12), default=10, show_default=True,
               help="Leapfrog steps; with --restart, the step to reach.")
 @click.option("--dt", type=PositiveFloat(), default=None,
@@ -112,7 +126,7 @@ def _progress(comm, enabled: bool, bar_ok: bool):
               help="How bodies travel between ranks.")
 @click.option("--transport", type=click.Choice(["auto", "device", "host"]), default="auto", show_default=True,
               help="GPU only: device buffers straight to MPI (CUDA-aware) or staged through host memory.")
-@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=None,
+@click.option("--seed", type=IntRange(0, 2**64 - 1), default=None,
               help="Seed of the initial conditions (same seed, same bodies at any rank count)  "
                    "[default: 20240601 gravity, 87287 lj]")
 @click.option("--init", type=click.Choice(["plummer", "uniform"]), default="plummer", show_default=True,
@@ -126,7 +140,7 @@ def _progress(comm, enabled: bool, bar_ok: bool):
 @click.option("--checkpoint-every", type=_Count(minimum=1, maximum=10**12), default=None, metavar="K",
               help="Also write a checkpoint every K steps.")
 @click.option("--restart", type=str, default=None, metavar="PATH", help="Continue from this checkpoint.")
-@click.option("--threads", type=click.IntRange(1, 4096), default=None,
+@click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/nbody.md; "
               "--model lj: docs/lj.md).")
@@ -185,6 +199,13 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     previous = signal.signal(signal.SIGTERM, stop)
     if bodies < size:
         fail(f"BODIES ({bodies}) must be at least the number of ranks ({size})")
+    from pympi_gpu.gpu import local_rank
+    from pympi_gpu.nbody.memory import too_large
+
+    # Decided together before anything is allocated: one rank short of memory stops them all.
+    verdicts = comm.allgather(too_large(bodies, precision, size, local_rank(comm)[1]))
+    if any(verdicts):
+        fail(next(v for v in verdicts if v))
 
     meta = local = None
     if restart:

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import PositiveFloat, configure_threads, fail, mpi_world
+from pympi_gpu.cli.common import IntRange, PositiveFloat, configure_threads, fail, mpi_world
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
 MODELS = ("gravity", "lj")
@@ -47,7 +47,7 @@ def lj_options(f):
                      help="lj: pair cutoff (sigma)."),
         click.option("--skin", type=_float(allow_zero=True), default=0.3, show_default=True,
                      help="lj: Verlet-list skin (sigma); lists are rebuilt when an atom moves skin/2."),
-        click.option("--thermo", type=click.IntRange(0, None), default=0, show_default=True, metavar="K",
+        click.option("--thermo", type=IntRange(0, None), default=0, show_default=True, metavar="K",
                      help="lj: thermo output every K steps (0: first and last)."),
     ]
     for opt in reversed(opts):

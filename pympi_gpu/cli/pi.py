@@ -6,7 +6,7 @@ import json
 
 import click
 
-from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, configure_threads, echo_root, fail, mpi_world,
+from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, configure_threads, echo_root, fail, mpi_world,
                                   version_option)
 from pympi_gpu.counts import MAX_COUNT
 
@@ -54,13 +54,13 @@ def format_run(run, threads: int, verbose: bool = False, reason: str | None = No
               help="Monte Carlo sampling, the trapezoid rule, or both.")
 @click.option("--per-rank", is_flag=True,
               help="SAMPLES per rank (weak scaling) instead of in total (strong scaling).")
-@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=None,
+@click.option("--seed", type=IntRange(0, 2**64 - 1), default=None,
               help="Seed of the Monte Carlo stream [default: 20240601].")
 @click.option("--backend", type=click.Choice(["auto", "numba", "numpy", "gpu"]), default="auto",
               show_default=True,
               help="Kernels. auto: NumPy for small work (starts fastest), else the GPU if every "
                    "rank has one, else numba; the run says which and why.")
-@click.option("--threads", type=click.IntRange(1, 4096), default=None,
+@click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/pi.md).")
 @click.option("-v", "--verbose", is_flag=True, help="Add one line per rank.")

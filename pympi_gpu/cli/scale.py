@@ -8,6 +8,7 @@ PREFIX.csv and PREFIX.png.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, escape, fail, version_option
+from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, escape, fail, version_option
 
 LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")  # as pympi_gpu.launch.LAUNCHERS
 
@@ -45,9 +46,14 @@ def _planner(launcher: str, image: str | None, gpu: bool):
     """``planner(argv, point)`` through :func:`pympi_gpu.launch.plan`."""
     from pympi_gpu import launch
 
+    found: list[tuple[str | None, str]] = []  # the MPI in use, probed once, as pympi-launch does
+
     def plan(argv, point):
+        if not found:
+            found.append(launch.probe_mpi() if launcher != "ibrun" else (None, "--mpi"))
+        mpi, how = found[0]
         return launch.plan(argv, point.ranks, nodes=point.nodes, tasks_per_node=point.tasks_per_node,
-                           image=image, gpu=gpu, launcher=launcher)
+                           image=image, gpu=gpu, launcher=launcher, mpi=mpi, mpi_how=how)
     return plan
 
 
@@ -114,8 +120,8 @@ def render_table(summary):
 @version_option()
 @click.option("--ranks", metavar="LIST", help="Rank counts, e.g. 1,2,4,8.")
 @click.option("--nodes", metavar="LIST", help="Node counts, e.g. 1,2,4 (with --tasks-per-node).")
-@click.option("--tasks-per-node", type=click.IntRange(min=1), default=None, help="Ranks per node with --nodes.")
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--tasks-per-node", type=IntRange(min=1), default=None, help="Ranks per node with --nodes.")
+@click.option("--repeat", type=IntRange(min=1), default=1, show_default=True,
               help="Runs per size; the table shows the median.")
 @click.option("--weak", is_flag=True,
               help="A weak-scaling study (fixed work per rank, e.g. pympi-pi --per-rank): efficiency t_b/t_p.")
@@ -128,7 +134,7 @@ def render_table(summary):
 @click.option("--gpu", is_flag=True, help="Make GPUs visible inside --image (apptainer --nv).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds one run may take before it is killed and counted as failed.")
-@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--threads", type=IntRange(min=1), default=1, show_default=True,
               help="Threads per rank, the same at every size (added to COMMAND as --threads unless "
                    "it has its own).")
 @click.option("--json", "as_json", is_flag=True, help="Print the study as one JSON object instead of the table.")
@@ -208,12 +214,8 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
 
 def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json, threads=None, cores=None):
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from pympi_gpu.scale import report
-    from pympi_gpu.scale.analysis import summarise
-    from pympi_gpu.scale.runner import run_study
-    from pympi_gpu.scale.store import ResultsStore, StudyMismatch
+    from pympi_gpu.scale.store import ResultsStore, StudyLocked
 
     err = Console(stderr=True, soft_wrap=True)
     out = Console()
@@ -221,6 +223,25 @@ def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_js
         out = Console(width=160)
     jsonl = prefix.with_name(prefix.name + ".jsonl")
     store = ResultsStore(jsonl, list(command), kind)
+    held = contextlib.ExitStack()
+    try:  # one study per results file: a second one is refused, never interleaved
+        held.enter_context(store.lock())
+    except StudyLocked as exc:
+        fail(str(exc))
+    with held:
+        _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json,
+                      err, out, jsonl, store, threads, cores)
+
+
+def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json, err, out, jsonl,
+                  store, threads, cores):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pympi_gpu.scale import report
+    from pympi_gpu.scale.analysis import summarise
+    from pympi_gpu.scale.runner import run_study
+    from pympi_gpu.scale.store import StudyMismatch
+
     if fresh:
         moved = store.set_aside()
         if moved:

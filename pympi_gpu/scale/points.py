@@ -48,6 +48,8 @@ def parse_sizes(text: str, what: str = "ranks") -> tuple[int, ...]:
         if not t:
             raise ValueError(f"empty item in the list of {what} {text!r}")
         try:
+            if not t.isascii():  # int() would read other scripts' digits
+                raise ValueError(t)
             v = int(t.replace("_", ""), 10)
         except ValueError:
             raise ValueError(f"{t!r} in {text!r} is not a whole number of {what}") from None

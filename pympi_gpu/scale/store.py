@@ -5,22 +5,34 @@ Every run is appended as soon as it ends, in one ``write`` followed by
 failure) keeps every run that finished and never leaves a file rewritten
 half-way.  A torn last line (the machine died inside the write) is skipped
 when reading and the next append starts on a fresh line.
+
+One study at a time writes a results file: :meth:`ResultsStore.lock` takes an
+exclusive ``flock`` on ``PREFIX.jsonl.lock`` for the whole study, and a second
+study on the same prefix is refused at once (the kernel drops the lock when
+its holder dies, so a killed study never leaves a stale one).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RUN_SCHEMA", "StudyMismatch", "ResultsStore"]
+__all__ = ["RUN_SCHEMA", "StudyMismatch", "StudyLocked", "ResultsStore"]
 
 RUN_SCHEMA = "pympi_gpu.scale.run/1"
 
 
 class StudyMismatch(ValueError):
     """The results file belongs to another study (other command or kind)."""
+
+
+class StudyLocked(RuntimeError):
+    """Another study holds the results file."""
 
 
 class ResultsStore:
@@ -40,6 +52,33 @@ class ResultsStore:
         self.command = list(command)
         self.kind = kind
         self.torn_lines = 0
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the study's lock file for the block; refuse if another process holds it.
+
+        Raises
+        ------
+        StudyLocked
+            If another study (another process) writes this results file now.
+        """
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+                raise StudyLocked(
+                    f"{self.path} is in use by another pympi-scale study"
+                    + (f" (pid {holder})" if holder.isdigit() else "")
+                    + ": wait for it to end, or choose another --out") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def load(self) -> list[dict[str, Any]]:
         """Every run recorded so far for this study, in file order.

