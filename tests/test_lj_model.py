@@ -82,17 +82,25 @@ def test_neighbor_lists_match_brute_force(half):
     lo = np.full(3, -cut)
     inv = ncell / (box + 2 * cut)
     cell_of, start, atoms = kc.bin_atoms(pos, len(pos), lo, inv, ncell)
-    oc, on, gc, gn, ok = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, half, 4, 4)
+    gid = np.concatenate([np.arange(1, n + 1)] * 27)  # a ghost is an image of the owned atom of its id
+    oc, on, gc, gn, ok = kc.neighbor_lists(pos, n, gid, cell_of, start, atoms, ncell, 2, cut * cut, 2.5 ** 2, half,
+                                           4, 4)
     assert not ok  # capacities of 4 are too small: the caller must retry
-    oc, on, gc, gn, ok = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, half, 200, 200)
+    oc, on, gc, gn, ok = kc.neighbor_lists(pos, n, gid, cell_of, start, atoms, ncell, 2, cut * cut, 2.5 ** 2, half,
+                                           200, 200)
     assert ok
     d2 = ((pos[:n, None, :] - pos[None, :, :]) ** 2).sum(-1)
     for i in range(n):
         want = set(np.nonzero(d2[i] < cut * cut)[0]) - {i}
         got_own = set(on[i, :oc[i]])
         got_gh = set(gn[i, :gc[i]])
-        assert got_gh == {j for j in want if j >= n}
+        assert len(got_own) == oc[i] and len(got_gh) == gc[i]  # no repeats
+        assert got_gh == {j for j in want if j >= n and (gid[j] > gid[i] or not half)}
         assert got_own == {j for j in want if j < n and (j > i or not half)}
+        # the pairs within the force cutoff come first in each row
+        for row, cnt in ((on[i], oc[i]), (gn[i], gc[i])):
+            near = d2[i, row[:cnt]] < 2.5 ** 2
+            assert not np.any(near[1:] & ~near[:-1])
 
 
 def test_forces_match_direct_sum_newton_and_one_sided():
@@ -104,13 +112,20 @@ def test_forces_match_direct_sum_newton_and_one_sided():
     cell_of, start, atoms = kc.bin_atoms(pos, len(pos), lo, inv, ncell)
     ref, mag = reference_forces(own, box, rc, np.arange(n))
     results = []
+    gid = np.concatenate([np.arange(n)] * 27)
     for half in (True, False):
-        oc, on, gc, gn, ok = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, half, 200, 200)
-        f = np.zeros((n, 3))
+        oc, on, gc, gn, ok = kc.neighbor_lists(pos, n, gid, cell_of, start, atoms, ncell, 2, cut * cut, rc * rc,
+                                               half, 200, 200)
+        f = np.zeros((len(pos), 3))
         e1, w1 = kc.pair_forces(pos, f, 0, n, oc, on, rc * rc, half)
-        e2, w2 = kc.pair_forces(pos, f, 0, n, gc, gn, rc * rc, False)
+        e2, w2 = kc.pair_forces(pos, f, 0, n, gc, gn, rc * rc, half)
         s = 1.0 if half else 0.5
-        results.append((s * e1 + 0.5 * e2, s * w1 + 0.5 * w2))
+        results.append((s * (e1 + e2), s * (w1 + w2)))
+        if half:  # Newton across the periodic boundary: the images' forces belong to their atoms
+            f = f.reshape(27, n, 3).sum(axis=0)
+        else:
+            assert not np.any(f[n:])
+            f = f[:n]
         assert np.all(np.linalg.norm(f - ref, axis=1) <= 1e-13 * mag)
     # energy and virial: direct double sum over pairs and images
     d = own[:, None, :] - own[None, :, :]

@@ -115,3 +115,88 @@ def test_restart_continues_bit_for_bit(tmp_path_factory):
     assert resumed.energy_drift == with_ckpt.energy_drift
     dx, _ = _close(full, full_c, config.box)
     assert dx < POS_TOL  # a rebuild after the checkpoint changes round-off only
+
+
+def _state_after(config, steps):
+    """The whole system (x, v, ids) after ``steps`` steps on one brick: a lattice that has melted a little."""
+    from mpi4py import MPI
+
+    run, full = _run(MPI.COMM_SELF, LjConfig(cells=config.cells, steps=steps))
+    return full["x"], full["v"], full["id"]
+
+
+def _forces_at(comm, config, x, v, ids):
+    """Forces (by id, on every rank), pair count and ghost-row forces of the state (x, v, ids) over comm's bricks."""
+    from pympi_gpu.nbody.lj.domain import owner_coords, wrap
+
+    cart = make_cart(comm)
+    try:
+        brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+        xw = wrap(x, config.box)
+        mine = np.all(owner_coords(xw, config.box, brick.dims) == np.array(brick.coords), axis=1)
+        system = LjSystem(cart, config, xw[mine], v[mine], ids[mine])
+        system.rebuild()
+        system.f[...] = 0.0
+        system._pairs(system.f, forward=False, eflag=True)
+        ghost_share = float(np.abs(system.f[system.nlocal:]).sum())
+        if config.newton:
+            system.halo.reverse(system.f)
+        full = cart.bcast(ckpt.gather(cart, system.owned()), root=0)
+        pairs = cart.allreduce(system.pairs)
+        ghost_share = cart.allreduce(ghost_share)
+        e = cart.allreduce(system.energy)
+        return full["f"], pairs, ghost_share, e
+    finally:
+        cart.Free()
+
+
+@pytest.mark.parametrize("cells", [5, 6])
+def test_reverse_forces_equal_one_brick(cells):
+    """Newton across bricks: after the reverse communication the owned atoms carry the forces of one
+    brick (periodic images only) and of the full lists without Newton, and every pair is counted once
+    (the pair count and the energy of the 1-rank run).  6^3 cells split unevenly over 3 ranks."""
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody.lj.verify import reference_forces
+
+    config = LjConfig(cells=cells, steps=0)
+    x, v, ids = _state_after(config, 30)
+    f, pairs, ghost_share, e = _forces_at(MPI.COMM_WORLD, config, x, v, ids)
+    f1, pairs1, _, e1 = _forces_at(MPI.COMM_SELF, config, x, v, ids)
+    ffull, pairs_full, ghost_full, e_full = _forces_at(MPI.COMM_WORLD, LjConfig(cells=cells, steps=0, newton=False),
+                                                       x, v, ids)
+    ref, mag = reference_forces(x, config.box, config.cutoff, np.arange(config.atoms))
+    assert ghost_share > 1.0  # the ghosts did gather forces, which only the reverse pass brings home
+    assert ghost_full == 0.0
+    assert pairs == pairs1 == pairs_full
+    assert e == pytest.approx(e1, rel=1e-13) and e == pytest.approx(e_full, rel=1e-13)
+    for got in (f, f1, ffull):
+        assert np.all(np.linalg.norm(got - ref, axis=1) <= 1e-13 * mag)
+    assert np.abs(f - f1).max() < 1e-12
+
+
+def test_reverse_sums_every_copy_of_a_ghost():
+    """Halo.reverse alone: each ghost row carries a value fixed by its atom's id; afterwards every atom
+    holds that value times the number of its ghost copies over all ranks (edges and corners arrive
+    through forwarding, so their forces must travel back the same way)."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    config = LjConfig(cells=5, steps=0)
+    cart = make_cart(comm)
+    try:
+        brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+        system = LjSystem(cart, config, *initial_arrays(config, brick))
+        system.rebuild()
+        n = system.nlocal
+        gh = system.gid[n:]
+        f = np.zeros_like(system.pos)
+        f[n:] = gh[:, None] * np.array([1.0, -2.0, 0.5])
+        f[:n] = 1000.0
+        system.halo.reverse(f)
+        copies = np.bincount(np.concatenate(cart.allgather(gh)), minlength=config.atoms + 1)
+        want = 1000.0 + (copies[system.ids] * system.ids)[:, None] * np.array([1.0, -2.0, 0.5])
+        assert np.array_equal(f[:n], want)
+        assert cart.allreduce(int((copies[system.ids] > 1).sum())) > 0  # some atoms have several copies
+    finally:
+        cart.Free()

@@ -5,8 +5,10 @@ skin since the last rebuild (checked on every rank, decided together), the
 atoms migrate to their bricks, are sorted by cell (locality), the ghosts and
 the Verlet lists are rebuilt; otherwise only the ghost positions are
 refreshed, while the owned-owned forces are computed; then the owned-ghost
-forces and ``v += f dt/2``.  This is LAMMPS's ``fix nve`` with
-``neigh_modify delay 0 every 1 check yes``.
+forces, with ``newton`` (one thread per rank, the CPU) the ghosts' forces sent
+back to their owners (:meth:`Halo.reverse`), and ``v += f dt/2``.  This is
+LAMMPS's ``fix nve`` with ``neigh_modify delay 0 every 1 check yes`` and
+``newton on``.
 
 Order of summation: atoms are sorted by (cell, id) at every rebuild, so a
 rebuild's outcome depends on the positions only, not on the history.  After
@@ -109,6 +111,7 @@ class LjSystem:
         self.virial = 0.0
         self.rebuilds = 0
         self.pairs = 0
+        self.gid = self.ids
         self.lists = None
         ext = [self.brick.hi[d] - self.brick.lo[d] + 2 * config.cutneigh for d in range(3)]
         # cells of at least half the neighbour cutoff, searched `reach` = 2 cells out
@@ -116,7 +119,7 @@ class LjSystem:
         self.ncell = np.array([max(1, int(2 * e / config.cutneigh)) for e in ext], np.int64)
         # capacities of the padded lists; grown when a rebuild finds more neighbours
         shell = 4.0 / 3.0 * math.pi * config.cutneigh ** 3 * config.density
-        self.cap = [int(0.75 * shell) + 16 if config.newton else int(1.3 * shell) + 16, int(1.3 * shell) + 16]
+        self.cap = [int(0.75 * shell) + 16] * 2 if config.newton else [int(1.3 * shell) + 16] * 2
         self.cell_lo = np.array([self.brick.lo[d] - config.cutneigh for d in range(3)])
         self.cell_inv = np.array([self.ncell[d] / ext[d] for d in range(3)])
 
@@ -124,7 +127,7 @@ class LjSystem:
     def rebuild(self) -> None:
         """Migrate, sort by cell, rebuild ghosts and Verlet lists; collective."""
         x = self.pos[:self.nlocal]
-        rows = np.hstack([self.v, self.f, self.ids[:, None].astype(np.float64)])
+        rows = np.hstack([self.v, self.f[:self.nlocal], self.ids[:, None].astype(np.float64)])
         x, rows = self.halo.migrate(x, rows)
         cell_of, _, _ = kc.bin_atoms(x, x.shape[0], self.cell_lo, self.cell_inv, self.ncell)
         ids = rows[:, 6].astype(np.int64)
@@ -132,22 +135,25 @@ class LjSystem:
         x, rows, ids = x[order], rows[order], ids[order]
         self.nlocal = x.shape[0]
         self.v = np.ascontiguousarray(rows[:, 0:3])
-        self.f = np.ascontiguousarray(rows[:, 3:6])
         self.ids = ids
-        self.pos = self.halo.borders(np.ascontiguousarray(x))
+        self.pos, self.gid = self.halo.borders(np.ascontiguousarray(x), ids)
+        # forces have ghost rows too: with newton they gather the ghosts' share before going back
+        self.f = np.zeros_like(self.pos)
+        self.f[:self.nlocal] = rows[:, 3:6]
         self.x0 = self.pos[:self.nlocal].copy()
         cell_of, start, atoms = kc.bin_atoms(self.pos, self.pos.shape[0], self.cell_lo, self.cell_inv, self.ncell)
         cut2 = self.config.cutneigh ** 2
         while True:
-            *lists, ok = kc.neighbor_lists(self.pos, self.nlocal, cell_of, start, atoms, self.ncell, self.reach,
-                                           cut2, self.config.newton, self.cap[0], self.cap[1])
+            *lists, ok = kc.neighbor_lists(self.pos, self.nlocal, self.gid, cell_of, start, atoms, self.ncell,
+                                           self.reach, cut2, self.config.cutoff ** 2, self.config.newton,
+                                           self.cap[0], self.cap[1])
             if ok:
                 break
             self.cap = [max(self.cap[0], int(lists[0].max(initial=0)) + 8),
                         max(self.cap[1], int(lists[2].max(initial=0)) + 8)]
         self.lists = lists
-        # distinct pairs within cutoff + skin (an owned-ghost pair is listed by both of its ranks)
-        self.pairs = (1.0 if self.config.newton else 0.5) * int(lists[0].sum()) + 0.5 * int(lists[2].sum())
+        # distinct pairs within cutoff + skin (without newton each is listed from both sides)
+        self.pairs = (1.0 if self.config.newton else 0.5) * (int(lists[0].sum()) + int(lists[2].sum()))
         self.rebuilds += 1
 
     def needs_rebuild(self) -> bool:
@@ -165,12 +171,15 @@ class LjSystem:
         """Forces at the current positions, energy and virial if ``eflag``; collective if ``forward``.
 
         With ``forward`` the ghost positions are refreshed stage by stage while
-        a third of the owned-owned pairs is computed behind each stage.
+        a third of the owned-owned pairs is computed behind each stage.  With
+        newton the ghosts' forces then go back to their owners (collective).
         Without ``eflag`` (LAMMPS skips the sums on steps without thermo output)
         :meth:`local_sums` computes them when asked, from the same positions.
         """
         self.f[...] = 0.0
         self._pairs(self.f, forward, eflag)
+        if self.config.newton:
+            self.halo.reverse(self.f)
         self.have_forces = True
 
     def _pairs(self, f, forward: bool, eflag: bool) -> None:
@@ -194,16 +203,18 @@ class LjSystem:
         else:
             for s in range(3):
                 work(s)
-        e, w = kc.pair_forces(self.pos, f, 0, n, gh_cnt, gh_nbr, rc2, False, eflag)
+        e, w = kc.pair_forces(self.pos, f, 0, n, gh_cnt, gh_nbr, rc2, newton, eflag)
+        scale = 1.0 if newton else 0.5  # without newton the other rank computes the pair too
         if eflag:
-            self.energy = sums[0] + 0.5 * e
-            self.virial = sums[1] + 0.5 * w
+            self.energy = sums[0] + scale * e
+            self.virial = sums[1] + scale * w
         else:
             self.energy = self.virial = None
 
     def local_sums(self) -> np.ndarray:
         """``[sum v^2, px, py, pz, E_pair, virial]`` of this brick."""
         if self.energy is None:  # the last step skipped the sums: the same pair loops into scratch forces
+            # (no reverse communication: each pair's energy is counted where it is computed)
             self._pairs(np.zeros_like(self.f), False, True)
         return np.concatenate([kc.kinetic_sums(self.v, self.nlocal), [self.energy, self.virial]])
 

@@ -16,6 +16,12 @@ between rebuilds ``forward`` sends only the new positions of the same rows:
 
 ``forward`` posts each stage's messages without blocking and runs a piece of
 the caller's work (the owned-owned forces) while they travel.
+
+``reverse`` (with Newton's third law across bricks) is ``forward`` backwards:
+the forces accumulated on the ghost rows go back to the rows they were copied
+from, stage by stage in reverse order (z, y, x), each rank adding what it
+receives into its owned rows or into ghost rows of an earlier stage, which the
+next (earlier) stage sends on: LAMMPS's ``Comm::reverse_comm``.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ __all__ = ["Halo"]
 _TAG_MIGRATE = 0x4C00
 _TAG_BORDER = 0x4C10
 _TAG_FORWARD = 0x4C20
+_TAG_REVERSE = 0x4C30
 
 
 def _exchange_rows(comm, rows: np.ndarray, dest: int, source: int, tag: int) -> np.ndarray:
@@ -95,11 +102,14 @@ class Halo:
         self.comm_time += time.perf_counter() - t0
         return np.ascontiguousarray(x), np.ascontiguousarray(rows)
 
-    def borders(self, x: np.ndarray) -> np.ndarray:
-        """Build the ghost plan for owned positions ``x``; return ``pos``, owned rows then ghosts."""
+    def borders(self, x: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Build the ghost plan for owned positions ``x`` and global ids ``ids``.
+
+        Returns ``(pos, gid)``: owned rows then ghosts, positions and ids.
+        """
         t0 = time.perf_counter()
         b = self.brick
-        pos = x
+        pos = np.column_stack([x, ids.astype(np.float64)])  # ids < 2^53 travel exactly as float64
         self.plan = []
         for d in range(3):
             n0 = pos.shape[0]
@@ -107,8 +117,8 @@ class Halo:
             lower, upper = self.nbrs[d]
             low = np.nonzero(cand < b.lo[d] + self.cut)[0]
             high = np.nonzero(cand >= b.hi[d] - self.cut)[0]
-            s_low = np.zeros(3)
-            s_high = np.zeros(3)
+            s_low = np.zeros(4)
+            s_high = np.zeros(4)
             if b.coords[d] == 0:
                 s_low[d] = b.box
             if b.coords[d] == b.dims[d] - 1:
@@ -118,11 +128,11 @@ class Halo:
                                                             (high, s_high, upper, lower))):
                 recv = _exchange_rows(self.cart, pos[idx] + shift, dest, source, _TAG_BORDER + 4 * d + 2 * k)
                 start = n0 + sum(g.shape[0] for g in got)
-                self.plan.append((d, idx, shift, dest, source, start, recv.shape[0]))
+                self.plan.append((d, idx, shift[:3], dest, source, start, recv.shape[0]))
                 got.append(recv)
             pos = np.vstack([pos, *got])
         self.comm_time += time.perf_counter() - t0
-        return np.ascontiguousarray(pos)
+        return np.ascontiguousarray(pos[:, :3]), pos[:, 3].astype(np.int64)
 
     def forward(self, pos: np.ndarray, work=None) -> None:
         """Refresh the ghost rows of ``pos`` from their owners, stage by stage.
@@ -150,6 +160,31 @@ class Halo:
                 busy += time.perf_counter() - tw
             MPI.Request.Waitall(reqs)
         self.comm_time += time.perf_counter() - t0 - busy
+
+    def reverse(self, f: np.ndarray) -> None:
+        """Add the forces on the ghost rows of ``f`` ``(n_all, 3)`` into the rows they came from.
+
+        Stage by stage in reverse order; afterwards the owned rows hold the
+        whole forces (the ghost rows are left as they were).  Collective over
+        the Cartesian communicator.
+        """
+        from mpi4py import MPI
+
+        t0 = time.perf_counter()
+        for d in (2, 1, 0):
+            reqs = []
+            back = []
+            for k, (dd, idx, shift, dest, source, start, count) in enumerate(self.plan[2 * d:2 * d + 2]):
+                # the rows sent to dest come back from dest; those received from source go back to it
+                tag = _TAG_REVERSE + 2 * d + k
+                buf = np.empty((idx.size, 3))
+                reqs.append(self.cart.Irecv([buf, MPI.DOUBLE], dest, tag))
+                reqs.append(self.cart.Isend([f[start:start + count], MPI.DOUBLE], source, tag))
+                back.append((idx, buf))
+            MPI.Request.Waitall(reqs)
+            for idx, buf in back:  # one message after the other: the two may share rows
+                f[idx] += buf
+        self.comm_time += time.perf_counter() - t0
 
     @property
     def ghosts(self) -> int:

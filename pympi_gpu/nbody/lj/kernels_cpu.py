@@ -11,9 +11,13 @@ that radius, searched two cells out):
   the force kernel applies Newton's third law (half the pair work; serial);
   ``half=False`` lists both directions and a parallel kernel writes only
   ``f[i]`` (for several numba threads per rank, where ``f[j]`` would race).
-* ``ghost``: owned-ghost pairs, each listed on the owned side only; the rank
-  that owns the ghost computes the pair too, so the pair's energy and virial
-  count half here (no reverse communication of ghost forces).
+* ``ghost``: owned-ghost pairs.  ``half=True`` (LAMMPS's ``newton on``): each
+  pair between bricks is listed once over all ranks (on the side of the atom
+  with the smaller global id), its force is added to the ghost's row too, and
+  :meth:`~pympi_gpu.nbody.lj.halo.Halo.reverse` sends the ghosts' forces back
+  to their owners.  ``half=False``: listed on the owned side only, on both
+  ranks; the pair's energy and virial count half on each (no reverse
+  communication; the GPU path and several threads per rank).
 
 LJ 12-6 with epsilon = sigma = 1: ``u(r) = 4 (r^-12 - r^-6)`` for ``r < rc``
 (no shift, as LAMMPS's ``pair_style lj/cut``), ``F = 24 (2 r^-12 - r^-6) r / r^2``.
@@ -24,8 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
+from numba.extending import register_jitable
 
-__all__ = ["bin_atoms", "neighbor_lists", "pair_forces", "kick", "drift", "max_displacement2",
+__all__ = ["bin_atoms", "neighbor_lists", "lj_pair", "pair_forces", "kick", "drift", "max_displacement2",
            "kinetic_sums", "warmup"]
 
 
@@ -63,27 +68,35 @@ def bin_atoms(pos, n_all, lo, inv, ncell):
 
 
 @njit(parallel=True, cache=True)
-def neighbor_lists(pos, nlocal, cell_of, start, atoms, ncell, reach, cut2, half, cap_own, cap_gh):
+def neighbor_lists(pos, nlocal, gid, cell_of, start, atoms, ncell, reach, cut2, rc2, half, cap_own, cap_gh):
     """Verlet lists of the owned atoms, padded: ``(own_cnt, own_nbr, gh_cnt, gh_nbr, ok)``.
 
     ``own_nbr[i, :own_cnt[i]]`` are the owned neighbours of owned atom i (j > i
-    if ``half``), ``gh_nbr[i, :gh_cnt[i]]`` its ghost neighbours; cells within
-    ``reach`` cells in each direction are searched.  With ``half`` the owned
-    atoms must be sorted by cell (as :meth:`LjSystem.rebuild` leaves them):
-    the owned atoms of cells before atom i's are then skipped unread.  ``ok`` is False if some
-    atom has more neighbours than the capacities ``cap_own``/``cap_gh``
-    (the caller retries with larger ones).
+    if ``half``), ``gh_nbr[i, :gh_cnt[i]]`` its ghost neighbours (with ``half``
+    only those whose global id ``gid[j]`` exceeds ``gid[i]``: the rank that owns
+    the ghost lists the pair the other way round only if its id is the smaller,
+    so every pair is listed once over all ranks, exactly, whatever the round-off
+    of the ghosts' shifted positions).  Cells within ``reach`` cells in each
+    direction are searched.  With ``half`` the owned atoms must be sorted by cell
+    (as :meth:`LjSystem.rebuild` leaves them): the owned atoms of cells before
+    atom i's are then skipped unread.  Each row lists the pairs within ``rc2``
+    first (at the positions of the build), then the rest, so that the force
+    loop's cutoff test mostly goes one way.  ``ok`` is False if some atom has
+    more neighbours than the capacities ``cap_own``/``cap_gh`` (the caller
+    retries with larger ones).
     """
     own_cnt = np.zeros(nlocal, np.int64)
     gh_cnt = np.zeros(nlocal, np.int64)
-    own_nbr = np.empty((nlocal, cap_own), np.int32)
-    gh_nbr = np.empty((nlocal, cap_gh), np.int32)
-    over = 0
-    # positions in cell order: the search reads them contiguously
+    # one spare column: the search writes every candidate, and counts only those kept (no branch)
+    own_nbr = np.empty((nlocal, cap_own + 1), np.int32)
+    gh_nbr = np.empty((nlocal, cap_gh + 1), np.int32)
+    # positions and ids in cell order: the search reads them contiguously
     sp = np.empty((atoms.size, 3))
+    sid = np.empty(atoms.size, np.int64)
     for k in prange(atoms.size):
         for d in range(3):
             sp[k, d] = pos[atoms[k], d]
+        sid[k] = gid[atoms[k]]
     # end of the owned atoms of each cell (atoms[] lists a cell's atoms by index: owned first)
     ncells = start.size - 1
     own_end = np.empty(ncells, np.int64)
@@ -93,7 +106,6 @@ def neighbor_lists(pos, nlocal, cell_of, start, atoms, ncell, reach, cut2, half,
             k += 1
         own_end[cc] = k
     # one pass per cell: a stencil cell's atoms are read once for all the owned atoms of the cell
-    # (the rows come out as an atom-by-atom search would list them: cells, then atoms, in order)
     for c in prange(ncells):
         m0 = start[c]
         m1 = own_end[c]
@@ -123,30 +135,70 @@ def neighbor_lists(pos, nlocal, cell_of, start, atoms, ncell, reach, cut2, half,
                         xi = sp[m, 0]
                         yi = sp[m, 1]
                         zi = sp[m, 2]
+                        idi = sid[m]
                         no = own_cnt[i]
                         ng = gh_cnt[i]
                         for k in range(k0, k1):
                             j = atoms[k]
-                            if j == i or (half and j < i):
-                                continue
                             dx = xi - sp[k, 0]
                             dy = yi - sp[k, 1]
                             dz = zi - sp[k, 2]
-                            if dx * dx + dy * dy + dz * dz < cut2:
-                                if j < nlocal:
-                                    if no < cap_own:
-                                        own_nbr[i, no] = j
-                                    no += 1
-                                else:
-                                    if ng < cap_gh:
-                                        gh_nbr[i, ng] = j
-                                    ng += 1
+                            inside = dx * dx + dy * dy + dz * dz < cut2
+                            if half:
+                                keep_own = j > i
+                                keep_gh = sid[k] > idi
+                            else:
+                                keep_own = j != i
+                                keep_gh = True
+                            is_own = j < nlocal
+                            own_nbr[i, min(no, cap_own)] = j
+                            gh_nbr[i, min(ng, cap_gh)] = j
+                            no += inside and is_own and keep_own
+                            ng += inside and (not is_own) and keep_gh
                         own_cnt[i] = no
                         gh_cnt[i] = ng
-    for i in prange(nlocal):
-        if own_cnt[i] > cap_own or gh_cnt[i] > cap_gh:
-            over += 1
+    over = 0
+    nchunk = min(nlocal, 64)
+    for t in prange(nchunk):
+        tmp = np.empty(max(cap_own, cap_gh) + 1, np.int32)
+        for i in range(t * nlocal // nchunk, (t + 1) * nlocal // nchunk):
+            if own_cnt[i] > cap_own or gh_cnt[i] > cap_gh:
+                over += 1
+            else:
+                _inside_first(pos, i, own_nbr, own_cnt[i], rc2, tmp)
+                _inside_first(pos, i, gh_nbr, gh_cnt[i], rc2, tmp)
     return own_cnt, own_nbr, gh_cnt, gh_nbr, over == 0
+
+
+@njit(cache=True, inline="always")
+def _inside_first(pos, i, nbr, cnt, rc2, tmp):
+    """Reorder ``nbr[i, :cnt]``: the neighbours within ``rc2`` of atom i first (stable)."""
+    a = 0
+    b = 0
+    for k in range(cnt):
+        j = nbr[i, k]
+        dx = pos[i, 0] - pos[j, 0]
+        dy = pos[i, 1] - pos[j, 1]
+        dz = pos[i, 2] - pos[j, 2]
+        near = dx * dx + dy * dy + dz * dz < rc2
+        nbr[i, a] = j
+        tmp[b] = j
+        a += near
+        b += not near
+    for k in range(b):
+        nbr[i, a + k] = tmp[k]
+
+
+@register_jitable
+def lj_pair(r2):
+    """LJ 12-6 (epsilon = sigma = 1) at squared distance ``r2``: ``(fpair, energy)``.
+
+    The force on i from j is ``fpair * (x_i - x_j)``; the pair's virial is ``r2 * fpair``.
+    The one copy of the pair term, for the CPU kernels here and the CUDA kernels.
+    """
+    r2i = 1.0 / r2
+    r6i = r2i * r2i * r2i
+    return r6i * (48.0 * r6i - 24.0) * r2i, 4.0 * r6i * (r6i - 1.0)
 
 
 @njit(cache=True)
@@ -166,9 +218,7 @@ def _newton(pos, f, i0, i1, cnt, nbr, rc2, eflag):
             dz = zi - pos[j, 2]
             r2 = dx * dx + dy * dy + dz * dz
             if r2 < rc2:
-                r2i = 1.0 / r2
-                r6i = r2i * r2i * r2i
-                fpair = r6i * (48.0 * r6i - 24.0) * r2i
+                fpair, u = lj_pair(r2)
                 fx += dx * fpair
                 fy += dy * fpair
                 fz += dz * fpair
@@ -176,7 +226,7 @@ def _newton(pos, f, i0, i1, cnt, nbr, rc2, eflag):
                 f[j, 1] -= dy * fpair
                 f[j, 2] -= dz * fpair
                 if eflag:
-                    e += 4.0 * r6i * (r6i - 1.0)
+                    e += u
                     w += r2 * fpair
         f[i, 0] += fx
         f[i, 1] += fy
@@ -203,14 +253,12 @@ def _one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag):
             dz = zi - pos[j, 2]
             r2 = dx * dx + dy * dy + dz * dz
             if r2 < rc2:
-                r2i = 1.0 / r2
-                r6i = r2i * r2i * r2i
-                fpair = r6i * (48.0 * r6i - 24.0) * r2i
+                fpair, u = lj_pair(r2)
                 fx += dx * fpair
                 fy += dy * fpair
                 fz += dz * fpair
                 if eflag:
-                    ei += 4.0 * r6i * (r6i - 1.0)
+                    ei += u
                     wi += r2 * fpair
         f[i, 0] += fx
         f[i, 1] += fy
@@ -226,8 +274,9 @@ def pair_forces(pos, f, i0, i1, cnt, nbr, rc2, newton, eflag=True):
     Returns ``(energy, virial)`` of those pairs counted once each (``(0, 0)``
     without ``eflag``: as LAMMPS, the sums are skipped on steps without thermo output;
     the forces do not depend on ``eflag``):
-    ``newton=True`` for a half list (serial), ``False`` for a one-sided list
-    (parallel), whose sums the caller weighs (1/2 for both-direction or ghost lists).
+    ``newton=True`` for a half list (serial; adds to the rows of both atoms,
+    ghosts included), ``False`` for a one-sided list (parallel), whose sums the
+    caller weighs (1/2 for both-direction lists).
     """
     if newton:
         return _newton(pos, f, i0, i1, cnt, nbr, rc2, eflag)
@@ -275,12 +324,13 @@ def warmup() -> None:
     inv = np.full(3, 1.0)
     ncell = np.full(3, 3, np.int64)
     cell_of, start, atoms = bin_atoms(pos, 8, lo, inv, ncell)
+    gid = np.arange(1, 9).astype(np.int64)
     for half in (True, False):
-        p = neighbor_lists(pos, 4, cell_of, start, atoms, ncell, 1, 1.0, half, 8, 8)
+        p = neighbor_lists(pos, 4, gid, cell_of, start, atoms, ncell, 1, 1.0, 0.5, half, 8, 8)
         f = np.zeros((8, 3))
         for eflag in (True, False):
             pair_forces(pos, f, 0, 4, p[0], p[1], 1.0, half, eflag)
-            pair_forces(pos, f, 0, 4, p[2], p[3], 1.0, False, eflag)
+            pair_forces(pos, f, 0, 4, p[2], p[3], 1.0, half, eflag)
     v = np.zeros((8, 3))
     kick(v, f, 0.1, 8)
     drift(pos, v, 0.1, 8)

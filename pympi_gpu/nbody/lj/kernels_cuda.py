@@ -26,6 +26,7 @@ import numpy as np
 from numba import cuda
 
 from pympi_gpu.nbody.lj.driver import LjSystem
+from pympi_gpu.nbody.lj.kernels_cpu import lj_pair
 
 __all__ = ["GpuLjSystem"]
 
@@ -57,13 +58,11 @@ def _forces(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
         dz = zi - pos[j, 2]
         r2 = dx * dx + dy * dy + dz * dz
         if r2 < rc2:
-            r2i = 1.0 / r2
-            r6i = r2i * r2i * r2i
-            fpair = r6i * (48.0 * r6i - 24.0) * r2i
+            fpair, u = lj_pair(r2)
             fx += dx * fpair
             fy += dy * fpair
             fz += dz * fpair
-            ei += 4.0 * r6i * (r6i - 1.0)
+            ei += u
             wi += r2 * fpair
     if add:
         f[i, 0] += fx
