@@ -10,7 +10,9 @@ neighbour cutoff of its low face to the lower neighbour and those near its
 high face to the upper one, shifted by the box edge across the periodic
 boundary.  A stage sends the ghosts received in the earlier stages too
 (forwarding), so that edge and corner ghosts arrive without diagonal messages:
-LAMMPS's ``Comm::borders``.  The plan (which rows go where) is kept, and
+LAMMPS's ``Comm::borders``.  Along a dimension with one brick, the brick's
+neighbour is its own periodic image: ``forward`` and ``reverse`` copy those
+rows in place instead of sending messages to themselves (as LAMMPS does).  The plan (which rows go where) is kept, and
 between rebuilds ``forward`` sends only the new positions of the same rows:
 ``Comm::forward_comm``.
 
@@ -31,6 +33,7 @@ import time
 import numpy as np
 
 from pympi_gpu.nbody.lj.domain import Brick, owner_coords, wrap
+from pympi_gpu.nbody.lj.kernels_cpu import add_rows, pack_rows
 
 __all__ = ["Halo"]
 
@@ -144,12 +147,16 @@ class Halo:
 
         busy = 0.0
         t0 = time.perf_counter()
+        me = self.cart.Get_rank()
         for d in range(3):
             reqs = []
             keep = []
             for k, (dd, idx, shift, dest, source, start, count) in enumerate(self.plan[2 * d:2 * d + 2]):
-                buf = pos[idx]
-                buf += shift
+                if dest == me and source == me:  # one brick along d: the periodic image is this brick
+                    pack_rows(pos, idx, shift, pos[start:start + count])
+                    continue
+                buf = np.empty((idx.size, 3))
+                pack_rows(pos, idx, shift, buf)
                 keep.append(buf)
                 tag = _TAG_FORWARD + 2 * d + k
                 reqs.append(self.cart.Irecv([pos[start:start + count], MPI.DOUBLE], source, tag))
@@ -171,10 +178,14 @@ class Halo:
         from mpi4py import MPI
 
         t0 = time.perf_counter()
+        me = self.cart.Get_rank()
         for d in (2, 1, 0):
             reqs = []
             back = []
             for k, (dd, idx, shift, dest, source, start, count) in enumerate(self.plan[2 * d:2 * d + 2]):
+                if dest == me and source == me:
+                    back.append((idx, f[start:start + count]))
+                    continue
                 # the rows sent to dest come back from dest; those received from source go back to it
                 tag = _TAG_REVERSE + 2 * d + k
                 buf = np.empty((idx.size, 3))
@@ -183,7 +194,7 @@ class Halo:
                 back.append((idx, buf))
             MPI.Request.Waitall(reqs)
             for idx, buf in back:  # one message after the other: the two may share rows
-                f[idx] += buf
+                add_rows(f, idx, buf)
         self.comm_time += time.perf_counter() - t0
 
     @property

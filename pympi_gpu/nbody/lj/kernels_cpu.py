@@ -31,7 +31,7 @@ from numba import njit, prange
 from numba.extending import register_jitable
 
 __all__ = ["bin_atoms", "neighbor_lists", "lj_pair", "pair_forces", "kick", "drift", "max_displacement2",
-           "kinetic_sums", "warmup"]
+           "kinetic_sums", "pack_rows", "add_rows", "warmup"]
 
 
 @njit(cache=True, inline="always")
@@ -283,6 +283,24 @@ def pair_forces(pos, f, i0, i1, cnt, nbr, rc2, newton, eflag=True):
     return _one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag)
 
 
+@njit(cache=True)
+def pack_rows(pos, idx, shift, out):
+    """``out[k] = pos[idx[k]] + shift``: a halo message, or the ghost rows of a brick's own periodic image."""
+    for k in range(idx.size):
+        j = idx[k]
+        for d in range(3):
+            out[k, d] = pos[j, d] + shift[d]
+
+
+@njit(cache=True)
+def add_rows(f, idx, rows):
+    """``f[idx[k]] += rows[k]`` (idx without repeats): ghost forces back into the rows they were copied from."""
+    for k in range(idx.size):
+        j = idx[k]
+        for d in range(3):
+            f[j, d] += rows[k, d]
+
+
 @njit(parallel=True, cache=True)
 def kick(v, f, h, n):
     """v += h f for the first n rows (unit masses)."""
@@ -331,6 +349,9 @@ def warmup() -> None:
         for eflag in (True, False):
             pair_forces(pos, f, 0, 4, p[0], p[1], 1.0, half, eflag)
             pair_forces(pos, f, 0, 4, p[2], p[3], 1.0, half, eflag)
+    idx = np.arange(2)
+    pack_rows(pos, idx, np.zeros(3), f[4:6])
+    add_rows(f, idx, f[4:6])
     v = np.zeros((8, 3))
     kick(v, f, 0.1, 8)
     drift(pos, v, 0.1, 8)
