@@ -59,19 +59,31 @@ def format_run(run, threads: int) -> str:
         lines.append(f"  energy     {run.initial.energy:.10g} (step {run.initial.step}) -> {run.final.energy:.10g}"
                      f", relative drift {run.energy_drift:.3e}")
         lines.append(f"  momentum   |P1 - P0| = {run.momentum_change:.3e}")
+    lines += format_tail(run, "acceleration", "bodies")
+    return "\n".join(lines)
+
+
+def format_tail(run, quantity: str, items: str, bound: str = ".3e") -> list[str]:
+    """The lines that end both models' summaries: stopped, checkpoint, verify.
+
+    ``quantity`` is what verify compared (``acceleration``, ``force``), ``items``
+    what it sampled (``bodies``, ``atoms``), ``bound`` the format of its bound.
+    """
+    lines = []
     if run.stopped_by:
         lines.append(f"  stopped    by {run.stopped_by} after step {run.last_step}")
     if run.checkpoint:
         lines.append(f"  checkpoint {run.checkpoint} (step {run.last_step}; resume with --restart)")
     v = run.verification
     if v is not None:
-        lines.append(f"  verify     {'PASSED' if v.passed else 'FAILED'}: acceleration error {v.max_error:.3e} "
-                     f"(bound {v.error_bound:.3e}, {v.sample} bodies, median relative {v.median_relative_error:.3e})"
+        lines.append(f"  verify     {'PASSED' if v.passed else 'FAILED'}: {quantity} error {v.max_error:.3e} "
+                     f"(bound {v.error_bound:{bound}}, {v.sample} {items}, median relative "
+                     f"{v.median_relative_error:.3e})"
                      + (f", energy drift {v.energy_drift:.3e} (bound {v.drift_bound:.1e})"
                         if v.energy_drift is not None else ""))
         for f in v.failures:
             lines.append(f"  FAILED     {f}")
-    return "\n".join(lines)
+    return lines
 
 
 class _Stop:

@@ -79,7 +79,7 @@ def format_lj(run, threads: int) -> str:
     lines.append(f"  steps      {run.steps} (step {run.first_step} -> {run.last_step})"
                  + (f", restarted from {run.restarted_from}" if run.restarted_from else ""))
     lines.append(f"  backend    {run.backend} ({run.backend_reason}), threads/rank {threads}, "
-                 f"{'half lists + Newton' if run.newton else 'full lists'}, transport {run.transport} "
+                 f"{'half lists, Newton across bricks' if run.newton else 'full lists'}, transport {run.transport} "
                  f"({run.transport_reason})")
     lines.append(f"  atoms      {min(run.atoms_per_rank):,}..{max(run.atoms_per_rank):,} per rank, "
                  f"{run.ghosts_per_rank:,.0f} ghosts per rank, {run.neighbors_per_atom:.2f} neighbours per atom "
@@ -95,18 +95,9 @@ def format_lj(run, threads: int) -> str:
     if run.energy_drift is not None:
         lines.append(f"  energy     relative drift of TotEng {run.energy_drift:.3e}; momentum |P1 - P0| = "
                      f"{run.momentum_change:.3e}")
-    if run.stopped_by:
-        lines.append(f"  stopped    by {run.stopped_by} after step {run.last_step}")
-    if run.checkpoint:
-        lines.append(f"  checkpoint {run.checkpoint} (step {run.last_step}; resume with --restart)")
-    v = run.verification
-    if v is not None:
-        lines.append(f"  verify     {'PASSED' if v.passed else 'FAILED'}: force error {v.max_error:.3e} "
-                     f"(bound {v.error_bound:.1e}, {v.sample} atoms, median relative {v.median_relative_error:.3e})"
-                     + (f", energy drift {v.energy_drift:.3e} (bound {v.drift_bound:.1e})"
-                        if v.energy_drift is not None else ""))
-        for f in v.failures:
-            lines.append(f"  FAILED     {f}")
+    from pympi_gpu.cli.nbody import format_tail
+
+    lines += format_tail(run, "force", "atoms", bound=".1e")
     return "\n".join(lines)
 
 

@@ -2,7 +2,8 @@
 
 Layout: ``pos`` is ``(n_all, 3)`` float64, rows ``[0, nlocal)`` the atoms this
 rank owns and ``[nlocal, n_all)`` its ghosts (periodic images and copies of
-the neighbours' atoms).  Forces are wanted on owned atoms only.
+the neighbours' atoms).  Forces are wanted on owned atoms; with half lists the
+ghost rows gather the ghosts' share on the way, which goes back to the owners.
 
 Neighbour lists (padded rows, built every rebuild, radius ``rc + skin``; cells of half
 that radius, searched two cells out):
@@ -30,7 +31,7 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
-__all__ = ["bin_atoms", "neighbor_lists", "lj_pair", "pair_forces", "kick", "drift", "max_displacement2",
+__all__ = ["bin_atoms", "neighbor_lists", "lj_pair", "lj_row", "pair_forces", "kick", "drift", "max_displacement2",
            "kinetic_sums", "pack_rows", "add_rows", "warmup"]
 
 
@@ -234,37 +235,47 @@ def _newton(pos, f, i0, i1, cnt, nbr, rc2, eflag):
     return e, w
 
 
+@register_jitable
+def lj_row(pos, i, cnt, nbr, rc2):
+    """Force on atom i from its listed neighbours, and their energy and virial: ``(fx, fy, fz, e, w)``.
+
+    One-sided (nothing is written): the row of :func:`_one_sided` and of the CUDA force kernel.
+    """
+    xi, yi, zi = pos[i, 0], pos[i, 1], pos[i, 2]
+    fx = 0.0
+    fy = 0.0
+    fz = 0.0
+    e = 0.0
+    w = 0.0
+    for k in range(cnt[i]):
+        j = nbr[i, k]
+        dx = xi - pos[j, 0]
+        dy = yi - pos[j, 1]
+        dz = zi - pos[j, 2]
+        r2 = dx * dx + dy * dy + dz * dz
+        if r2 < rc2:
+            fpair, u = lj_pair(r2)
+            fx += dx * fpair
+            fy += dy * fpair
+            fz += dz * fpair
+            e += u
+            w += r2 * fpair
+    return fx, fy, fz, e, w
+
+
 @njit(parallel=True, cache=True)
 def _one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag):
     """Adds to f[i] only (parallel over i); returns the full (energy, virial) of the listed pairs (if ``eflag``)."""
     e = 0.0
     w = 0.0
     for i in prange(i0, i1):
-        xi, yi, zi = pos[i, 0], pos[i, 1], pos[i, 2]
-        fx = 0.0
-        fy = 0.0
-        fz = 0.0
-        ei = 0.0
-        wi = 0.0
-        for k in range(cnt[i]):
-            j = nbr[i, k]
-            dx = xi - pos[j, 0]
-            dy = yi - pos[j, 1]
-            dz = zi - pos[j, 2]
-            r2 = dx * dx + dy * dy + dz * dz
-            if r2 < rc2:
-                fpair, u = lj_pair(r2)
-                fx += dx * fpair
-                fy += dy * fpair
-                fz += dz * fpair
-                if eflag:
-                    ei += u
-                    wi += r2 * fpair
+        fx, fy, fz, ei, wi = lj_row(pos, i, cnt, nbr, rc2)
         f[i, 0] += fx
         f[i, 1] += fy
         f[i, 2] += fz
-        e += ei
-        w += wi
+        if eflag:
+            e += ei
+            w += wi
     return e, w
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from numba import cuda
 
 from pympi_gpu.nbody.lj.driver import LjSystem
-from pympi_gpu.nbody.lj.kernels_cpu import lj_pair
+from pympi_gpu.nbody.lj.kernels_cpu import lj_row
 
 __all__ = ["GpuLjSystem"]
 
@@ -43,27 +43,7 @@ def _forces(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
     i = cuda.grid(1) + i0
     if i >= i1:
         return
-    xi = pos[i, 0]
-    yi = pos[i, 1]
-    zi = pos[i, 2]
-    fx = 0.0
-    fy = 0.0
-    fz = 0.0
-    ei = 0.0
-    wi = 0.0
-    for k in range(cnt[i]):
-        j = nbr[i, k]
-        dx = xi - pos[j, 0]
-        dy = yi - pos[j, 1]
-        dz = zi - pos[j, 2]
-        r2 = dx * dx + dy * dy + dz * dz
-        if r2 < rc2:
-            fpair, u = lj_pair(r2)
-            fx += dx * fpair
-            fy += dy * fpair
-            fz += dz * fpair
-            ei += u
-            wi += r2 * fpair
+    fx, fy, fz, ei, wi = lj_row(pos, i, cnt, nbr, rc2)
     if add:
         f[i, 0] += fx
         f[i, 1] += fy
