@@ -158,3 +158,32 @@ def test_lammps_bench_step_zero():
         (1.44, -6.7733681, -4.6134356, -5.0197073)
     # fcc shells within 2.8 sigma: 12 + 6 + 24 + 12 + 24 = 78 neighbours, 39 pairs per atom
     assert run.neighbors_per_atom == 39.0
+
+
+@pytest.mark.parametrize("newton", [True, False])
+def test_small_box_several_images_of_a_neighbour(newton):
+    """108 atoms in a 5.04-sigma box on one brick: an atom can see two periodic images of the same
+    neighbour within rc + skin, which Newton's id rule must list (and the reverse pass bring home) each
+    once.  Forces after 20 steps against a direct sum over all images."""
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody.lj.domain import make_cart
+    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays, simulate
+
+    config = LjConfig(cells=3, steps=20, newton=newton)
+    cart = make_cart(MPI.COMM_SELF)
+    try:
+        system = LjSystem(cart, config, *initial_arrays(config, brick_of(config.box, (1, 1, 1), (0, 0, 0))))
+        simulate(MPI.COMM_SELF, config, system, 0)
+        system.compute_forces(forward=True)
+        got = system.owned()
+    finally:
+        cart.Free()
+    order = np.argsort(got["id"])
+    x, f = got["x"][order], got["f"][order]
+    ref, mag = reference_forces(x, config.box, config.cutoff, np.arange(config.atoms))
+    assert np.all(np.linalg.norm(f - ref, axis=1) <= 1e-13 * mag)
+    shifts = np.array(list(np.ndindex(3, 3, 3))) - 1.0
+    d = (x[0] - x)[:, None, :] + config.box * shifts[None, :, :]  # atom 0 and every image of every atom
+    images = (np.sum(d * d, axis=-1) < config.cutneigh ** 2).sum(axis=1)
+    assert images[1:].max() >= 2  # some neighbour is in reach through two images
