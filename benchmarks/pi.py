@@ -121,7 +121,7 @@ def main() -> None:
     import numba
 
     from pympi_gpu.pi import grid
-    from pympi_gpu.pi.kernels_cpu import NumbaKernels, exact_partials
+    from pympi_gpu.pi.kernels_cpu import NumbaKernels, _mc_count_scalar, exact_partials
     from pympi_gpu.pi.kernels_numpy import NumpyKernels
     from pympi_gpu.rng import seed_key
 
@@ -142,6 +142,8 @@ def main() -> None:
     n_mc = 10**7 if q else 4 * 10**8
     assert int(v1.mc_count(key, np.int64(0), np.int64(10**5))) == nk.mc_hits(key, 0, 10**5)
     row("monte carlo", "pympi numba (1 thread)", n_mc, median_time(lambda: nk.mc_hits(key, 0, n_mc), rep))
+    row("monte carlo", "same loop, auto-vectorised by LLVM (1 thread)", n_mc,
+        median_time(lambda: _mc_count_scalar(key, np.int64(0), np.int64(n_mc)), rep))
     row("monte carlo", "previous numba kernel (1 thread)", n_mc,
         median_time(lambda: v1.mc_count(key, np.int64(0), np.int64(n_mc)), rep))
     n = 10**6 if q else 2 * 10**7
@@ -174,6 +176,7 @@ def main() -> None:
 
     ratios = {
         "mc_numba_over_previous": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", "previous numba kernel (1 thread)"),
+        "mc_vector_code_over_auto_vectorised": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", "same loop, auto-vectorised by LLVM (1 thread)"),
         "trap_numba_over_previous": rate("trapezoid", "pympi numba (1 thread)") / rate("trapezoid", "previous numba kernel (1 thread)"),
         "mc_numpy_over_pure_python": rate("monte carlo", "pympi NumPy (--backend numpy)") / rate("monte carlo", "pure Python loop"),
         "mc_numba_over_pure_python": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", "pure Python loop"),

@@ -13,6 +13,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from pympi_gpu import rng
+from pympi_gpu.pi import mc_simd
 from pympi_gpu.pi.grid import chunk_size, n_chunks
 from pympi_gpu.pi.kernels_numpy import NumpyKernels
 from pympi_gpu.rng import GAMMA, counter, inside, mix64
@@ -27,11 +28,24 @@ _ONE = np.uint64(1)
 
 @njit(cache=True, error_model="numpy")
 def _mc_count(key, start, count):
+    # Whole vectors in mc_simd's explicit vector code, the rest (< WIDTH
+    # samples) in the scalar loop, whose body is the definition of a hit.
     # The state advances by GAMMA per sample (rng.counter): an add, where
-    # recomputing counter(key, k) would cost a 64-bit multiply, which AVX2
-    # lacks and emulates with three 32-bit ones.
-    # The test is spelled out rather than called through rng.hit_of: through
-    # the call, LLVM vectorises the loop less well (15% slower on Zen 2).
+    # recomputing counter(key, k) would cost a 64-bit multiply.
+    state = counter(key, np.uint64(start))
+    nvec = count // mc_simd.WIDTH
+    hits = mc_simd.hits(state, nvec)
+    state += np.uint64(nvec * mc_simd.WIDTH) * GAMMA
+    for _ in range(count - nvec * mc_simd.WIDTH):
+        if inside(mix64(state)):
+            hits += _ONE
+        state += GAMMA
+    return hits
+
+
+@njit(cache=True, error_model="numpy")
+def _mc_count_scalar(key, start, count):
+    """The same count from the scalar loop alone, as LLVM auto-vectorises it (tests, benchmark)."""
     hits = np.uint64(0)
     state = counter(key, np.uint64(start))
     for _ in range(count):
