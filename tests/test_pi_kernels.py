@@ -95,7 +95,8 @@ def _edge_outputs():
 def test_mc_vector_code_equals_scalar_loop(numba_k):
     """mc_simd's explicit vectors count as the scalar loop, in every lane and at every edge."""
     from pympi_gpu.pi import mc_simd
-    from pympi_gpu.pi.kernels_cpu import _mc_count, _mc_count_scalar
+    from pympi_gpu.pi.kernels_cpu import _mc_count_scalar
+    from pympi_gpu.pi.kernels_cpu import _mc_count_vector as _mc_count
 
     keys = [seed_key(9), np.uint64(_MASK), np.uint64(0)]  # incl. states wrapping past 2**64
     for key in keys:
@@ -110,7 +111,22 @@ def test_mc_vector_code_equals_scalar_loop(numba_k):
             key = np.uint64((state - (k + 1) * _GAMMA) & _MASK)
             ref = python_hits(key, 0, n)
             assert numba_k.mc_hits(key, 0, n) == ref
+            assert int(_mc_count(key, np.int64(0), np.int64(n))) == ref
             assert int(_mc_count_scalar(key, np.int64(0), np.int64(n))) == ref
+
+
+def test_mc_vector_code_chosen_by_target(monkeypatch):
+    """The explicit vectors where the target has no 64-bit vector multiply, not on AVX-512DQ."""
+    from numba.core import config
+
+    from pympi_gpu.pi import mc_simd
+
+    monkeypatch.setattr(config, "CPU_NAME", "x86-64-v3")
+    monkeypatch.setattr(config, "CPU_FEATURES", "")
+    assert mc_simd.worthwhile()
+    monkeypatch.setattr(config, "CPU_NAME", "skylake-avx512")
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512f,+avx512dq,+avx512vl")
+    assert not mc_simd.worthwhile()
 
 
 def test_mc_estimate_statistics(numba_k):
