@@ -17,7 +17,7 @@ rest of the loop competes for the same pipes.  Written out here:
   ``A**2 ^ 2**63 < (2**63 - B**2)`` as a signed compare, one operation fewer
   than LLVM's unsigned compare.
 
-Measured on Zen 2 (AVX2), one thread: 1.20e9 samples/s against 1.11e9 for the
+Measured on Zen 2 (AVX2), one thread: 1.205e9 samples/s against 1.115e9 for the
 auto-vectorised loop (``benchmarks/pi.py`` times both in the same run).  The IR
 is target-independent, but where the CPU has a 64-bit vector multiply
 (AVX-512DQ's ``vpmullq``) LLVM's own 512-bit vectorisation of the scalar loop
