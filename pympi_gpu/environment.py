@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["LAUNCHER_VARS", "launcher_env", "expected_world_size", "container", "local_rank_hint"]
+__all__ = ["LAUNCHER_VARS", "launcher_env", "expected_world_size", "container"]
 
 #: Variables set by the launchers and schedulers we know, in report order.
 LAUNCHER_VARS = (
@@ -40,17 +40,6 @@ def expected_world_size(environ: dict[str, str] | None = None) -> tuple[int | No
         if value.isdigit():
             return int(value), var
     return None, None
-
-
-def local_rank_hint(environ: dict[str, str] | None = None) -> int | None:
-    """The node-local rank the launcher reports, if any (before MPI starts)."""
-    env = os.environ if environ is None else environ
-    for var in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
-                "SLURM_LOCALID", "PMI_LOCAL_RANK"):
-        value = env.get(var, "")
-        if value.isdigit():
-            return int(value)
-    return None
 
 
 def container(environ: dict[str, str] | None = None, root: Path = Path("/")) -> str | None:

@@ -15,10 +15,11 @@ only by the functions that take a communicator.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 __all__ = ["simulator", "gpu_usable", "local_rank", "LOCAL_RANK_VARS", "local_rank_from_env",
-           "EarlyBinding", "select_before_init", "bind_device"]
+           "EarlyBinding", "select_before_init", "bind_device", "describe"]
 
 #: Node-local rank variables, most specific first.  Each launcher's own variable
 #: comes before Slurm's: a batch script's ``mpirun``/``mpiexec`` children inherit
@@ -60,6 +61,7 @@ def gpu_usable() -> tuple[bool, str]:
     return (n > 0), f"{n} CUDA device(s) visible"
 
 
+@functools.lru_cache(maxsize=None)
 def _driver_present() -> bool:
     """A cheap look for the CUDA driver before importing numba.cuda (~0.1 s per rank)."""
     import ctypes.util
@@ -163,3 +165,9 @@ def bind_device(comm, early: EarlyBinding | None = None) -> dict[str, object]:
     name = name.decode() if isinstance(name, bytes) else str(name)
     return {"local_rank": lrank, "local_size": lsize, "visible": ndev, "device": index, "name": name,
             "selected": how, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def describe(binding: dict[str, object]) -> str:
+    """One line for a run's provenance from :func:`bind_device`'s description."""
+    return ("device {device} of {visible} visible ({name}), local rank {local_rank} of {local_size}, "
+            "selected {selected}".format(**binding))

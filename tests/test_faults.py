@@ -145,13 +145,14 @@ def wait_busy(pid: int, cpu: float = 1.0, timeout: float = 180) -> None:
 
 # ---------------------------------------------------------------- a rank killed
 
-@pytest.mark.parametrize("ranks", [2, 3])
-@pytest.mark.parametrize("app", ["pi", "nbody"])
-def test_sigkill_of_one_rank_ends_the_job(app, ranks):
-    """SIGKILL of the last rank in mid-computation: mpiexec ends the job, no rank hangs."""
-    command = ([PI, "5e12", "--threads", "1"] if app == "pi"
-               else [NBODY, "30000", "--steps", "100000", "--threads", "1", "--benchmark"])
-    with job(mpiexec_argv(ranks) + command) as proc:
+def kill_last_rank(argv: list[str], ranks: int, **kw) -> tuple[int, float, list[int]]:
+    """Start ``argv``, SIGKILL its last rank once it computes; wait for the job to end.
+
+    Returns the job's exit status, the seconds from the kill to its end, and
+    the ranks still alive after it ended (the test fails if it has not ended
+    within ``END_WITHIN``).  Also used by the MPI matrix (test_mpi_matrix.py).
+    """
+    with job(argv, **kw) as proc:
         victim = wait_for_rank(proc.pid, ranks - 1)
         wait_for_rank(proc.pid, 0)
         # Past start-up: rank 0 has used CPU time after the imports, so it is computing.
@@ -164,12 +165,21 @@ def test_sigkill_of_one_rank_ends_the_job(app, ranks):
         try:
             proc.wait(timeout=END_WITHIN)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"the job still runs {END_WITHIN:.0f} s after one rank was killed")
+            pytest.fail(f"{argv[0]}: the job still runs {END_WITHIN:.0f} s after one rank was killed")
         ended = time.monotonic() - t0
         time.sleep(0.5)
-        rest = [p for p in ranks_pids if _alive(p)]
+        return proc.returncode, ended, [p for p in ranks_pids if _alive(p)]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("app", ["pi", "nbody"])
+def test_sigkill_of_one_rank_ends_the_job(app, ranks):
+    """SIGKILL of the last rank in mid-computation: mpiexec ends the job, no rank hangs."""
+    command = ([PI, "5e12", "--threads", "1"] if app == "pi"
+               else [NBODY, "30000", "--steps", "100000", "--threads", "1", "--benchmark"])
+    status, ended, rest = kill_last_rank(mpiexec_argv(ranks) + command, ranks)
     print(f"{app} at {ranks} ranks: the job ended {ended:.2f} s after SIGKILL of rank {ranks - 1}")
-    assert proc.returncode != 0
+    assert status != 0
     assert ended < END_WITHIN
     assert rest == [], "ranks left running after the job ended"
 

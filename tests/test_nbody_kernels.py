@@ -28,14 +28,18 @@ def _random_system(n, seed):
     return pos, mass
 
 
+def _columns(pos, mass, dt):
+    """The kernels' inputs: x, y, z as contiguous arrays of ``dt``, and the masses."""
+    return [np.ascontiguousarray(pos[:, k], dtype=dt) for k in range(3)], mass.astype(dt)
+
+
 @pytest.mark.parametrize("kernels", KERNELS, ids=lambda k: k.name)
 @pytest.mark.parametrize("precision", ["fp32", "fp64"])
 def test_accel_matches_float64_direct_sum(kernels, precision):
     dt = DTYPES[precision]
     n, eps = 301, 0.05
     pos, mass = _random_system(n, 11)
-    p = [np.ascontiguousarray(pos[:, k], dtype=dt) for k in range(3)]
-    m = mass.astype(dt)
+    p, m = _columns(pos, mass, dt)
     acc = [np.zeros(n, dt) for _ in range(3)]
     kernels.accel(*p, *p, m, eps * eps, *acc)
     got = np.stack(acc, axis=1).astype(np.float64)
@@ -55,8 +59,7 @@ def test_accel_accumulates_over_source_blocks(kernels, precision):
     dt = DTYPES[precision]
     n, eps = 157, 0.1
     pos, mass = _random_system(n, 5)
-    p = [np.ascontiguousarray(pos[:, k], dtype=dt) for k in range(3)]
-    m = mass.astype(dt)
+    p, m = _columns(pos, mass, dt)
     targets = [a[40:90] for a in p]
     acc = [np.zeros(50, dt) for _ in range(3)]
     for lo, hi in ((0, 61), (61, n)):
@@ -72,8 +75,7 @@ def test_potential_matches_float64(kernels, precision):
     dt = DTYPES[precision]
     n, eps = 120, 0.05
     pos, mass = _random_system(n, 9)
-    p = [np.ascontiguousarray(pos[:, k], dtype=dt) for k in range(3)]
-    m = mass.astype(dt)
+    p, m = _columns(pos, mass, dt)
     phi = np.zeros(n)
     kernels.potential(*p, *p, m, eps * eps, phi)
     x = pos.astype(dt).astype(np.float64)

@@ -52,3 +52,20 @@ def test_cuda_kernels_on_real_gpu():
     out.pop("trap")
     for key, (gpu, cpu) in out.items():
         assert gpu == cpu, key
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_pympi_pi_selects_its_gpu_before_mpi_init(ranks):
+    """`mpiexec pympi-pi --backend gpu`: each rank's (simulated) GPU chosen before MPI_Init, same estimate."""
+    from conftest import mpiexec_argv, script
+
+    argv = mpiexec_argv(ranks) + [script("pympi-pi"), "3e4", "--json"]
+    gpu = run(argv + ["--backend", "gpu"], timeout=600, env=clean_env(NUMBA_ENABLE_CUDASIM="1"))
+    assert gpu.returncode == 0, gpu.stderr
+    cpu = run(argv + ["--backend", "numba"], timeout=600, env=clean_env())
+    assert cpu.returncode == 0, cpu.stderr
+    g, c = json.loads(gpu.stdout), json.loads(cpu.stdout)
+    # hydra exports MPI_LOCALRANKID: rank 0's device was made current before MPI started
+    assert "selected before MPI_Init, from MPI_LOCALRANKID=0" in g["provenance"]["extra_versions"]["gpu"]
+    assert g["backend"] == "gpu" and c["backend"] == "numba"
+    assert [r["estimate"] for r in g["results"]] == [r["estimate"] for r in c["results"]]

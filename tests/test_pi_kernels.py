@@ -64,6 +64,71 @@ def test_mc_parallel_equals_serial(numba_k):
         numba.set_num_threads(old)
 
 
+_MASK = (1 << 64) - 1
+_GAMMA, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
+def _state_of(h):
+    """The SplitMix64 state whose output is ``h`` (the finaliser inverted)."""
+    def unxorshift(z, k):
+        x = z
+        for _ in range(64 // k + 1):
+            x = z ^ (x >> k)
+        return x
+
+    z = unxorshift(h, 31) * pow(_M2, -1, 1 << 64) & _MASK
+    z = unxorshift(z, 27) * pow(_M1, -1, 1 << 64) & _MASK
+    return unxorshift(z, 30)
+
+
+def _edge_outputs():
+    """Outputs whose point lies just inside or just outside the disc, and the extremes."""
+    r2 = 1 << 62
+    for u in (0, 1, 12345, 759250124, (1 << 30) - 1):
+        a = 2 * u + 1
+        v_in = (math.isqrt(r2 - a * a - 1) - 1) // 2  # largest v inside
+        for v in {max(v_in, 0), min(v_in + 1, (1 << 30) - 1)}:
+            for junk in (0, 0b11 | 0b11 << 32):  # the bits the test ignores
+                yield (u << 34) | (v << 2) | junk
+
+
+def test_mc_vector_code_equals_scalar_loop(numba_k):
+    """mc_simd's explicit vectors count as the scalar loop, in every lane and at every edge."""
+    from pympi_gpu.pi import mc_simd
+    from pympi_gpu.pi.kernels_cpu import _mc_count_scalar
+    from pympi_gpu.pi.kernels_cpu import _mc_count_vector as _mc_count
+
+    keys = [seed_key(9), np.uint64(_MASK), np.uint64(0)]  # incl. states wrapping past 2**64
+    for key in keys:
+        for count in (0, 1, mc_simd.WIDTH - 1, mc_simd.WIDTH, 5 * mc_simd.WIDTH + 7, 100_003):
+            assert _mc_count(key, np.int64(3), np.int64(count)) == _mc_count_scalar(
+                key, np.int64(3), np.int64(count)), (key, count)
+    # Points on the circle's edge, placed in each lane of each chain and in the scalar tail.
+    n = 2 * mc_simd.WIDTH + 3
+    for h in _edge_outputs():
+        state = _state_of(h)
+        for k in (0, 1, mc_simd.LANES + 2, mc_simd.WIDTH - 1, mc_simd.WIDTH + 5, n - 1):
+            key = np.uint64((state - (k + 1) * _GAMMA) & _MASK)
+            ref = python_hits(key, 0, n)
+            assert numba_k.mc_hits(key, 0, n) == ref
+            assert int(_mc_count(key, np.int64(0), np.int64(n))) == ref
+            assert int(_mc_count_scalar(key, np.int64(0), np.int64(n))) == ref
+
+
+def test_mc_vector_code_chosen_by_target(monkeypatch):
+    """The explicit vectors where the target has no 64-bit vector multiply, not on AVX-512DQ."""
+    from numba.core import config
+
+    from pympi_gpu.pi import mc_simd
+
+    monkeypatch.setattr(config, "CPU_NAME", "x86-64-v3")
+    monkeypatch.setattr(config, "CPU_FEATURES", "")
+    assert mc_simd.worthwhile()
+    monkeypatch.setattr(config, "CPU_NAME", "skylake-avx512")
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512f,+avx512dq,+avx512vl")
+    assert not mc_simd.worthwhile()
+
+
 def test_mc_estimate_statistics(numba_k):
     n = 4_000_000
     p = numba_k.mc_hits(seed_key(2024), 0, n) / n

@@ -259,7 +259,7 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     awareness = None
     binding = {}
     if device_backend:
-        from pympi_gpu.gpu import bind_device
+        from pympi_gpu.gpu import bind_device, describe
 
         binding = bind_device(comm, early)
         if transport == "auto" or transport == "device":
@@ -293,9 +293,7 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
 
     provenance = collect(comm, extra={"backend_reason": backend_why, "threads_per_rank": str(nthreads),
                                       "simd": simd_note,
-                                      **({"gpu": "device {device} of {visible} visible ({name}), local rank "
-                                                 "{local_rank} of {local_size}, selected {selected}".format(**binding)}
-                                         if binding else {})})
+                                      **({"gpu": describe(binding)} if binding else {})})
     bar, on_step = _progress(comm, not quiet, not as_json and steps - (meta["step"] if meta else 0) >= 20)
     try:
         run, state = simulate(comm, config, be, ex, state, backend_reason=backend_why,

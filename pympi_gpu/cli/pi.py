@@ -71,10 +71,27 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     2**53; by default it is the total over all ranks.
     """
     from pympi_gpu import jitcache
+    from pympi_gpu.environment import expected_world_size
     from pympi_gpu.pi.backends import choose, kernels_for, small_work
     from pympi_gpu.pi.driver import DEFAULT_SEED, estimate_pi
     from pympi_gpu.provenance import collect
 
+    methods = ("mc", "trapezoid") if method == "both" else (method,)
+
+    def compiled(total, ranks):  # whether numba (CPU or GPU kernels) may run this work
+        return backend != "numpy" and not (backend == "auto" and small_work(total, ranks, methods))
+
+    # Before MPI_Init, which mpi_world() starts: numba's set-up, and the GPU where
+    # one may be used (CUDA-aware MPIs want the device chosen first). The launcher
+    # tells the world size; where it does not, assume the smallest work.
+    launched = expected_world_size()[0] or 1
+    early, configured = None, compiled(samples * launched if per_rank else samples, launched)
+    if configured:
+        jitcache.configure()  # before numba loads: the GPU probe or the kernels load it
+        if backend in ("gpu", "auto"):
+            from pympi_gpu.gpu import select_before_init
+
+            early = select_before_init(allow_simulator=backend == "gpu")
     comm = mpi_world()
     size = comm.Get_size()
     if per_rank and samples * size > MAX_COUNT:
@@ -83,22 +100,22 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     if method in ("trapezoid", "both") and total < 2:
         fail("the trapezoid rule needs at least 2 intervals")
     seed = DEFAULT_SEED if seed is None else seed
-    methods = ("mc", "trapezoid") if method == "both" else (method,)
-    if backend != "numpy" and not (backend == "auto" and small_work(total, size, methods)):
-        jitcache.configure()  # before numba loads: the GPU probe or the kernels load it
+    if not configured and compiled(total, size):
+        jitcache.configure()
     backend_name, why = choose(comm, backend, total, methods)
+    extra = {}
     if backend_name == "gpu":
-        from pympi_gpu.gpu import bind_device, gpu_usable, simulator
+        from pympi_gpu.gpu import bind_device, describe, gpu_usable, simulator
 
         usable, reason = gpu_usable()
         if not (usable or simulator()):
             fail(f"--backend gpu: no usable GPU ({reason}); use --backend numba or auto")
-        bind_device(comm)
+        extra["gpu"] = describe(bind_device(comm, early))
     kernels = kernels_for(backend_name)
     # NumPy runs on one thread; only numba has a thread pool to size.
     nthreads = configure_threads(comm, threads) if backend_name == "numba" else 1
     kernels.warmup(methods)
-    provenance = collect(comm, extra={"backend_reason": why, "threads_per_rank": str(nthreads)})
+    provenance = collect(comm, extra={"backend_reason": why, "threads_per_rank": str(nthreads), **extra})
     run = estimate_pi(comm, samples, kernels, methods=methods, seed=seed, per_rank=per_rank,
                       backend=backend_name, provenance=provenance)
     if comm.Get_rank() == 0:

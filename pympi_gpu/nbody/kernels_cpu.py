@@ -152,14 +152,17 @@ class NumpyKernels:
     name = "numpy"
     _chunk = 256  # targets per pass: bounds the (chunk x sources) temporaries
 
+    def _separations(self, tx, ty, tz, sx, sy, sz):
+        """Per chunk of targets ``[lo, hi)``: source minus target coordinates, ``(hi - lo, sources)``."""
+        for lo in range(0, tx.size, self._chunk):
+            hi = min(lo + self._chunk, tx.size)
+            yield (lo, hi, sx[None, :] - tx[lo:hi, None], sy[None, :] - ty[lo:hi, None],
+                   sz[None, :] - tz[lo:hi, None])
+
     def accel(self, tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az) -> None:
         dt = tx.dtype
         eps2 = dt.type(eps2)
-        for lo in range(0, tx.size, self._chunk):
-            hi = min(lo + self._chunk, tx.size)
-            dx = sx[None, :] - tx[lo:hi, None]
-            dy = sy[None, :] - ty[lo:hi, None]
-            dz = sz[None, :] - tz[lo:hi, None]
+        for lo, hi, dx, dy, dz in self._separations(tx, ty, tz, sx, sy, sz):
             inv = dt.type(1) / np.sqrt(np.maximum(dx * dx + dy * dy + dz * dz + eps2, dt.type(R2_MIN[dt.type])))
             s = sm[None, :] * inv * inv * inv
             ax[lo:hi] += (s * dx).sum(axis=1, dtype=dt)
@@ -169,11 +172,7 @@ class NumpyKernels:
     def potential(self, tx, ty, tz, sx, sy, sz, sm, eps2, phi) -> None:
         dt = tx.dtype
         eps2 = dt.type(eps2)
-        for lo in range(0, tx.size, self._chunk):
-            hi = min(lo + self._chunk, tx.size)
-            dx = sx[None, :] - tx[lo:hi, None]
-            dy = sy[None, :] - ty[lo:hi, None]
-            dz = sz[None, :] - tz[lo:hi, None]
+        for lo, hi, dx, dy, dz in self._separations(tx, ty, tz, sx, sy, sz):
             r2 = dx * dx + dy * dy + dz * dz
             with np.errstate(divide="ignore"):
                 term = sm[None, :] * (dt.type(1) / np.sqrt(r2 + eps2))
