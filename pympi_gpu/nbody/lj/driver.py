@@ -285,6 +285,8 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
     written = 0
     stopped = None
     times = []
+    asked = np.zeros(2, np.int32)  # [this rank's stop flag, the answer of all ranks]
+    pending = None
     system.halo.comm_time = 0.0
     rebuilds0 = system.rebuilds
     comm.Barrier()
@@ -301,18 +303,26 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
             rows.append(thermo(comm, step, system.local_sums(), config.atoms, volume))
         if on_step is not None:
             on_step(step, config.steps)
-        flag = bool(stop_requested()) if stop_requested is not None else False
-        if comm.allreduce(flag, op=MPI.LOR):
+        # SIGTERM: each step posts its flag without waiting and reads the previous step's answer, so
+        # the stop costs no synchronisation of its own and comes one step after the signal
+        if pending is not None:
+            pending.Wait()
+            pending = None
+        if asked[1]:
             stopped = "SIGTERM"
             if rows[-1].step != step:
                 rows.append(thermo(comm, step, system.local_sums(), config.atoms, volume))
             break
+        asked[0] = bool(stop_requested()) if stop_requested is not None else False
+        pending = comm.Iallreduce(asked[:1], asked[1:], op=MPI.LOR)
         if config.checkpoint and config.checkpoint_every and step % config.checkpoint_every == 0 \
                 and step < config.steps:
             ckpt.save(comm, config.checkpoint, system.owned(), _meta(config, step, initial))
             written += 1
             system.wrap()
             force = True  # as a restart from this checkpoint would
+    if pending is not None:
+        pending.Wait()  # a signal during the last step: the run has ended anyway
     wall = MPI.Wtime() - t0
     cpu = time.process_time() - c0
     path = config.checkpoint or (config.stop_checkpoint if stopped else None)
