@@ -14,7 +14,9 @@ agrees to round-off (the table shows the largest relative difference).
 CPU (always): atom-steps/s of both codes at 32,000 and 256,000 atoms on 1 and
 2 ranks (one thread per rank), interleaved run by run in the same session,
 medians of ``--repeats``; the ratio pympi/LAMMPS per rank count and each
-code's strong-scaling efficiency 1 -> 2 ranks.
+code's strong-scaling efficiency 1 -> 2 ranks, in the wall clock and per
+CPU-second (each run's rate divided by the share of a core its ranks got:
+what a shared machine measures better).
 
 GPU (``--mode gpu``, when a CUDA GPU is usable): ``pympi-nbody 1000188
 --model lj --backend gpu`` on one rank; HOOMD-blue's published LJ figure for
@@ -185,6 +187,7 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for) -> list[dict
         if r["ranks"] == 2:
             one = next(q for q in rows if q["code"] == r["code"] and q["atoms"] == r["atoms"] and q["ranks"] == 1)
             r["efficiency"] = r["rate"] / (2 * one["rate"])
+            r["efficiency_per_cpu_second"] = r["per_cpu_second"] / (2 * one["per_cpu_second"])
     return rows
 
 
@@ -200,18 +203,19 @@ def gpu_usable() -> tuple[bool, str]:
 
 def table(rows: list[dict]) -> str:
     head = f"{'code':<7} {'atoms':>8} {'ranks':>5} {'steps':>5} {'atom-steps/s':>13} {'vs LAMMPS':>9} " \
-           f"{'per CPU-s':>10} {'vs LAMMPS':>9} {'eff 1->2':>8} {'comm/step':>10}  " \
+           f"{'per CPU-s':>10} {'vs LAMMPS':>9} {'eff 1->2':>8} {'eff/CPU-s':>9} {'comm/step':>10}  " \
            f"thermo at last step (pympi vs LAMMPS, max rel diff)"
     lines = [head, "-" * len(head)]
     for r in rows:
         vs = f"{r['vs_lammps']:.2f}x" if "vs_lammps" in r else ""
         eff = f"{100 * r['efficiency']:.0f}%" if "efficiency" in r else ""
+        effc = f"{100 * r['efficiency_per_cpu_second']:.0f}%" if "efficiency_per_cpu_second" in r else ""
         comm = f"{r['comm_per_step_s']:.2e}" if "comm_per_step_s" in r else ""
         diff = f"{max(r['thermo_rel_diff'].values()):.1e}" if "thermo_rel_diff" in r else ""
         t = r["thermo_last"]
         vsc = f"{r['vs_lammps_per_cpu_second']:.2f}x" if "vs_lammps_per_cpu_second" in r else ""
         lines.append(f"{r['code']:<7} {r['atoms']:>8,} {r['ranks']:>5} {r['steps']:>5} {r['rate']:>13.4e} {vs:>9} "
-                     f"{r['per_cpu_second']:>10.3e} {vsc:>9} {eff:>8} {comm:>10}  "
+                     f"{r['per_cpu_second']:>10.3e} {vsc:>9} {eff:>8} {effc:>9} {comm:>10}  "
                      f"T {t['temp']:.8g} E {t['etotal']:.8g} P {t['press']:.8g} {diff}")
     return "\n".join(lines)
 
