@@ -45,11 +45,15 @@ SEED = 20240601
 PI_SAMPLES = "4e9"
 NBODY_VERIFY_BODIES = 16384
 SAMPLES_BODIES = 1 << 20
+LJ_CHECK_ATOMS = 4000     # GPU vs numba thermo, 2 ranks
+LJ_BENCH_ATOMS = 1000188  # issue 9: atom-steps/s at 1e6 atoms (an fcc lattice of 63^3 cells)
+#: how far the GPU's thermo may drift from numba's after LJ_CHECK_STEPS (summation order only)
+LJ_CHECK_STEPS, LJ_THERMO_RTOL = 50, 1e-8
 #: what linking cuda-samples' nbody needs (headers, libraries), from Debian 12
 GL_PACKAGES = ("freeglut3-dev", "libglut3.12", "libglew-dev", "libglew2.2", "libgl-dev", "libgl1", "libglx0",
                "libglvnd0", "libglu1-mesa", "libglu1-mesa-dev", "libopengl0", "libglx-dev", "libglvnd-dev")
 
-__all__ = ["Step", "plan", "parse_cuda_samples", "check_pi", "check_nbody", "summary", "main"]
+__all__ = ["Step", "plan", "parse_cuda_samples", "check_pi", "check_nbody", "check_lj", "summary", "main"]
 
 
 @dataclasses.dataclass
@@ -128,6 +132,16 @@ def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path) -> list[Step]:
                           mpiexec + ["-n", "2", nbody, str(SAMPLES_BODIES), "--steps", "5", "--backend", "gpu",
                                      "--transport", transport, "--benchmark", "--json"],
                           env=env, check="nbody", group="transport"))
+    for backend, transport in (("numba", "host"), ("gpu", "host"), ("gpu", "device")):
+        steps.append(Step(f"lj {backend} {transport} 2 ranks {LJ_CHECK_ATOMS}",
+                          mpiexec + ["-n", "2", nbody, str(LJ_CHECK_ATOMS), "--model", "lj", "--steps",
+                                     str(LJ_CHECK_STEPS), "--backend", backend, "--transport", transport, "--json"],
+                          env=env, check="lj", group="lj-thermo"))
+    for ranks, transport in ((1, "host"), (2, "host"), (2, "device")):
+        steps.append(Step(f"lj gpu {transport} {ranks} rank(s) {LJ_BENCH_ATOMS}",
+                          mpiexec + ["-n", str(ranks), nbody, str(LJ_BENCH_ATOMS), "--model", "lj", "--steps", "200",
+                                     "--backend", "gpu", "--transport", transport, "--json"],
+                          env=env, check="lj", group="lj-rate"))
     samples = carry / "cuda-samples"
     nbody_bin = out_dir / "cuda-samples-nbody"
     steps.append(Step("build cuda-samples nbody", ["bash", "-c", cuda_samples_build(samples, carry / "gl",
@@ -144,6 +158,8 @@ def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path) -> list[Step]:
     steps += [
         Step("benchmarks/pi.py (GPU mode)", [py, str(ROOT / "benchmarks" / "pi.py"), "--quick", "--out",
                                              str(out_dir / "pi-gpu.json")], env=env, timeout=600),
+        Step("benchmarks/lj.py --mode gpu", [py, str(ROOT / "benchmarks" / "lj.py"), "--mode", "gpu", "--out",
+                                             str(out_dir / "lj-gpu.json")], env=env, timeout=600),
         Step("benchmarks/nbody.py --mode gpu", [py, str(ROOT / "benchmarks" / "nbody.py"), "--mode", "gpu",
                                                 "--quick", "--cuda-samples", str(nbody_bin), "--out",
                                                 str(out_dir / "nbody-gpu.json")], env=env, timeout=600),
@@ -194,6 +210,13 @@ def check_nbody(doc: dict) -> tuple[bool, dict]:
     return ok, fig
 
 
+def check_lj(doc: dict) -> dict:
+    """The figures of a ``pympi-nbody --model lj --json`` run: rate, communication, last thermo line."""
+    return {"backend": doc["backend"], "transport": doc["transport"], "ranks": doc["ranks"], "atoms": doc["atoms"],
+            "atom_steps_per_s": doc["rate"], "comm_per_step_s": doc["comm_per_step"],
+            "median_step_s": doc["median_step_time"], "thermo": doc["thermo"][-1]}
+
+
 def judge(step: Step, rc: int, stdout: str, stderr: str) -> None:
     """Set ``status``, ``detail`` and ``figures`` of a step that ran."""
     tail = (stdout + stderr).strip()[-400:]
@@ -208,6 +231,8 @@ def judge(step: Step, rc: int, stdout: str, stderr: str) -> None:
             if not ok:
                 step.status, step.detail = "failed", "not on the GPU, or --verify failed"
                 return
+        elif step.check == "lj":
+            step.figures = check_lj(json.loads(stdout))
         elif step.check == "cuda-samples":
             step.figures = parse_cuda_samples(stdout)
         elif step.check == "pytest":
@@ -252,6 +277,18 @@ def compare(steps: list[Step], out_dir: Path) -> list[dict]:
                         "detail": f"{ratio:.3f} ({ours:.4e} vs {ref:.4e} interactions/s)"
                                   + (f", target >= {target}" if target else ", reported"),
                         "ratio": ratio})
+        elif group == "lj-thermo":
+            ref = next(s for s in ran if s.figures["backend"] == "numba").figures["thermo"]
+            worst = max(abs(s.figures["thermo"][k] - ref[k]) / max(abs(ref[k]), 1e-300)
+                        for s in ran for k in ("temp", "e_pair", "ke", "etotal", "press"))
+            out.append({"check": f"LJ GPU thermo vs numba, 2 ranks, both transports, {LJ_CHECK_STEPS} steps",
+                        "status": "passed" if worst <= LJ_THERMO_RTOL else "failed",
+                        "detail": f"max relative difference {worst:.2e} (bound {LJ_THERMO_RTOL:g})"})
+        elif group == "lj-rate":
+            rates = {f"{s.figures['ranks']}r {s.figures['transport']}": (s.figures["atom_steps_per_s"],
+                                                                        s.figures["comm_per_step_s"]) for s in ran}
+            out.append({"check": f"LJ GPU atom-steps/s and comm s/step at {LJ_BENCH_ATOMS} atoms", "status": "passed",
+                        "detail": json.dumps(rates)})
         elif group == "transport":
             t = {s.figures["transport"]: s.figures["median_step_s"] for s in ran}
             out.append({"check": "device vs host transport, 2 ranks, 2^20 bodies, s/step", "status": "passed",

@@ -43,7 +43,9 @@ def test_plan_covers_the_issue_matrix(tmp_path):
         assert any(part in n.split() for n in verify), part
     assert {"pi gpu 1 rank(s)", "pi numba 2 rank(s)", "gpu-marked tests", "cuda-aware Open MPI + mpi4py",
             "build cuda-samples nbody", "cuda-samples nbody fp64", "benchmarks/nbody.py --mode gpu",
-            "benchmarks/pi.py (GPU mode)", "final state gpu fp64", "transport device 2 ranks 2^20"} <= set(names)
+            "benchmarks/pi.py (GPU mode)", "final state gpu fp64", "transport device 2 ranks 2^20",
+            "lj gpu device 2 ranks 4000", "lj gpu device 2 rank(s) 1000188", "lj gpu host 1 rank(s) 1000188",
+            "benchmarks/lj.py --mode gpu"} <= set(names)
     mpi = next(s for s in steps if s.name == "cuda-aware Open MPI + mpi4py")
     assert mpi.argv[-1] == "none" and "--no-index" in mpi.env["PIP_ARGS"]   # offline, one node
 
@@ -127,3 +129,25 @@ def test_ratio_to_cuda_samples_and_summary(tmp_path):
     assert skipped.status == "failed"                    # a gpu test that skipped on a GPU is a failure
     text, ok = acc.summary([skipped], [bad])
     assert not ok and "NOT PASSED" in text
+
+
+def test_lj_thermo_compared_across_backends(tmp_path):
+    """LJ steps judged from real runs (simulated GPU, numba), then a thermo value off is caught."""
+    args = ["256", "--model", "lj", "--steps", "8", "--json"]
+    sim = clean_env(NUMBA_ENABLE_CUDASIM="1", OMP_NUM_THREADS="1", PYMPI_CUDA_AWARE="1")
+    outs = {("numba", "host"): run(mpiexec_argv(2) + [script("pympi-nbody"), *args, "--backend", "numba"],
+                                   timeout=300)}
+    for transport in ("host", "device"):
+        outs["gpu", transport] = run(mpiexec_argv(2) + [script("pympi-nbody"), *args, "--backend", "gpu",
+                                                        "--transport", transport], timeout=600, env=sim)
+    for key, out in outs.items():
+        assert out.returncode == 0, (key, out.stderr)
+    steps = [_step(f"lj {b} {t}", "lj", "lj-thermo", out.stdout) for (b, t), out in outs.items()]
+    assert all(s.status == "passed" for s in steps), [s.detail for s in steps]
+    assert steps[2].figures["transport"] == "device" and steps[2].figures["atom_steps_per_s"] > 0
+    (check,) = acc.compare(steps, tmp_path)
+    assert check["status"] == "passed", check
+    doc = json.loads(outs["gpu", "device"].stdout)
+    doc["thermo"][-1]["press"] *= 1 + 1e-6                # beyond summation order: must be caught
+    steps[2] = _step("lj gpu device", "lj", "lj-thermo", json.dumps(doc))
+    assert acc.compare(steps, tmp_path)[0]["status"] == "failed"
