@@ -70,6 +70,7 @@ def test_ranks_agree_with_one_brick(cells):
     # step 0 is LAMMPS's bench/in.lj: the lattice energy per atom
     assert run.thermo[0].e_pair == pytest.approx(-6.7733681, abs=5e-8)
     assert run.rebuilds >= 3  # the lists were rebuilt, so atoms migrated and ghosts were redrawn
+    assert run.neighbors_per_atom == ref.neighbors_per_atom  # each pair listed once over all ranks
     assert run.momentum_change < 1e-12 * config.atoms
 
 
