@@ -161,6 +161,22 @@ def mpi_world(check: bool = True):
 _world_checked = False
 
 
+def prove_device_transport(comm, backend, requested: str, why: str) -> str:
+    """Send a device buffer round the ranks before trusting the MPI with them; collective over comm.
+
+    For an MPI that said it is CUDA-aware (not one forced by ``PYMPI_CUDA_AWARE``):
+    fails the run with one message where the round trip does not come back
+    intact, else returns ``why`` with what the trip showed.
+    """
+    from pympi_gpu.cuda_aware import round_trip
+
+    proven, detail = round_trip(comm, backend)
+    if not proven:
+        fail(f"--transport {requested}: the MPI library said it is CUDA-aware, but a {detail}; "
+             "use --transport host")
+    return f"{why}; {detail}"
+
+
 def configure_threads(comm, threads: int | None) -> int:
     """Give each rank its share of this node's cores for numba's thread pool.
 

@@ -9,7 +9,7 @@ import sys
 import click
 
 from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, configure_threads, fail,
-                                  mpi_world, version_option)
+                                  mpi_world, prove_device_transport, version_option)
 from pympi_gpu.cli.nbody_lj import check_model_options, lj_options, run_lj
 
 SCHEMA = "pympi_gpu.nbody/1"
@@ -272,13 +272,7 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
         fail(str(exc))
     be = make_backend(backend_name, precision)
     if transport_name == "device" and not awareness.forced:
-        from pympi_gpu.cuda_aware import round_trip
-
-        proven, detail = round_trip(comm, be)
-        if not proven:
-            fail(f"--transport {transport}: the MPI library said it is CUDA-aware, but a {detail}; "
-                 "use --transport host")
-        transport_why += f"; {detail}"
+        transport_why = prove_device_transport(comm, be, transport, transport_why)
     nthreads = configure_threads(comm, threads)
     be.warmup()
 

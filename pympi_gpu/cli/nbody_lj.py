@@ -13,7 +13,8 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import IntRange, PositiveFloat, configure_threads, fail, mpi_world
+from pympi_gpu.cli.common import (IntRange, PositiveFloat, configure_threads, fail, mpi_world,
+                                  prove_device_transport)
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
 MODELS = ("gravity", "lj")
@@ -191,14 +192,9 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         except ValueError as exc:
             fail(str(exc))
         if transport_name == "device" and not awareness.forced:
-            from pympi_gpu.cuda_aware import round_trip
             from pympi_gpu.nbody.kernels_cuda import CudaBackend
 
-            proven, detail = round_trip(comm, CudaBackend("fp64"))
-            if not proven:
-                fail(f"--transport {transport}: the MPI library said it is CUDA-aware, but a {detail}; "
-                     "use --transport host")
-            transport_why += f"; {detail}"
+            transport_why = prove_device_transport(comm, CudaBackend("fp64"), transport, transport_why)
         nthreads = configure_threads(comm, threads)
         from pympi_gpu.nbody.lj import kernels_cpu
 
