@@ -161,6 +161,19 @@ def mpi_world(check: bool = True):
 _world_checked = False
 
 
+def select_gpu_early(backend: str):
+    """Make this rank's GPU current before ``MPI_Init`` where ``backend`` may use one.
+
+    Call before :func:`mpi_world` (which starts MPI): CUDA-aware MPIs want the
+    device chosen first.  Returns the :class:`~pympi_gpu.gpu.EarlyBinding`, or None.
+    """
+    if backend not in ("gpu", "auto"):
+        return None
+    from pympi_gpu.gpu import select_before_init
+
+    return select_before_init(allow_simulator=backend == "gpu")
+
+
 def prove_device_transport(comm, backend, requested: str, why: str) -> str:
     """Send a device buffer round the ranks before trusting the MPI with them; collective over comm.
 

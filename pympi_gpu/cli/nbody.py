@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -9,7 +10,8 @@ import sys
 import click
 
 from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, configure_threads, fail,
-                                  mpi_world, prove_device_transport, version_option)
+                                  mpi_world, prove_device_transport, select_gpu_early,
+                                  version_option)
 from pympi_gpu.cli.nbody_lj import check_model_options, lj_options, run_lj
 
 SCHEMA = "pympi_gpu.nbody/1"
@@ -121,6 +123,21 @@ def _progress(comm, enabled: bool, bar_ok: bool):
     return bar, on_step
 
 
+@contextlib.contextmanager
+def _simulating(bar, previous):
+    """Around a run: a checkpoint error becomes one message; the bar and SIGTERM handler are put back."""
+    from pympi_gpu.nbody.checkpoint import CheckpointError
+
+    try:
+        yield
+    except CheckpointError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        if bar is not None:
+            bar.stop()
+        signal.signal(signal.SIGTERM, previous)
+
+
 @click.command(context_settings=CONTEXT_SETTINGS)
 @version_option()
 @click.argument("bodies", type=_Bodies(maximum=MAX_BODIES))
@@ -198,12 +215,7 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
         fail("--checkpoint-every needs --checkpoint PATH")
     if checkpoint and (why := ckpt.check_writable(checkpoint)):
         fail(why)
-    early = None
-    if backend in ("gpu", "auto"):
-        # Before MPI_Init, which mpi_world() starts: CUDA-aware MPIs want the device chosen first.
-        from pympi_gpu.gpu import select_before_init
-
-        early = select_before_init(allow_simulator=backend == "gpu")
+    early = select_gpu_early(backend)
     comm = mpi_world()
     size = comm.Get_size()
     # From here on SIGTERM only asks for a stop at the end of the current step.
@@ -289,16 +301,10 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
                                       "simd": simd_note,
                                       **({"gpu": describe(binding)} if binding else {})})
     bar, on_step = _progress(comm, not quiet, not as_json and steps - (meta["step"] if meta else 0) >= 20)
-    try:
+    with _simulating(bar, previous):
         run, state = simulate(comm, config, be, ex, state, backend_reason=backend_why,
                               transport_reason=transport_why, on_step=on_step, stop_requested=stop.__bool__,
                               restarted_from=restart, provenance=provenance)
-    except ckpt.CheckpointError as exc:
-        raise click.ClickException(str(exc)) from None
-    finally:
-        if bar is not None:
-            bar.stop()
-        signal.signal(signal.SIGTERM, previous)
 
     if verify:
         from dataclasses import replace

@@ -14,7 +14,7 @@ import sys
 import click
 
 from pympi_gpu.cli.common import (IntRange, PositiveFloat, configure_threads, fail, mpi_world,
-                                  prove_device_transport)
+                                  prove_device_transport, select_gpu_early)
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
 MODELS = ("gravity", "lj")
@@ -106,7 +106,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
            checkpoint_every, restart, threads, as_json, density, temperature, cutoff, skin, thermo,
            quiet=False) -> None:
     """The ``--model lj`` run (parameters as ``pympi-nbody``'s)."""
-    from pympi_gpu.cli.nbody import _progress, _Stop
+    from pympi_gpu.cli.nbody import _progress, _simulating, _Stop
     from pympi_gpu.nbody.lj import checkpoint as ckpt
     from pympi_gpu.nbody.lj.domain import brick_of, grid_problem, make_cart
     from pympi_gpu.nbody.lj.lattice import cells_for
@@ -125,12 +125,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         fail(why)
     if backend == "numpy":
         fail("--model lj runs on --backend numba or gpu (auto picks one)")
-    early = None
-    if backend in ("gpu", "auto"):
-        # Before MPI_Init, which mpi_world() starts: CUDA-aware MPIs want the device chosen first.
-        from pympi_gpu.gpu import select_before_init
-
-        early = select_before_init(allow_simulator=backend == "gpu")
+    early = select_gpu_early(backend)
     comm = mpi_world()
     stop = _Stop()
     previous = signal.signal(signal.SIGTERM, stop)
@@ -228,17 +223,11 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         provenance = collect(comm, extra={"backend_reason": backend_why, "threads_per_rank": str(nthreads),
                                           "model": "lj"})
         bar, on_step = _progress(comm, not quiet, not as_json and steps - step >= 20)
-        try:
+        with _simulating(bar, previous):
             run = simulate(cart, config, system, step, initial=initial, backend=backend_name,
                            backend_reason=backend_why, transport=transport_name, transport_reason=transport_why,
                            on_step=on_step, stop_requested=stop.__bool__, restarted_from=restart,
                            provenance=provenance)
-        except ckpt.CheckpointError as exc:
-            raise click.ClickException(str(exc)) from None
-        finally:
-            if bar is not None:
-                bar.stop()
-            signal.signal(signal.SIGTERM, previous)
         if verify:
             from dataclasses import replace
 

@@ -7,7 +7,7 @@ import json
 import click
 
 from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, configure_threads, echo_root, fail, mpi_world,
-                                  version_option)
+                                  select_gpu_early, version_option)
 from pympi_gpu.counts import MAX_COUNT
 
 SCHEMA = "pympi_gpu.pi/1"
@@ -88,10 +88,7 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     early, configured = None, compiled(samples * launched if per_rank else samples, launched)
     if configured:
         jitcache.configure()  # before numba loads: the GPU probe or the kernels load it
-        if backend in ("gpu", "auto"):
-            from pympi_gpu.gpu import select_before_init
-
-            early = select_before_init(allow_simulator=backend == "gpu")
+        early = select_gpu_early(backend)
     comm = mpi_world()
     size = comm.Get_size()
     if per_rank and samples * size > MAX_COUNT:
