@@ -46,6 +46,8 @@ def test_gpu_two_ranks_both_transports(cpu, transport):
     env = clean_env(PYMPI_CUDA_AWARE="1", **SIM) if transport == "device" else SIM
     doc = _doc(mpiexec_argv(2) + [NBODY, *ARGS, "--backend", "gpu", "--transport", transport], env=env)
     assert doc["transport"] == transport and doc["grid"] == [2, 1, 1]
+    # hydra exports MPI_LOCALRANKID: the (simulated) GPU was chosen before MPI_Init, as for gravity
+    assert "selected before MPI_Init, from MPI_LOCALRANKID=0" in doc["provenance"]["extra_versions"]["gpu"]
     _agree(doc, cpu)
 
 

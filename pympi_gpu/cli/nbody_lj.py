@@ -174,10 +174,11 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
             bad = [(r, w) for r, (ok, w) in enumerate(verdicts) if not ok]
             if bad:
                 fail(f"--backend gpu: no usable GPU on rank {bad[0][0]} ({bad[0][1]}); use --backend numba or auto")
+        gpu_note = {}
         if backend_name == "gpu":
-            from pympi_gpu.gpu import bind_device
+            from pympi_gpu.gpu import bind_device, describe
 
-            bind_device(comm, early)
+            gpu_note = {"gpu": describe(bind_device(comm, early))}
             if transport in ("auto", "device"):
                 from pympi_gpu.cuda_aware import agree, detect
 
@@ -221,7 +222,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         from pympi_gpu.provenance import collect
 
         provenance = collect(comm, extra={"backend_reason": backend_why, "threads_per_rank": str(nthreads),
-                                          "model": "lj"})
+                                          "model": "lj", **gpu_note})
         bar, on_step = _progress(comm, not quiet, not as_json and steps - step >= 20)
         with _simulating(bar, previous):
             run = simulate(cart, config, system, step, initial=initial, backend=backend_name,
