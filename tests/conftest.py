@@ -70,6 +70,15 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def refused(out: subprocess.CompletedProcess, match: str) -> None:
+    """Bad input refused as the rules say: exit 2, ``match`` said, one ``Error:`` line (rank 0's), no traceback."""
+    text = out.stderr + out.stdout
+    assert out.returncode == 2, text
+    assert match in text, text
+    assert "Traceback" not in text
+    assert sum(line.startswith("Error:") for line in text.splitlines()) == 1, text  # once, by rank 0
+
+
 def run(argv: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProcess:
     """Run a command as a user would, with a hard timeout (a hang is a failure)."""
     kw.setdefault("env", clean_env())

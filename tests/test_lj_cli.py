@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import time
 
 import numpy as np
 import pytest
 
-from conftest import clean_env, mpiexec_argv, run, script
-from test_nbody_mpi import _descendants, _is_rank
+from conftest import clean_env, mpiexec_argv, refused, run, script
+from test_nbody_mpi import sigterm_after_first_checkpoint
 
 NBODY = script("pympi-nbody")
 ENV = clean_env(OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
@@ -21,14 +17,6 @@ ENV = clean_env(OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
 def lj(ranks: int, *args, timeout: float = 300):
     argv = ([] if ranks == 1 else mpiexec_argv(ranks)) + [NBODY, *map(str, args), "--model", "lj"]
     return run(argv, env=ENV, timeout=timeout)
-
-
-def _refused(out, match: str):
-    text = out.stderr + out.stdout
-    assert out.returncode == 2, text
-    assert match in text, text
-    assert "Traceback" not in text
-    assert sum(line.startswith("Error:") for line in text.splitlines()) == 1, text  # once, by rank 0
 
 
 @pytest.mark.parametrize("args, match", [
@@ -51,12 +39,12 @@ def test_bad_input_single_rank(args, match):
     if match is None:
         assert out.returncode == 0, out.stderr
     else:
-        _refused(out, match)
+        refused(out, match)
 
 
 def test_unknown_model_and_lj_option_on_gravity():
-    _refused(run([NBODY, "500", "--model", "yukawa"], env=ENV, timeout=60), "'yukawa' is not one of")
-    _refused(run([NBODY, "500", "--cutoff", "3"], env=ENV, timeout=60), "--cutoff applies to --model lj only")
+    refused(run([NBODY, "500", "--model", "yukawa"], env=ENV, timeout=60), "'yukawa' is not one of")
+    refused(run([NBODY, "500", "--cutoff", "3"], env=ENV, timeout=60), "--cutoff applies to --model lj only")
 
 
 @pytest.mark.parametrize("ranks, args, match", [
@@ -65,7 +53,7 @@ def test_unknown_model_and_lj_option_on_gravity():
     (3, ["2", "--steps", "1"], "too few"),
 ])
 def test_bad_input_many_ranks_no_hang(ranks, args, match):
-    _refused(lj(ranks, *args, timeout=120), match)
+    refused(lj(ranks, *args, timeout=120), match)
 
 
 @pytest.fixture(scope="module")
@@ -115,34 +103,17 @@ def test_restart_continues_bit_for_bit(tmp_path):
     assert a["thermo"][-1] == b["thermo"][-1]
     assert a["energy_drift"] == b["energy_drift"]
     # the restart fixes the physics: a different --dt is refused, a gravity file too
-    _refused(lj(1, 864, "--steps", 30, "--restart", ck, "--dt", "0.001"), "was run with --dt 0.005")
+    refused(lj(1, 864, "--steps", 30, "--restart", ck, "--dt", "0.001"), "was run with --dt 0.005")
     grav = tmp_path / "g.npz"
     assert run([NBODY, "50", "--steps", "1", "--backend", "numpy", "--checkpoint", grav], env=ENV).returncode == 0
-    _refused(lj(1, 864, "--restart", grav), "expected 'pympi_gpu.nbody.lj.checkpoint/1'")
+    refused(lj(1, 864, "--restart", grav), "expected 'pympi_gpu.nbody.lj.checkpoint/1'")
 
 
 def test_sigterm_writes_checkpoint_and_resumes(tmp_path):
     path = tmp_path / "ck.npz"
     argv = mpiexec_argv(2) + [NBODY, "864", "--model", "lj", "--steps", "10000000", "--checkpoint", str(path),
                               "--checkpoint-every", "5"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    try:
-        deadline = time.monotonic() + 120
-        while not path.exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no periodic checkpoint within 120 s"
-            time.sleep(0.2)
-        ranks = [p for p in _descendants(proc.pid) if _is_rank(p)]
-        assert len(ranks) == 2, ranks
-        for pid in ranks:
-            os.kill(pid, signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, stderr
-    assert "stopped    by SIGTERM" in stdout and "Traceback" not in stderr
+    sigterm_after_first_checkpoint(argv, path, env=ENV)
     with np.load(path) as data:
         step = json.loads(str(data["meta"]))["step"]
     assert 5 <= step < 10_000_000

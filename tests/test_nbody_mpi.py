@@ -133,12 +133,13 @@ def _is_rank(pid: int) -> bool:
         return False
 
 
-def test_sigterm_writes_checkpoint_and_exits_cleanly(tmp_path):
-    path = tmp_path / "ck.npz"
-    argv = mpiexec_argv(2) + [NBODY, "3000", "--steps", "1000000", "--backend", "numba", "--threads", "1",
-                              "--checkpoint", str(path), "--checkpoint-every", "2"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=clean_env(OMP_NUM_THREADS="1"))
+def sigterm_after_first_checkpoint(argv: list[str], path, env: dict[str, str]) -> None:
+    """Run ``argv`` (2 ranks) until its first periodic checkpoint at ``path``, then SIGTERM every rank.
+
+    As Slurm does before its time limit.  The job must end cleanly, saying it
+    was stopped by SIGTERM.  Also used by the LJ model's test.
+    """
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 120
         while not path.exists():  # the first periodic checkpoint: the ranks are stepping
@@ -156,6 +157,13 @@ def test_sigterm_writes_checkpoint_and_exits_cleanly(tmp_path):
             proc.communicate()
     assert proc.returncode == 0, stderr
     assert "stopped    by SIGTERM" in stdout and "Traceback" not in stderr
+
+
+def test_sigterm_writes_checkpoint_and_exits_cleanly(tmp_path):
+    path = tmp_path / "ck.npz"
+    argv = mpiexec_argv(2) + [NBODY, "3000", "--steps", "1000000", "--backend", "numba", "--threads", "1",
+                              "--checkpoint", str(path), "--checkpoint-every", "2"]
+    sigterm_after_first_checkpoint(argv, path, env=clean_env(OMP_NUM_THREADS="1"))
     state = final_state(path)
     assert 2 <= state["step"] < 1_000_000
     # and the run goes on from there
