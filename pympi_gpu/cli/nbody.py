@@ -138,6 +138,14 @@ def _simulating(bar, previous):
         signal.signal(signal.SIGTERM, previous)
 
 
+def _exit_if_unverified(comm, verification) -> None:
+    """Exit with status 1 (rank 0 says why) where ``--verify`` ran and failed."""
+    if verification is not None and not verification.passed:
+        if comm.Get_rank() == 0:
+            click.echo("pympi-nbody: verification FAILED: " + "; ".join(verification.failures), err=True)
+        sys.exit(1)  # every rank holds the same verdict; click's Exit would be swallowed here
+
+
 @click.command(context_settings=CONTEXT_SETTINGS)
 @version_option()
 @click.argument("bodies", type=_Bodies(maximum=MAX_BODIES))
@@ -326,7 +334,4 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
             click.echo(json.dumps(doc, indent=2))
         else:
             click.echo(format_run(run, nthreads))
-    if run.verification is not None and not run.verification.passed:
-        if comm.Get_rank() == 0:
-            click.echo("pympi-nbody: verification FAILED: " + "; ".join(run.verification.failures), err=True)
-        sys.exit(1)  # every rank holds the same verdict; click's Exit would be swallowed here
+    _exit_if_unverified(comm, run.verification)

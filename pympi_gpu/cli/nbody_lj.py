@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 
 import click
 
@@ -106,7 +105,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
            checkpoint_every, restart, threads, as_json, density, temperature, cutoff, skin, thermo,
            quiet=False) -> None:
     """The ``--model lj`` run (parameters as ``pympi-nbody``'s)."""
-    from pympi_gpu.cli.nbody import _progress, _simulating, _Stop
+    from pympi_gpu.cli.nbody import _exit_if_unverified, _progress, _simulating, _Stop
     from pympi_gpu.nbody.lj import checkpoint as ckpt
     from pympi_gpu.nbody.lj.domain import brick_of, grid_problem, make_cart
     from pympi_gpu.nbody.lj.lattice import cells_for
@@ -249,10 +248,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
             click.echo(json.dumps(doc, indent=2))
         else:
             click.echo(format_lj(run, nthreads))
-    if run.verification is not None and not run.verification.passed:
-        if comm.Get_rank() == 0:
-            click.echo("pympi-nbody: verification FAILED: " + "; ".join(run.verification.failures), err=True)
-        sys.exit(1)
+    _exit_if_unverified(comm, run.verification)
 
 
 def config_atoms(cells: int) -> int:
