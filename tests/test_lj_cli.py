@@ -90,6 +90,14 @@ def test_summary_and_verify():
     assert lines[0][1:] == ["1.44", "-6.7733681", "2.1589453", "-4.6144227", "-5.0202628"]
 
 
+def test_failed_verification_exits_1_on_every_rank():
+    """An energy bound no run can meet: the verdict FAILED, exit 1, said once on stderr, no rank left."""
+    out = lj(2, 500, "--steps", 20, "--verify", "--energy-tolerance", "1e-15", timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "verify     FAILED" in out.stdout and "Traceback" not in out.stderr
+    assert out.stderr.count("verification FAILED: energy drift") == 1, out.stderr
+
+
 def test_restart_continues_bit_for_bit(tmp_path):
     ck, ck2 = tmp_path / "a.npz", tmp_path / "b.npz"
     straight = lj(2, 864, "--steps", 20, "--checkpoint", ck2, "--checkpoint-every", 10, "--json")
