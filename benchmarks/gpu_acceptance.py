@@ -299,7 +299,7 @@ def compare(steps: list[Step], out_dir: Path) -> list[dict]:
 def final_state(out_dir: Path) -> dict:
     import numpy as np
 
-    from pympi_gpu.nbody import checkpoint as ckpt
+    from pympi_gpu.nbody.gravity import checkpoint as ckpt
 
     try:
         gpu = ckpt.read_file(out_dir / "acceptance-gpu.npz")[1]

@@ -257,7 +257,7 @@ def profile(atoms: int, steps: int) -> dict:
 
 
 def gpu_usable() -> tuple[bool, str]:
-    out = subprocess.run([sys.executable, "-c", "from pympi_gpu.gpu import gpu_usable; import json; "
+    out = subprocess.run([sys.executable, "-c", "from pympi_gpu.device.gpu import gpu_usable; import json; "
                           "print(json.dumps(gpu_usable()))"], capture_output=True, text=True, timeout=300)
     try:
         ok, why = json.loads(out.stdout.strip().splitlines()[-1])

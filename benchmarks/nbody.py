@@ -72,15 +72,15 @@ def _median_rate(fn, interactions: int, repeats: int) -> tuple[float, list[float
 
 def cpu_kernels(n: int, n_numpy: int, repeats: int) -> list[dict]:
     """In-process kernel rates: numba 1 thread, numba all threads, NumPy."""
-    from pympi_gpu import jitcache
+    from pympi_gpu.device import jitcache
 
     simd_note = jitcache.tune_cpu()
     jitcache.configure()
     import numba
     import numpy as np
 
-    from pympi_gpu.nbody.initial import generate
-    from pympi_gpu.nbody.kernels_cpu import NumbaKernels, NumpyKernels
+    from pympi_gpu.nbody.gravity.initial import generate
+    from pympi_gpu.nbody.gravity.kernels_cpu import NumbaKernels, NumpyKernels
 
     rows = []
     for precision, dtype in (("fp32", np.float32), ("fp64", np.float64)):
@@ -132,7 +132,7 @@ def cpu_scaling(n: int, steps: int, repeats: int, precision: str = "fp32") -> li
 
 
 def gpu_usable() -> tuple[bool, str]:
-    out = subprocess.run([sys.executable, "-c", "from pympi_gpu.gpu import gpu_usable; import json; "
+    out = subprocess.run([sys.executable, "-c", "from pympi_gpu.device.gpu import gpu_usable; import json; "
                           "print(json.dumps(gpu_usable()))"], capture_output=True, text=True, timeout=300)
     try:
         ok, why = json.loads(out.stdout.strip().splitlines()[-1])
@@ -210,7 +210,7 @@ def main() -> int:
                          "else nbody-<host>.json]")
     args = ap.parse_args()
     repeats = args.repeats or (3 if args.quick else 5)
-    from pympi_gpu.jitcache import host_cpu
+    from pympi_gpu.device.jitcache import host_cpu
 
     cpu = host_cpu()  # model, LLVM's name, vector ISA: kernel speeds differ most by ISA
     result = {"schema": "pympi_gpu.bench.nbody/1", "host": socket.gethostname(),

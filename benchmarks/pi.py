@@ -113,7 +113,7 @@ def main() -> None:
     rep = 2 if q else args.repeat
     load_before = os.getloadavg()
 
-    from pympi_gpu import jitcache
+    from pympi_gpu.device import jitcache
 
     simd = jitcache.tune_cpu()
     jitcache.configure()  # as the command line does: cache and CPU tuning, before numba loads
@@ -216,7 +216,7 @@ def main() -> None:
                "efficiency": t[1] / (2 * t[2])}
 
     gpu = None
-    from pympi_gpu.gpu import gpu_usable
+    from pympi_gpu.device.gpu import gpu_usable
 
     ok, why = gpu_usable()
     if ok:

@@ -181,7 +181,7 @@ def test_trapezoid_counts_intervals(mpirun, n):
 
 
 def test_mpi_library_is_named_alike_by_pi_and_info():
-    from pympi_gpu.provenance import mpi_library_name
+    from pympi_gpu.mpi.library import library_name as mpi_library_name
 
     assert mpi_library_name("MPICH Version:      5.0.2\nMPICH Release date: x") == "MPICH Version: 5.0.2"
     assert mpi_library_name("  Open MPI v5.0.6, package: Open MPI\tbuild\n") == \

@@ -1,6 +1,6 @@
 import pytest
 
-from pympi_gpu.counts import MAX_COUNT, CountError, parse_count
+from pympi_gpu.cli.counts import MAX_COUNT, CountError, parse_count
 
 
 @pytest.mark.parametrize("text, value", [

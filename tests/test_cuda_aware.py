@@ -2,7 +2,7 @@
 
 import pytest
 
-from pympi_gpu.cuda_aware import detect, loaded_mpi_libraries
+from pympi_gpu.mpi.cuda_aware import detect, loaded_mpi_libraries
 
 MPICH = "MPICH Version:      4.2.0\nMPICH Release date: ..."
 OMPI = "Open MPI v5.0.3, package: Open MPI ..."
@@ -22,7 +22,7 @@ def test_mpich_switch_off():
 
 
 def test_switches_without_query(monkeypatch):
-    import pympi_gpu.cuda_aware as ca
+    import pympi_gpu.mpi.cuda_aware as ca
 
     monkeypatch.setattr(ca, "_query_symbol", lambda: None)
     monkeypatch.setattr(ca, "_ompi_info", lambda: None)
@@ -62,7 +62,7 @@ IMPI_2021_19 = "Intel(R) MPI Library 2021.19.0 for Linux* OS\n"  # as the impi-r
     (MPICH, None),
 ])
 def test_intel_mpi_version(text, expected):
-    from pympi_gpu.cuda_aware import intel_mpi_version
+    from pympi_gpu.mpi.cuda_aware import intel_mpi_version
 
     assert intel_mpi_version(text) == expected
 
@@ -78,7 +78,7 @@ def test_intel_mpi_version(text, expected):
     ("2021.19.0", {"I_MPI_OFFLOAD": "1", "I_MPI_OFFLOAD_MODE": "cuda"}, True),
 ])
 def test_intel_mpi_needs_2021_12_and_offload(monkeypatch, version, env, expected):
-    import pympi_gpu.cuda_aware as ca
+    import pympi_gpu.mpi.cuda_aware as ca
 
     monkeypatch.setattr(ca, "_query_symbol", lambda: None)
     got = detect(env, library_version=f"Intel(R) MPI Library {version} for Linux* OS")
@@ -87,7 +87,7 @@ def test_intel_mpi_needs_2021_12_and_offload(monkeypatch, version, env, expected
 
 def test_intel_mpi_query_answers_once_switched_on(monkeypatch):
     """With the switch on, the library's own MPIX answer (for this run) decides."""
-    import pympi_gpu.cuda_aware as ca
+    import pympi_gpu.mpi.cuda_aware as ca
 
     monkeypatch.setattr(ca, "_query_symbol", lambda: ca.CudaAwareness(False, "MPIX_Query_cuda_support",
                                                                       "libmpi.so.12 returned 0"))
@@ -112,7 +112,7 @@ class _Ranks:
 
 
 def _v(supported, detail="d"):
-    from pympi_gpu.cuda_aware import CudaAwareness
+    from pympi_gpu.mpi.cuda_aware import CudaAwareness
 
     return CudaAwareness(supported, "m", detail)
 
@@ -124,7 +124,7 @@ def _v(supported, detail="d"):
     ([None, True, False], False, 2),
 ])
 def test_agree(verdicts, expected, rank):
-    from pympi_gpu.cuda_aware import agree
+    from pympi_gpu.mpi.cuda_aware import agree
 
     got = agree(_Ranks([_v(s, f"on {i}") for i, s in enumerate(verdicts)]), _v(verdicts[0], "on 0"))
     assert got.supported is expected
@@ -136,7 +136,7 @@ def test_agree(verdicts, expected, rank):
 
 @pytest.mark.parametrize("supported", [False, None])
 def test_device_transport_refused_without_a_yes(supported):
-    from pympi_gpu.nbody.exchange import choose_transport
+    from pympi_gpu.mpi.cuda_aware import choose_transport
 
     with pytest.raises(ValueError, match="--transport device: .*PYMPI_CUDA_AWARE=1") as err:
         choose_transport("device", True, _v(supported, "libmpi.so.12 returned 0"))
@@ -146,8 +146,8 @@ def test_device_transport_refused_without_a_yes(supported):
 
 
 def test_device_transport_with_a_yes_and_auto_rules():
-    from pympi_gpu.cuda_aware import CudaAwareness
-    from pympi_gpu.nbody.exchange import choose_transport
+    from pympi_gpu.mpi.cuda_aware import CudaAwareness
+    from pympi_gpu.mpi.cuda_aware import choose_transport
 
     yes = CudaAwareness(True, "MPIX_Query_cuda_support", "libmpi.so.40 returned 1")
     assert choose_transport("device", True, yes)[0] == "device"
@@ -174,7 +174,7 @@ def test_device_transport_with_a_yes_and_auto_rules():
     ({"OMPI_COMM_WORLD_LOCAL_RANK": "", "MPI_LOCALRANKID": "x", "SLURM_LOCALID": " 2 "}, (2, "SLURM_LOCALID")),
 ])
 def test_local_rank_precedence(env, expected):
-    from pympi_gpu.gpu import local_rank_from_env
+    from pympi_gpu.device.gpu import local_rank_from_env
 
     assert local_rank_from_env(env) == expected
 
@@ -184,12 +184,12 @@ def test_no_early_selection_without_a_usable_gpu():
     import subprocess
     import sys
 
-    code = ("import sys; from pympi_gpu.gpu import select_before_init; "
+    code = ("import sys; from pympi_gpu.device.gpu import select_before_init; "
             "print(select_before_init({'MPI_LOCALRANKID': '0'}), 'numba.cuda' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={k: v for k, v in __import__("os").environ.items() if k != "NUMBA_ENABLE_CUDASIM"})
     assert out.returncode == 0, out.stderr
-    from pympi_gpu.gpu import gpu_usable
+    from pympi_gpu.device.gpu import gpu_usable
 
     if not gpu_usable()[0]:
         assert out.stdout.split()[0] == "None"

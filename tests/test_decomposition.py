@@ -1,6 +1,6 @@
 import pytest
 
-from pympi_gpu.decomposition import block_counts, block_owner, block_range, block_starts
+from pympi_gpu.mpi.decomposition import block_counts, block_owner, block_range, block_starts
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 10, 64, 1001])

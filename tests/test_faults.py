@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import BIN, clean_env, mpiexec_argv, need_root, run, script
-from pympi_gpu.nbody import checkpoint as ckpt
+from pympi_gpu.nbody.gravity import checkpoint as ckpt
 
 PI = script("pympi-pi")
 NBODY = script("pympi-nbody")
@@ -432,7 +432,7 @@ BAD_INPUTS = ([(app, [count], words) for app in ("pi", "nbody") for count, words
                          ids=[f"{a}:{' '.join(x)}" for a, x, _ in BAD_INPUTS])
 def test_bad_input_one_message_exit_2(app, args, words, ranks):
     if app == "nbody" and args == ["2e9"]:
-        from pympi_gpu.nbody.memory import available_bytes
+        from pympi_gpu.nbody.gravity.memory import available_bytes
 
         if (available_bytes() or 0) >= 256e9:
             pytest.skip("this node has the memory for 2e9 bodies")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pympi_gpu.fileio import atomic_open, atomic_write_bytes
+from pympi_gpu.run.fileio import atomic_open, atomic_write_bytes
 
 
 def test_atomic_write_replaces(tmp_path):

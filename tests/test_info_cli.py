@@ -10,8 +10,8 @@ import pytest
 
 from conftest import clean_env, run, script
 from pympi_gpu import __version__
-from pympi_gpu.environment import container
-from pympi_gpu.info import guess_launcher
+from pympi_gpu.mpi.environment import container
+from pympi_gpu.run.info import guess_launcher
 
 INFO = script("pympi-info")
 
@@ -32,9 +32,10 @@ def test_info_json_under_mpiexec(mpirun, n):
     for r in doc["rank_info"]:
         assert r["gpu_reason"]
         assert (r["gpu_used"] is None) == (not r["gpus"])
-    from pympi_gpu.provenance import mpi_vendor, version_of
+    from pympi_gpu.mpi.library import vendor_of_text
+    from pympi_gpu.run.provenance import version_of
 
-    assert doc["mpi_vendor"] == mpi_vendor(doc["mpi_library"]) != "unknown"
+    assert doc["mpi_vendor"] == vendor_of_text(doc["mpi_library"]) != "unknown"
     if doc["mpi_vendor"] == "mpich" and version_of("mpich"):  # the wheel's own version
         assert version_of("mpich") in doc["mpi_library"]
     assert doc["launcher_env"].get("PMI_SIZE", doc["launcher_env"].get("OMPI_COMM_WORLD_SIZE")) == str(n)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pympi_gpu import jitcache
+from pympi_gpu.device import jitcache
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_cache_dir_writable_reports(env, monkeypatch):
     assert jitcache.cache_dir_writable() == (True, str(env / "c"))
 
 
-TUNE = ("from pympi_gpu import jitcache; import os; "
+TUNE = ("from pympi_gpu.device import jitcache; import os; "
         "print(jitcache.tune_cpu()); print(os.environ.get('NUMBA_CPU_FEATURES', 'unset'))")
 
 

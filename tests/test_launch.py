@@ -7,7 +7,8 @@ import shlex
 import pytest
 
 from conftest import run, script
-from pympi_gpu.launch import LaunchError, loaded_mpi_library, mpi_from_env, plan, probe_mpi, vendor_of_text
+from pympi_gpu.mpi.launch import LaunchError, loaded_mpi_library, mpi_from_env, plan, probe_mpi
+from pympi_gpu.mpi.library import vendor_of_text
 
 
 def which_of(*present):
@@ -67,7 +68,7 @@ def test_srun_pmi_override_and_default():
 
 
 def test_srun_unknown_mpi_leaves_the_cluster_default(monkeypatch):
-    import pympi_gpu.launch as launch
+    import pympi_gpu.mpi.launch as launch
 
     monkeypatch.setattr(launch, "_MPI_WHEELS", ())
     monkeypatch.setattr("mpi4py.get_config", lambda: {})

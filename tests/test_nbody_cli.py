@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import clean_env, mpiexec_argv, refused, run, script
-from pympi_gpu.nbody import checkpoint as ckpt
+from pympi_gpu.nbody.gravity import checkpoint as ckpt
 
 NBODY = script("pympi-nbody")
 
@@ -54,7 +54,7 @@ def _mpi(*args, ranks=2):
 
 
 def test_gpu_backend_without_gpu():
-    probe = run([sys.executable, "-c", "from pympi_gpu.gpu import gpu_usable; print(gpu_usable()[0])"],
+    probe = run([sys.executable, "-c", "from pympi_gpu.device.gpu import gpu_usable; print(gpu_usable()[0])"],
                 timeout=120)
     if probe.stdout.strip() == "True":
         pytest.skip("a GPU is usable here")

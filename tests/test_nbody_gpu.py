@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import clean_env, mpiexec_argv, run, script
-from pympi_gpu.nbody import checkpoint as ckpt
+from pympi_gpu.nbody.gravity import checkpoint as ckpt
 
 NBODY = script("pympi-nbody")
 SIM = {"NUMBA_ENABLE_CUDASIM": "1", "OMP_NUM_THREADS": "1"}
@@ -20,8 +20,8 @@ SIM = {"NUMBA_ENABLE_CUDASIM": "1", "OMP_NUM_THREADS": "1"}
 KERNEL_CHECK = textwrap.dedent("""
     import json
     import numpy as np
-    from pympi_gpu.nbody.kernels_cuda import CudaBackend
-    from pympi_gpu.nbody.verify import reference
+    from pympi_gpu.nbody.gravity.kernels_cuda import CudaBackend
+    from pympi_gpu.nbody.gravity.verify import reference
 
     rng = np.random.default_rng(4)
     n, eps = 70, 0.05          # 70 bodies: two full tiles of 32 and a padded one
@@ -137,13 +137,13 @@ def test_one_rank_saying_yes_is_not_enough():
 
 ROUND_TRIP = textwrap.dedent("""
     import json, sys
-    from pympi_gpu.gpu import select_before_init
+    from pympi_gpu.device.gpu import select_before_init
     early = select_before_init(allow_simulator=True)       # before MPI_Init
     before = "mpi4py.MPI" in sys.modules
     from mpi4py import MPI
-    from pympi_gpu.cuda_aware import round_trip
-    from pympi_gpu.gpu import bind_device
-    from pympi_gpu.nbody.kernels_cuda import CudaBackend
+    from pympi_gpu.mpi.cuda_aware import round_trip
+    from pympi_gpu.device.gpu import bind_device
+    from pympi_gpu.nbody.gravity.kernels_cuda import CudaBackend
 
     comm = MPI.COMM_WORLD
     binding = bind_device(comm, early)
@@ -181,12 +181,12 @@ def test_early_binding_and_round_trip_under_mpiexec(ranks):
 
 def _real_gpu() -> str | None:
     """Why the real-GPU test cannot run here, or None if it can."""
-    probe = run([sys.executable, "-c", "from pympi_gpu.gpu import gpu_usable; print(gpu_usable())"],
+    probe = run([sys.executable, "-c", "from pympi_gpu.device.gpu import gpu_usable; print(gpu_usable())"],
                 timeout=120, env=clean_env())
     if "True" not in probe.stdout:
         return f"no usable CUDA GPU here ({probe.stdout.strip() or probe.stderr.strip()[-200:]})"
     probe = run(mpiexec_argv(1) + [sys.executable, "-c",
-                                   "from mpi4py import MPI; from pympi_gpu.cuda_aware import detect; "
+                                   "from mpi4py import MPI; from pympi_gpu.mpi.cuda_aware import detect; "
                                    "print(detect())"], timeout=120, env=clean_env())
     if "supported=True" not in probe.stdout:
         return f"the MPI library is not CUDA-aware: {probe.stdout.strip()}"
@@ -217,7 +217,7 @@ PTX_CHECK = textwrap.dedent("""
     from numba import cuda, float32, float64, void
     # compile for sm_80 without a GPU: device functions ask the current device for its capability
     dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(8, 0))
-    from pympi_gpu.nbody.kernels_cuda import make_kernels
+    from pympi_gpu.nbody.gravity.kernels_cuda import make_kernels
     out = {}
     for name, dt, nbt in (("fp32", np.float32, float32), ("fp64", np.float64, float64)):
         accel = make_kernels(dt, 256)[0]
@@ -263,7 +263,7 @@ def test_aligned_tile_is_the_path_taken_with_numba_cuda():
 
     from packaging.version import Version
 
-    out = run([sys.executable, "-c", "from pympi_gpu.nbody.kernels_cuda import _aligned_shared; "
+    out = run([sys.executable, "-c", "from pympi_gpu.nbody.gravity.kernels_cuda import _aligned_shared; "
                "print(_aligned_shared())"], timeout=120, env=clean_env())
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(Version(version("numba-cuda")) >= Version("0.11")), out.stdout
@@ -284,10 +284,10 @@ def test_gpu_extra_floor_has_the_alignment():
 MIN_SOFTENING_CHECK = textwrap.dedent("""
     import json, sys
     import numpy as np
-    from pympi_gpu.cli.nbody import MIN_SOFTENING
-    from pympi_gpu.nbody.kernels_cpu import NumbaKernels, NumpyKernels
-    from pympi_gpu.nbody.kernels_cuda import CudaBackend
-    from pympi_gpu.nbody.verify import reference
+    from pympi_gpu.cli.nbody_gravity import MIN_SOFTENING
+    from pympi_gpu.nbody.gravity.kernels_cpu import NumbaKernels, NumpyKernels
+    from pympi_gpu.nbody.gravity.kernels_cuda import CudaBackend
+    from pympi_gpu.nbody.gravity.verify import reference
 
     rng = np.random.default_rng(7)
     n, eps = 40, MIN_SOFTENING                  # the self term: 1/r = 1e15, cubed > fp32's max

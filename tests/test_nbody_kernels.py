@@ -9,11 +9,11 @@ import os
 import numpy as np
 import pytest
 
-from pympi_gpu.nbody import checkpoint as ckpt
-from pympi_gpu.nbody.exchange import choose_transport
-from pympi_gpu.nbody.initial import generate
-from pympi_gpu.nbody.kernels_cpu import NumbaKernels, NumpyKernels, direct_sum_fp64
-from pympi_gpu.nbody.verify import check, error_bound, reference, sample_indices
+from pympi_gpu.nbody.gravity import checkpoint as ckpt
+from pympi_gpu.mpi.cuda_aware import choose_transport
+from pympi_gpu.nbody.gravity.initial import generate
+from pympi_gpu.nbody.gravity.kernels_cpu import NumbaKernels, NumpyKernels, direct_sum_fp64
+from pympi_gpu.nbody.gravity.verify import check, error_bound, reference, sample_indices
 
 KERNELS = [NumbaKernels(), NumpyKernels()]
 DTYPES = {"fp32": np.float32, "fp64": np.float64}

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import clean_env, mpiexec_argv, run, script
-from pympi_gpu.nbody import checkpoint as ckpt
+from pympi_gpu.nbody.gravity import checkpoint as ckpt
 
 N = 203  # divisible by neither 2 nor 3
 NBODY = script("pympi-nbody")

@@ -41,7 +41,7 @@ def test_cuda_kernels_match_cpu_in_simulator(per_thread):
 
 
 def test_cuda_kernels_on_real_gpu():
-    from pympi_gpu.gpu import gpu_usable
+    from pympi_gpu.device.gpu import gpu_usable
 
     ok, why = gpu_usable()
     if not ok:

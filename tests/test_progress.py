@@ -11,7 +11,7 @@ import json
 import pytest
 
 from conftest import clean_env, mpiexec_argv, run, script
-from pympi_gpu.progress import INTERVAL_ENV, LineProgress, interval_from_env
+from pympi_gpu.run.progress import INTERVAL_ENV, LineProgress, interval_from_env
 
 NBODY = script("pympi-nbody")
 

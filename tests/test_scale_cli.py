@@ -302,7 +302,7 @@ def test_users_threads_are_kept_and_mixed_backends_are_flagged(tmp_path):
 
 def test_planner_names_the_mpi_library_mpi4py_loads(monkeypatch):
     """As pympi-launch: the study's launches use the MPI mpi4py loads (probed once), not the wheel."""
-    from pympi_gpu import launch
+    from pympi_gpu.mpi import launch
     from pympi_gpu.cli.scale import _planner
     from pympi_gpu.scale.points import Point
 

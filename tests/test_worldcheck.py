@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from conftest import clean_env, run, script
-from pympi_gpu.worldcheck import world_mismatch
+from pympi_gpu.mpi.worldcheck import world_mismatch
 
 
 def test_lone_rank_in_a_slurm_step_of_two():

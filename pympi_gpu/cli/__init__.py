@@ -3,6 +3,11 @@
 The command line only parses, binds ``MPI.COMM_WORLD``, chooses the backend
 and prints; the library computes and returns records.  Subcommands are
 imported lazily so that ``pympi --help`` starts no MPI and no GPU library.
+
+``common`` is what every command shares (parameter types, errors, MPI
+start-up), ``counts`` how people type counts, ``simulation`` the harness of
+the two n-body models' commands (``nbody_gravity``, ``nbody_lj``, chosen by
+``nbody``).  May import any layer; nothing imports it.
 """
 
 from __future__ import annotations

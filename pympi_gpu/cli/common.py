@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import click
 
-from pympi_gpu.counts import MAX_COUNT, CountError, parse_count
+from pympi_gpu.cli.counts import MAX_COUNT, CountError, parse_count
 
 __all__ = ["Count", "IntRange", "PositiveFloat", "world_rank_hint", "echo_root", "fail", "run_command",
-           "mpi_world", "import_mpi", "MPI_MISSING", "configure_threads", "version_option",
+           "given", "mpi_world", "import_mpi", "MPI_MISSING", "configure_threads", "version_option",
            "escape", "CONTEXT_SETTINGS"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -133,6 +133,12 @@ def echo_root(comm, message: str = "", err: bool = False) -> None:
         click.echo(message, err=err)
 
 
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether option ``name`` was given by the user (command line or environment), not defaulted."""
+    return ctx.get_parameter_source(name) in (click.core.ParameterSource.COMMANDLINE,
+                                              click.core.ParameterSource.ENVIRONMENT)
+
+
 def fail(message: str) -> None:
     """Refuse the run with exit status 2. Call it on every rank, with the same message."""
     raise click.UsageError(message)
@@ -150,7 +156,7 @@ def mpi_world(check: bool = True):
     global _world_checked
     if check and not _world_checked:
         _world_checked = True
-        from pympi_gpu.worldcheck import world_mismatch
+        from pympi_gpu.mpi.worldcheck import world_mismatch
 
         warning = world_mismatch(comm.Get_size(), library=MPI.Get_library_version().splitlines()[0])
         if warning and world_rank_hint() == 0:
@@ -165,11 +171,11 @@ def select_gpu_early(backend: str):
     """Make this rank's GPU current before ``MPI_Init`` where ``backend`` may use one.
 
     Call before :func:`mpi_world` (which starts MPI): CUDA-aware MPIs want the
-    device chosen first.  Returns the :class:`~pympi_gpu.gpu.EarlyBinding`, or None.
+    device chosen first.  Returns the :class:`~pympi_gpu.device.gpu.EarlyBinding`, or None.
     """
     if backend not in ("gpu", "auto"):
         return None
-    from pympi_gpu.gpu import select_before_init
+    from pympi_gpu.device.gpu import select_before_init
 
     return select_before_init(allow_simulator=backend == "gpu")
 
@@ -181,7 +187,7 @@ def prove_device_transport(comm, backend, requested: str, why: str) -> str:
     fails the run with one message where the round trip does not come back
     intact, else returns ``why`` with what the trip showed.
     """
-    from pympi_gpu.cuda_aware import round_trip
+    from pympi_gpu.mpi.cuda_aware import round_trip
 
     proven, detail = round_trip(comm, backend)
     if not proven:
@@ -198,7 +204,7 @@ def configure_threads(comm, threads: int | None) -> int:
     """
     import numba
 
-    from pympi_gpu.gpu import local_rank
+    from pympi_gpu.device.gpu import local_rank
 
     _, local_size = local_rank(comm)
     if threads is None:

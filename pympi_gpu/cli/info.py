@@ -10,7 +10,7 @@ from pympi_gpu.cli.common import CONTEXT_SETTINGS, mpi_world, version_option, wo
 
 
 def format_report(rep) -> str:
-    """The human report of an :class:`~pympi_gpu.info.InfoReport`."""
+    """The human report of an :class:`~pympi_gpu.run.info.InfoReport`."""
     v = rep.versions
     lines = [f"pympi_gpu {rep.package}, Python {rep.python}",
              "  " + ", ".join(f"{name} {v[key] or 'not installed'}" for name, key in
@@ -56,8 +56,8 @@ def info(as_json, no_gpu):
     Run it the way the job runs: srun pympi-info, ibrun pympi-info,
     mpiexec -n 4 pympi-info, or inside the image.
     """
-    from pympi_gpu.info import collect
-    from pympi_gpu.records import to_dict
+    from pympi_gpu.run.info import collect
+    from pympi_gpu.run.records import to_dict
 
     comm = mpi_world(check=False)  # the report carries the mismatch warning itself
     rep = collect(comm, probe_gpus=not no_gpu)

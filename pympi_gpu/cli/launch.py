@@ -1,6 +1,6 @@
 """``pympi-launch -n N [--nodes M] [--image SIF] [--gpu] [--dry-run] -- COMMAND...``
 
-Parses, asks :func:`pympi_gpu.launch.plan` for the command line, prints it
+Parses, asks :func:`pympi_gpu.mpi.launch.plan` for the command line, prints it
 (``--dry-run``) or replaces this process with it, so signals and the exit
 status are the launcher's own.  No MPI starts in this process.
 """
@@ -14,7 +14,7 @@ import sys
 import click
 
 from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, version_option
-from pympi_gpu.launch import LAUNCHERS, MPI_VENDORS, LaunchError, plan, probe_mpi
+from pympi_gpu.mpi.launch import LAUNCHERS, MPI_VENDORS, LaunchError, plan, probe_mpi
 
 
 @click.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True,

@@ -1,25 +1,17 @@
-"""``pympi-nbody ATOMS --model lj``: the Lennard-Jones options and run, on the n-body command.
-
-The options are declared here and added to ``pympi-nbody`` by :func:`lj_options`;
-the run shares the gravity model's SIGTERM handling, progress display,
-threads, provenance, checkpoint files and verification record.
-"""
+"""``pympi-nbody ATOMS --model lj``: the Lennard-Jones run and its summary."""
 
 from __future__ import annotations
 
 import json
-import signal
 
 import click
+import numpy as np
 
-from pympi_gpu.cli.common import (IntRange, PositiveFloat, configure_threads, fail, mpi_world,
-                                  prove_device_transport, select_gpu_early)
+from pympi_gpu.cli.common import configure_threads, fail, given, mpi_world, select_gpu_early
+from pympi_gpu.cli.simulation import (Stop, choose_devices, exit_if_unverified, format_tail, progress,
+                                      simulating)
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
-MODELS = ("gravity", "lj")
-#: gravity options that mean nothing to the LJ model, and the reverse
-GRAVITY_ONLY = ("softening", "precision", "exchange", "init")
-LJ_ONLY = ("density", "temperature", "cutoff", "skin", "thermo")
 #: options a restart file fixes
 _FROM_FILE = ("dt", "seed", "density", "temperature", "cutoff", "skin")
 LJ_DT = 0.005
@@ -27,45 +19,6 @@ LJ_SEED = 87287
 #: --verify's default energy bound for LJ: the unshifted cutoff makes the energy jump as pairs cross
 #: it (LAMMPS's own bench/in.lj drifts 1.9e-3 in its 100 steps), so 1e-3 would fail correct runs
 LJ_ENERGY_TOLERANCE = 1e-2
-
-
-def _float(allow_zero=False):
-    return PositiveFloat(allow_zero=allow_zero)
-
-
-def lj_options(f):
-    """Add ``--model`` and the LJ options to a click command."""
-    opts = [
-        click.option("--model", type=click.Choice(MODELS), default="gravity", show_default=True,
-                     help="gravity: all-pairs softened gravity over a ring; lj: Lennard-Jones 12-6 with "
-                          "cutoff over a 3-D domain decomposition (LAMMPS bench/in.lj)."),
-        click.option("--density", type=_float(), default=0.8442, show_default=True,
-                     help="lj: reduced number density of the fcc lattice."),
-        click.option("--temperature", type=_float(allow_zero=True), default=1.44, show_default=True,
-                     help="lj: initial temperature (zero total momentum)."),
-        click.option("--cutoff", type=_float(), default=2.5, show_default=True,
-                     help="lj: pair cutoff (sigma)."),
-        click.option("--skin", type=_float(allow_zero=True), default=0.3, show_default=True,
-                     help="lj: Verlet-list skin (sigma); lists are rebuilt when an atom moves skin/2."),
-        click.option("--thermo", type=IntRange(0, None), default=0, show_default=True, metavar="K",
-                     help="lj: thermo output every K steps (0: first and last)."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
-
-
-def _given(ctx, name: str) -> bool:
-    src = ctx.get_parameter_source(name)
-    return src in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
-
-
-def check_model_options(ctx, model: str) -> None:
-    """Refuse options of the other model (exit 2)."""
-    wrong = LJ_ONLY if model == "gravity" else GRAVITY_ONLY
-    for name in wrong:
-        if _given(ctx, name):
-            fail(f"--{name} applies to --model {'lj' if model == 'gravity' else 'gravity'} only")
 
 
 def format_lj(run, threads: int) -> str:
@@ -95,8 +48,6 @@ def format_lj(run, threads: int) -> str:
     if run.energy_drift is not None:
         lines.append(f"  energy     relative drift of TotEng {run.energy_drift:.3e}; momentum |P1 - P0| = "
                      f"{run.momentum_change:.3e}")
-    from pympi_gpu.cli.nbody import format_tail
-
     lines += format_tail(run, "force", "atoms", bound=".1e")
     return "\n".join(lines)
 
@@ -105,15 +56,13 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
            checkpoint_every, restart, threads, as_json, density, temperature, cutoff, skin, thermo,
            quiet=False) -> None:
     """The ``--model lj`` run (parameters as ``pympi-nbody``'s)."""
-    from pympi_gpu.cli.nbody import _exit_if_unverified, _progress, _simulating, _Stop
     from pympi_gpu.nbody.lj import checkpoint as ckpt
     from pympi_gpu.nbody.lj.domain import brick_of, grid_problem, make_cart
     from pympi_gpu.nbody.lj.lattice import cells_for
 
-    check_model_options(ctx, "lj")
     dt = LJ_DT if dt is None else dt
     seed = LJ_SEED if seed is None else seed
-    if not _given(ctx, "energy_tolerance"):
+    if not given(ctx, "energy_tolerance"):
         energy_tolerance = LJ_ENERGY_TOLERANCE
     if bodies < 4:
         fail(f"ATOMS ({bodies}) is too few for the fcc lattice: one cell holds 4 atoms")
@@ -126,8 +75,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         fail("--model lj runs on --backend numba or gpu (auto picks one)")
     early = select_gpu_early(backend)
     comm = mpi_world()
-    stop = _Stop()
-    previous = signal.signal(signal.SIGTERM, stop)
+    stop = Stop().install()
     cart = make_cart(comm)
     try:
         dims = tuple(cart.Get_topo()[0])
@@ -146,7 +94,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
             values = {"dt": dt, "seed": seed, "density": density, "temperature": temperature, "cutoff": cutoff,
                       "skin": skin}
             for name in _FROM_FILE:
-                if _given(ctx, name) and values[name] != meta[name]:
+                if given(ctx, name) and values[name] != meta[name]:
                     fail(f"--restart: {restart!r} was run with --{name} {meta[name]}, not {values[name]}")
             dt, seed, density, temperature, cutoff, skin = (meta[k] for k in _FROM_FILE)
             if meta["step"] > steps:
@@ -154,58 +102,23 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         box = LjConfig(cells=cells, steps=0, density=density).box
         if why := grid_problem(box, dims, cutoff + skin):
             fail(f"{bodies:,} atoms: {why}")
-        from pympi_gpu.nbody.exchange import choose_transport
-
-        # The gravity model's decisions, step by step (cli/nbody.py): one answer on every rank.
-        if backend == "auto":
-            from pympi_gpu.backend_choice import gpu_everywhere
-
-            has_gpu, why = gpu_everywhere(comm)
-            backend_name, backend_why = ("gpu" if has_gpu else "numba"), f"auto: {why}"
-        else:
-            backend_name, backend_why = backend, "requested"
-        awareness = None
-        if backend == "gpu":
-            from pympi_gpu.gpu import gpu_usable, simulator
-
-            usable, why = gpu_usable()
-            verdicts = comm.allgather((usable or simulator(), why))
-            bad = [(r, w) for r, (ok, w) in enumerate(verdicts) if not ok]
-            if bad:
-                fail(f"--backend gpu: no usable GPU on rank {bad[0][0]} ({bad[0][1]}); use --backend numba or auto")
-        gpu_note = {}
-        if backend_name == "gpu":
-            from pympi_gpu.gpu import bind_device, describe
-
-            gpu_note = {"gpu": describe(bind_device(comm, early))}
-            if transport in ("auto", "device"):
-                from pympi_gpu.cuda_aware import agree, detect
-
-                awareness = agree(comm, detect())
-        try:
-            transport_name, transport_why = choose_transport(transport, backend_name == "gpu", awareness)
-        except ValueError as exc:
-            fail(str(exc))
-        if transport_name == "device" and not awareness.forced:
-            from pympi_gpu.nbody.kernels_cuda import CudaBackend
-
-            transport_why = prove_device_transport(comm, CudaBackend("fp64"), transport, transport_why)
+        devices = choose_devices(comm, backend, transport, early, np.float64)
         nthreads = configure_threads(comm, threads)
         from pympi_gpu.nbody.lj import kernels_cpu
 
         kernels_cpu.warmup()
         config = LjConfig(cells=cells, steps=steps, density=density, temperature=temperature, cutoff=cutoff,
                           skin=skin, dt=dt, seed=seed, thermo_every=thermo,
-                          newton=nthreads == 1 and backend_name != "gpu",
+                          newton=nthreads == 1 and not devices.gpu,
                           checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                           stop_checkpoint=f"pympi-nbody-lj-{config_atoms(cells)}.ckpt.npz")
         brick = brick_of(config.box, dims, cart.Get_coords(cart.Get_rank()))
-        if backend_name == "gpu":
+        if devices.gpu:
             from functools import partial
 
             from pympi_gpu.nbody.lj.kernels_cuda import GpuLjSystem
 
-            make = partial(GpuLjSystem, transport=transport_name)
+            make = partial(GpuLjSystem, transport=devices.transport)
         else:
             make = LjSystem
         if restart:
@@ -218,14 +131,15 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         else:
             system = make(cart, config, *initial_arrays(config, brick))
             initial, step = None, 0
-        from pympi_gpu.provenance import collect
+        from pympi_gpu.run.provenance import collect
 
-        provenance = collect(comm, extra={"backend_reason": backend_why, "threads_per_rank": str(nthreads),
-                                          "model": "lj", **gpu_note})
-        bar, on_step = _progress(comm, not quiet, not as_json and steps - step >= 20)
-        with _simulating(bar, previous):
-            run = simulate(cart, config, system, step, initial=initial, backend=backend_name,
-                           backend_reason=backend_why, transport=transport_name, transport_reason=transport_why,
+        provenance = collect(comm, extra={**devices.provenance(), "threads_per_rank": str(nthreads),
+                                          "model": "lj"})
+        bar, on_step = progress(comm, not quiet, not as_json and steps - step >= 20)
+        with simulating(bar, stop):
+            run = simulate(cart, config, system, step, initial=initial, backend=devices.backend,
+                           backend_reason=devices.backend_reason, transport=devices.transport,
+                           transport_reason=devices.transport_reason,
                            on_step=on_step, stop_requested=stop.__bool__, restarted_from=restart,
                            provenance=provenance)
         if verify:
@@ -240,7 +154,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         cart.Free()
     if comm.Get_rank() == 0:
         if as_json:
-            from pympi_gpu.records import to_dict
+            from pympi_gpu.run.records import to_dict
 
             doc = to_dict(run, schema=SCHEMA, app="nbody", model="lj", work_unit="atom-steps")
             doc["threads_per_rank"] = nthreads
@@ -248,7 +162,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
             click.echo(json.dumps(doc, indent=2))
         else:
             click.echo(format_lj(run, nthreads))
-    _exit_if_unverified(comm, run.verification)
+    exit_if_unverified(comm, run.verification)
 
 
 def config_atoms(cells: int) -> int:

@@ -8,7 +8,7 @@ import click
 
 from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, configure_threads, echo_root, fail, mpi_world,
                                   select_gpu_early, version_option)
-from pympi_gpu.counts import MAX_COUNT
+from pympi_gpu.cli.counts import MAX_COUNT
 
 SCHEMA = "pympi_gpu.pi/1"
 
@@ -21,7 +21,7 @@ def _si(x: float, unit: str = "") -> str:
 
 
 def format_run(run, threads: int, verbose: bool = False, reason: str | None = None) -> str:
-    """The human summary of a :class:`~pympi_gpu.records.PiRun`."""
+    """The human summary of a :class:`~pympi_gpu.pi.record.PiRun`."""
     label = {"mc": "Monte Carlo", "trapezoid": "trapezoid rule"}
     lines = []
     for r in run.results:
@@ -70,11 +70,11 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     SAMPLES is a whole number such as 1e7, 10000000 or 10_000_000, at most
     2**53; by default it is the total over all ranks.
     """
-    from pympi_gpu import jitcache
-    from pympi_gpu.environment import expected_world_size
+    from pympi_gpu.device import jitcache
+    from pympi_gpu.mpi.environment import expected_world_size
     from pympi_gpu.pi.backends import choose, kernels_for, small_work
     from pympi_gpu.pi.driver import DEFAULT_SEED, estimate_pi
-    from pympi_gpu.provenance import collect
+    from pympi_gpu.run.provenance import collect
 
     methods = ("mc", "trapezoid") if method == "both" else (method,)
 
@@ -102,7 +102,7 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     backend_name, why = choose(comm, backend, total, methods)
     extra = {}
     if backend_name == "gpu":
-        from pympi_gpu.gpu import bind_device, describe, gpu_usable, simulator
+        from pympi_gpu.device.gpu import bind_device, describe, gpu_usable, simulator
 
         usable, reason = gpu_usable()
         if not (usable or simulator()):
@@ -117,7 +117,7 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
                       backend=backend_name, provenance=provenance)
     if comm.Get_rank() == 0:
         if as_json:
-            from pympi_gpu.records import to_dict
+            from pympi_gpu.run.records import to_dict
 
             unit = "intervals" if methods == ("trapezoid",) else "samples"
             doc = to_dict(run, schema=SCHEMA, app="pi", work_unit=unit)

@@ -1,7 +1,7 @@
 """``pympi-scale -- COMMAND...``: a strong or weak scaling study of a pympi command.
 
 The study is a driver on one process: it launches COMMAND at each size
-through :func:`pympi_gpu.launch.plan`, reads each run's JSON record and
+through :func:`pympi_gpu.mpi.launch.plan`, reads each run's JSON record and
 writes PREFIX.jsonl (every run, appended as it ends), PREFIX.json,
 PREFIX.csv and PREFIX.png.
 """
@@ -20,7 +20,7 @@ import click
 
 from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, escape, fail, version_option
 
-LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")  # as pympi_gpu.launch.LAUNCHERS
+LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")  # as pympi_gpu.mpi.launch.LAUNCHERS
 
 
 def _sizes(value, what):
@@ -43,8 +43,8 @@ def _default_prefix(command, weak: bool) -> str:
 
 
 def _planner(launcher: str, image: str | None, gpu: bool):
-    """``planner(argv, point)`` through :func:`pympi_gpu.launch.plan`."""
-    from pympi_gpu import launch
+    """``planner(argv, point)`` through :func:`pympi_gpu.mpi.launch.plan`."""
+    from pympi_gpu.mpi import launch
 
     found: list[tuple[str | None, str]] = []  # the MPI in use, probed once, as pympi-launch does
 
@@ -157,7 +157,7 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
     and the same command run again resumes it.  A failed size is reported
     with its error and the study goes on; the exit status is then 1.
     """
-    from pympi_gpu.environment import expected_world_size
+    from pympi_gpu.mpi.environment import expected_world_size
     from pympi_gpu.scale.points import make_points
 
     if not command:

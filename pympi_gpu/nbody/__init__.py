@@ -1,16 +1,11 @@
-"""All-pairs gravitational n-body over MPI ranks (``pympi-nbody``).
+"""The n-body models over MPI ranks (``pympi-nbody``), side by side.
 
-One concern per module:
+``gravity/``     all-pairs softened gravity: a ring or allgather of blocks, leapfrog KDK
+``lj/``          Lennard-Jones 12-6 over a 3-D domain decomposition with ghost halos
+``checkpoint``   what both models' checkpoint files share: atomic ``.npz`` writing, the error
+``record``       what both models' records share: the ``--verify`` verdict
 
-``initial``      initial conditions; body i depends only on (seed, i)
-``kernels_cpu``  numba and NumPy force kernels, the float64 reference
-``kernels_cuda`` the GPU backend (numba.cuda, tiled like cuda-samples)
-``backends``     the backend objects, chosen once at the command-line edge
-``exchange``     ring and allgather exchange, device or host-staged transport
-``driver``       leapfrog KDK, diagnostics, the run record
-``checkpoint``   atomic checkpoint files and their validation
-``verify``       ``--verify``
-``record``       result records
-
-Importing this package imports neither mpi4py nor numba.
+May import: ``rng``, ``mpi``, ``device``, ``run`` and this package; a model
+imports the shared modules here, never the other model.  Importing this
+package imports neither mpi4py nor numba.
 """

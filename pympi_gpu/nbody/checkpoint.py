@@ -1,39 +1,24 @@
-"""Checkpoints: the whole system in one ``.npz`` file, written atomically.
+"""Checkpoint files of both n-body models: one ``.npz`` written atomically.
 
-Rank 0 gathers every body and writes a temporary file in the target's
-directory, flushes it to disk (``fsync``) and renames it over the target
-(``os.replace``, atomic on POSIX), then syncs the directory: a reader sees the
-old checkpoint or the new one, never half of one.  Loading validates
-everything (format, sizes, precision, finite values) and reports one clear
-error on every rank alike.
-
-Contents: arrays ``x y z vx vy vz ax ay az m`` (N values each, in the run's
-precision; the accelerations let a restart continue bit-identically without a
-fresh force evaluation) and ``meta``, a JSON string (see :data:`FORMAT`).
+A checkpoint is a NumPy ``.npz`` archive of named arrays and a ``meta`` JSON
+string; each model (``gravity.checkpoint``, ``lj.checkpoint``) says which
+arrays and which meta fields, and validates its own.  The file is written to
+a temporary file beside the target, flushed to disk (``fsync``) and renamed
+over it (``os.replace``, atomic on POSIX): a reader sees the old checkpoint or
+the new one, never half of one.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from pympi_gpu.decomposition import block_counts, block_starts
-from pympi_gpu.fileio import atomic_open
+from pympi_gpu.run.fileio import atomic_open
 
-__all__ = ["FORMAT", "FIELDS", "CheckpointError", "save", "load", "read_file", "write_file",
-           "check_writable"]
-
-FORMAT = "pympi_gpu.nbody.checkpoint/1"
-FIELDS = ("x", "y", "z", "vx", "vy", "vz", "ax", "ay", "az", "m")
-_DTYPES = {"fp32": np.dtype(np.float32), "fp64": np.dtype(np.float64)}
-_META_KEYS = {"format": str, "bodies": int, "step": int, "time": float, "seed": int, "init": str,
-              "precision": str, "dt": float, "softening": float, "ranks": int}
-
+__all__ = ["CheckpointError", "write_file", "check_writable"]
 
 class CheckpointError(Exception):
     """A checkpoint that cannot be written, read or used; the message is for people."""
@@ -43,66 +28,6 @@ def write_file(path: str | os.PathLike, arrays: dict[str, np.ndarray], meta: dic
     """Write ``arrays`` and ``meta`` to ``path`` atomically (temp file, fsync, rename)."""
     with atomic_open(path) as fh:
         np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)
-
-
-def read_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
-    """Read and validate a checkpoint file; raise :class:`CheckpointError` if it is unusable."""
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"restart file {str(path)!r} does not exist")
-    if path.is_dir():
-        raise CheckpointError(f"restart file {str(path)!r} is a directory")
-    try:
-        if not zipfile.is_zipfile(path):
-            raise CheckpointError(f"{str(path)!r} is not a readable checkpoint: not an .npz archive "
-                                  "(truncated, corrupt, or another kind of file)")
-        with np.load(path, allow_pickle=False) as data:
-            names = set(data.files)
-            if "meta" not in names:
-                raise CheckpointError(f"{str(path)!r} is not a pympi-nbody checkpoint (no 'meta' record)")
-            meta = json.loads(str(data["meta"]))
-            missing = [f for f in FIELDS if f not in names]
-            if missing:
-                raise CheckpointError(f"{str(path)!r} lacks the array(s) {', '.join(missing)}")
-            arrays = {f: data[f] for f in FIELDS}
-    except CheckpointError:
-        raise
-    except PermissionError:
-        raise CheckpointError(f"restart file {str(path)!r} is not readable (permission denied)") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, KeyError) as exc:
-        raise CheckpointError(f"{str(path)!r} is not a readable checkpoint (truncated or corrupt?): "
-                              f"{exc}") from None
-    _validate(str(path), meta, arrays)
-    return meta, arrays
-
-
-def _validate(name: str, meta, arrays) -> None:
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{name!r}: the meta record is not a JSON object")
-    if meta.get("format") != FORMAT:
-        raise CheckpointError(f"{name!r}: format {meta.get('format')!r}, expected {FORMAT!r}")
-    for key, kind in _META_KEYS.items():
-        value = meta.get(key)
-        ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
-        if not ok or isinstance(value, bool):
-            raise CheckpointError(f"{name!r}: meta field {key!r} is missing or not a {kind.__name__}")
-    n = meta["bodies"]
-    if n < 1 or meta["step"] < 0 or meta["ranks"] < 1:
-        raise CheckpointError(f"{name!r}: meta bodies/step/ranks out of range")
-    if meta["precision"] not in _DTYPES:
-        raise CheckpointError(f"{name!r}: unknown precision {meta['precision']!r}")
-    if not (math.isfinite(meta["dt"]) and meta["dt"] > 0 and math.isfinite(meta["softening"])
-            and meta["softening"] > 0):
-        raise CheckpointError(f"{name!r}: dt and softening must be finite and > 0")
-    dtype = _DTYPES[meta["precision"]]
-    for f in FIELDS:
-        a = arrays[f]
-        if a.shape != (n,):
-            raise CheckpointError(f"{name!r}: array {f!r} has shape {a.shape}, expected ({n},)")
-        if a.dtype != dtype:
-            raise CheckpointError(f"{name!r}: array {f!r} is {a.dtype}, expected {dtype} ({meta['precision']})")
-        if not np.isfinite(a).all():
-            raise CheckpointError(f"{name!r}: array {f!r} holds non-finite values")
 
 
 def check_writable(path: str) -> str | None:
@@ -116,67 +41,3 @@ def check_writable(path: str) -> str | None:
     if not os.access(directory, os.W_OK | os.X_OK):
         return f"the directory of checkpoint {path!r} is not writable"
     return None
-
-
-def save(comm, path: str, local: dict[str, np.ndarray], meta: dict) -> None:
-    """Gather every rank's bodies and write them to ``path``; collective over comm.
-
-    ``local`` maps each of :data:`FIELDS` to this rank's host array (its block,
-    in rank order).  A failure on rank 0 raises :class:`CheckpointError` on
-    every rank.
-    """
-    from mpi4py import MPI
-
-    size, rank = comm.Get_size(), comm.Get_rank()
-    counts = comm.allgather(int(local["x"].size))
-    n = sum(counts)
-    displs = [sum(counts[:r]) for r in range(size)]
-    full = {}
-    for f in FIELDS:
-        a = np.ascontiguousarray(local[f])
-        out = np.empty(n, dtype=a.dtype) if rank == 0 else None
-        mpitype = MPI.DOUBLE if a.dtype.itemsize == 8 else MPI.FLOAT
-        comm.Gatherv([a, mpitype], [out, (counts, displs), mpitype] if rank == 0 else None, root=0)
-        full[f] = out
-    error = None
-    if rank == 0:
-        try:
-            write_file(path, full, dict(meta, format=FORMAT, bodies=n, ranks=size))
-        except OSError as exc:
-            error = f"cannot write checkpoint {path!r}: {exc.strerror or exc}"
-    error = comm.bcast(error, root=0)
-    if error:
-        raise CheckpointError(error)
-
-
-def load(comm, path: str) -> tuple[dict, dict[str, np.ndarray]]:
-    """Read ``path`` on rank 0 and give every rank its block; collective over comm.
-
-    The blocks follow the current rank count (which may differ from the
-    writer's).  Returns ``(meta, local arrays)``; raises
-    :class:`CheckpointError` on every rank if the file is unusable.
-    """
-    from mpi4py import MPI
-
-    size, rank = comm.Get_size(), comm.Get_rank()
-    meta, arrays, error = None, None, None
-    if rank == 0:
-        try:
-            meta, arrays = read_file(path)
-            if meta["bodies"] < size:
-                raise CheckpointError(f"{path!r} holds {meta['bodies']} bodies, fewer than the {size} ranks")
-        except CheckpointError as exc:
-            error = str(exc)
-    meta, error = comm.bcast((meta, error), root=0)
-    if error:
-        raise CheckpointError(error)
-    n = meta["bodies"]
-    counts, starts = block_counts(n, size), block_starts(n, size)
-    dtype = _DTYPES[meta["precision"]]
-    mpitype = MPI.DOUBLE if dtype.itemsize == 8 else MPI.FLOAT
-    local = {}
-    for f in FIELDS:
-        out = np.empty(counts[rank], dtype=dtype)
-        comm.Scatterv([arrays[f], (counts, starts), mpitype] if rank == 0 else None, [out, mpitype], root=0)
-        local[f] = out
-    return meta, local

@@ -1,24 +1,10 @@
-"""The n-body result records: frozen dataclasses of plain values."""
+"""The record both n-body models share: what ``--verify`` checked and found."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from pympi_gpu.records import Provenance
-
-__all__ = ["Diagnostics", "Verification", "NbodyRun"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Diagnostics:
-    """Conserved quantities of the whole system at one step (float64 sums, G = 1)."""
-
-    step: int
-    kinetic: float
-    potential: float
-    energy: float
-    momentum: tuple[float, float, float]
-
+__all__ = ["Verification"]
 
 @dataclasses.dataclass(frozen=True)
 class Verification:
@@ -38,46 +24,3 @@ class Verification:
     energy_drift: float | None
     drift_bound: float
     failures: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class NbodyRun:
-    """A ``pympi-nbody`` run.
-
-    Times in seconds (maximum over ranks), rates per second; ``interactions``
-    counts N^2 per step, as cuda-samples ``nbody`` does, and ``gflops`` 20
-    floating-point operations per interaction.
-    """
-
-    bodies: int
-    ranks: int
-    first_step: int
-    last_step: int
-    steps: int
-    dt: float
-    softening: float
-    precision: str
-    init: str
-    seed: int
-    backend: str
-    backend_reason: str
-    exchange: str
-    transport: str
-    transport_reason: str
-    wall_time: float
-    time_per_step: float
-    median_step_time: float
-    comm_time: float
-    interactions: int
-    throughput: float
-    gflops: float
-    initial: Diagnostics | None
-    final: Diagnostics | None
-    energy_drift: float | None
-    momentum_change: float | None
-    checkpoint: str | None
-    checkpoints_written: int
-    restarted_from: str | None
-    stopped_by: str | None
-    verification: Verification | None = None
-    provenance: Provenance | None = None

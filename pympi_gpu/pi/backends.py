@@ -7,7 +7,7 @@
   import and load its cached kernels (more than NumPy needs for tens of
   millions of samples);
 * larger work goes to the GPU if every rank has one (decided collectively,
-  :func:`pympi_gpu.backend_choice.gpu_everywhere`), else to numba.
+  :func:`pympi_gpu.device.backend_choice.gpu_everywhere`), else to numba.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def choose(comm, name: str, total: int, methods) -> tuple[str, str]:
         est = numpy_seconds(total, ranks, methods)
         return "numpy", (f"auto: small work ({-(-total // ranks):,} per rank, about {est:.2f} s in NumPy, "
                          f"less than numba's start-up)")
-    from pympi_gpu.backend_choice import gpu_everywhere
+    from pympi_gpu.device.backend_choice import gpu_everywhere
 
     ok, why = gpu_everywhere(comm)
     return ("gpu", f"auto: {why}") if ok else ("numba", f"auto: {why}")

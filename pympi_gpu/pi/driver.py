@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from pympi_gpu.decomposition import block_range
+from pympi_gpu.mpi.decomposition import block_range
 from pympi_gpu.pi import grid
-from pympi_gpu.records import PiResult, PiRun, RankShare
+from pympi_gpu.pi.record import PiResult, PiRun, RankShare
 from pympi_gpu.rng import seed_key
 
 __all__ = ["DEFAULT_SEED", "METHODS", "monte_carlo", "trapezoid", "estimate_pi"]

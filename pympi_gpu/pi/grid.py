@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from pympi_gpu.decomposition import block_range
+from pympi_gpu.mpi.decomposition import block_range
 
 __all__ = ["chunk_size", "n_chunks", "chunk_nodes", "rank_chunks", "MAX_CHUNKS"]
 

@@ -4,4 +4,7 @@
 record, ``store`` keeps every finished run on disk as it comes, ``analysis``
 turns runs into speedup and efficiency, ``report`` writes the JSON, CSV and
 PNG files.  The study is a driver on one process, not an MPI program.
+
+May import: ``mpi``, ``run`` and this package (never an application's
+modules: it runs them as commands and reads their JSON records).
 """

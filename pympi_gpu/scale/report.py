@@ -12,8 +12,8 @@ import io
 import json
 from pathlib import Path
 
-from pympi_gpu.fileio import atomic_write_bytes
-from pympi_gpu.records import to_dict
+from pympi_gpu.run.fileio import atomic_write_bytes
+from pympi_gpu.run.records import to_dict
 from pympi_gpu.scale.analysis import StudySummary
 
 __all__ = ["SCHEMA", "CSV_COLUMNS", "study_dict", "write_json", "write_csv", "write_plot"]

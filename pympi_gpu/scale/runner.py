@@ -24,7 +24,7 @@ STDERR_TAIL = 2000  # characters of a failed run's stderr kept in the results
 
 
 class Launch(Protocol):
-    """What a planner returns (``pympi_gpu.launch.LaunchPlan`` has this shape)."""
+    """What a planner returns (``pympi_gpu.mpi.launch.LaunchPlan`` has this shape)."""
 
     argv: tuple[str, ...]
     launcher: str
@@ -202,7 +202,7 @@ def run_study(command: Sequence[str], points: Sequence[Point], repeat: int, plan
         Runs per point (>= 1).
     planner : callable
         ``planner(argv, point)`` -> a launch with ``argv``, ``launcher`` and
-        ``reason`` (``pympi_gpu.launch.plan`` at the command line).
+        ``reason`` (``pympi_gpu.mpi.launch.plan`` at the command line).
     timeout : float, optional
         Seconds one run may take before its launcher is killed.
     """

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pympi_gpu.backend_choice import PROBE_ENV, gpu_everywhere, gpu_probe
+from pympi_gpu.device.backend_choice import PROBE_ENV, gpu_everywhere, gpu_probe
 from pympi_gpu.pi.backends import choose, small_work
 
 pytestmark = pytest.mark.mpi(min_size=2)

@@ -47,7 +47,7 @@ def in_image(image: c.Built, *argv: str, env: dict[str, str] | None = None, time
 PROBE = """
 import ctypes, json, os
 from mpi4py import MPI
-from pympi_gpu.cuda_aware import detect, loaded_mpi_libraries
+from pympi_gpu.mpi.cuda_aware import detect, loaded_mpi_libraries
 lib = loaded_mpi_libraries()[0]
 v = detect()
 print(json.dumps({"lib": lib, "query": ctypes.CDLL(lib).MPIX_Query_cuda_support(),

@@ -7,5 +7,6 @@ with dt = 0.005, Verlet lists with a 0.3 sigma skin.  Modules: ``lattice``
 ``kernels_cuda`` (the same on a GPU), ``domain`` (Cartesian bricks),
 ``halo`` (ghost exchange and migration), ``thermo`` (LAMMPS-style thermo),
 ``driver`` (the step loop), ``checkpoint``, ``record``.  Importing this
-package imports neither mpi4py nor numba.
+package imports neither mpi4py nor numba.  May import the shared modules of
+``pympi_gpu.nbody``, never the gravity model.
 """

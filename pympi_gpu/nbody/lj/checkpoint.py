@@ -1,7 +1,7 @@
 """LJ checkpoints: the whole system in one ``.npz`` file, in atom-id order.
 
-The file is written as the gravity model's (:func:`pympi_gpu.nbody.checkpoint.write_file`:
-temporary file, fsync, atomic rename) and refused with the same
+The file is written by :func:`pympi_gpu.nbody.checkpoint.write_file` (a
+temporary file, fsync, atomic rename) and refused with
 :class:`~pympi_gpu.nbody.checkpoint.CheckpointError`.  Arrays: ``x v f``
 ``(N, 3)`` float64 and ``id`` ``(N,)`` int64 (1..N); ``meta`` a JSON string
 (:data:`FORMAT`, the run's parameters, the step, the step-0 thermo).  A

@@ -270,7 +270,7 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
 
     ``initial`` is the thermo at step 0 of a restarted run (for the drift).
     SIGTERM handling, progress and checkpoints as the gravity model's
-    :func:`pympi_gpu.nbody.driver.simulate`.
+    :func:`pympi_gpu.nbody.gravity.driver.simulate`.
     """
     from mpi4py import MPI
 

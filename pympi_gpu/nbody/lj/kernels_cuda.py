@@ -25,6 +25,7 @@ import time
 import numpy as np
 from numba import cuda
 
+from pympi_gpu.device.buffers import mpi_buffer
 from pympi_gpu.nbody.lj.driver import LjSystem
 from pympi_gpu.nbody.lj.kernels_cpu import lj_row
 
@@ -152,10 +153,6 @@ class GpuLjSystem(LjSystem):
         super().rebuild()
         self._to_device()
 
-    def _mpi(self, a):
-        from pympi_gpu.gpu import simulator
-
-        return a._ary if simulator() else a
 
     # -- the step on the device -------------------------------------------
     def forward_device(self, work) -> None:
@@ -175,9 +172,9 @@ class GpuLjSystem(LjSystem):
                 tag = 0x4C20 + 2 * d + k
                 if self.transport == "device":
                     s.synchronize()  # MPI reads what the kernel wrote
-                    reqs.append(self.cart.Irecv([self._mpi(self.d_pos[start:start + count]), MPI.DOUBLE],
+                    reqs.append(self.cart.Irecv([mpi_buffer(self.d_pos[start:start + count]), MPI.DOUBLE],
                                                 source, tag))
-                    reqs.append(self.cart.Isend([self._mpi(d_buf[:n]), MPI.DOUBLE], dest, tag))
+                    reqs.append(self.cart.Isend([mpi_buffer(d_buf[:n]), MPI.DOUBLE], dest, tag))
                 else:
                     hsend, hrecv = host
                     if n:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from pympi_gpu.nbody.record import Verification
-from pympi_gpu.records import Provenance
+from pympi_gpu.run.records import Provenance
 
 __all__ = ["Thermo", "LjRun", "Verification"]
 

@@ -9,7 +9,6 @@ numba's and MPI's own buffers come on top.
 
 from __future__ import annotations
 
-import os
 
 __all__ = ["bytes_per_body", "need_bytes", "available_bytes", "human_bytes", "too_large"]
 

@@ -2,7 +2,8 @@
 
 Call :func:`detect` after MPI is initialised; it answers for this process.
 :func:`agree` makes one verdict of all the ranks' (collective), and
-:func:`round_trip` proves a "yes" with a few bytes of device memory.
+:func:`round_trip` proves a "yes" with a few bytes of device memory, and
+:func:`choose_transport` turns the verdict into the path device buffers take.
 
 The order :func:`detect` asks in:
 
@@ -30,10 +31,14 @@ import re
 import shutil
 import subprocess
 
-from pympi_gpu.provenance import mpi_vendor
+from pympi_gpu.mpi.library import vendor_of_text
 
-__all__ = ["CudaAwareness", "detect", "agree", "round_trip", "loaded_mpi_libraries", "intel_mpi_version",
+__all__ = ["TRANSPORTS", "CudaAwareness", "detect", "agree", "round_trip", "choose_transport",
+           "loaded_mpi_libraries", "intel_mpi_version",
            "INTEL_MPI_CUDA_SINCE"]
+
+#: ``--transport``: device buffers straight to MPI, staged through the host, or chosen by :func:`detect`
+TRANSPORTS = ("auto", "device", "host")
 
 #: The first Intel MPI release that takes CUDA device buffers (with I_MPI_OFFLOAD set).
 INTEL_MPI_CUDA_SINCE = (2021, 12)
@@ -138,7 +143,7 @@ def detect(environ=None, library_version: str | None = None) -> CudaAwareness:
         from mpi4py import MPI
 
         library_version = MPI.Get_library_version()
-    vendor = mpi_vendor(library_version)
+    vendor = vendor_of_text(library_version) or "unknown"
     if vendor == "intelmpi":
         # Before 2021.12 Intel MPI drives no CUDA device whatever it exports;
         # from then on only with I_MPI_OFFLOAD, and then its MPIX answer counts.
@@ -184,20 +189,57 @@ def round_trip(comm, backend) -> tuple[bool, str]:
     ``sync``, ``mpi_buffer``).  Returns ``(ok, detail)``, the same on every rank.
     """
     import numpy as np
-    from mpi4py import MPI
 
     rank, size = comm.Get_rank(), comm.Get_size()
     mark = np.arange(4, dtype=np.float64) + 1000.0 * rank
     send = backend.from_host(mark.astype(backend.dtype))
     recv = backend.empty(4)
     backend.sync()
-    mpitype = MPI.DOUBLE if backend.dtype.itemsize == 8 else MPI.FLOAT
     left, right = (rank - 1) % size, (rank + 1) % size
-    comm.Sendrecv([backend.mpi_buffer(send), mpitype], dest=right, sendtag=0x6361,
-                  recvbuf=[backend.mpi_buffer(recv), mpitype], source=left, recvtag=0x6361)
+    comm.Sendrecv(backend.mpi_buffer(send), dest=right, sendtag=0x6361,
+                  recvbuf=backend.mpi_buffer(recv), source=left, recvtag=0x6361)
     want = (np.arange(4, dtype=np.float64) + 1000.0 * left).astype(backend.dtype)
     ok = bool(np.array_equal(backend.to_host(recv), want))
     bad = [r for r, good in enumerate(comm.allgather(ok)) if not good]
     if bad:
         return False, f"device-buffer round trip gave wrong data on rank(s) {bad}"
     return True, f"device-buffer round trip over {size} rank(s) correct"
+
+def choose_transport(requested: str, device_backend: bool, awareness=None) -> tuple[str, str]:
+    """Which path device buffers take through MPI, and why: a pure function.
+
+    Parameters
+    ----------
+    requested : {"auto", "device", "host"}
+    device_backend : whether the bodies live in GPU memory
+    awareness : :class:`CudaAwareness` or None
+        The verdict on the MPI library, agreed by all ranks
+        (:func:`agree`); only consulted for GPU backends.
+
+    Raises ValueError for ``device`` unless the verdict is a yes: device
+    pointers handed to an MPI that cannot read them crash it.
+    """
+    if requested not in TRANSPORTS:
+        raise ValueError(f"unknown transport {requested!r} (choose from {', '.join(TRANSPORTS)})")
+    if not device_backend:
+        if requested == "device":
+            raise ValueError("--transport device needs the GPU backend (bodies in device memory)")
+        return "host", "CPU backend: the bodies are in host memory"
+    verdict = ""
+    if awareness is not None:
+        verdict = f"{awareness.method}: {awareness.detail}".strip(": ")
+    if requested == "device":
+        if awareness is None or awareness.supported is not True:
+            what = ("is not CUDA-aware" if awareness is not None and awareness.supported is False
+                    else "may not be CUDA-aware (nothing tells)")
+            raise ValueError(f"--transport device: this MPI library {what} ({verdict or 'no verdict'}); "
+                             "handing it GPU memory would crash the job. Use --transport host or auto "
+                             "(staged through host memory), or set PYMPI_CUDA_AWARE=1 if you know it "
+                             "takes device buffers.")
+        return "device", f"requested; CUDA-aware MPI ({verdict})"
+    if requested == "host":
+        return "host", "requested: staged through pinned host buffers"
+    if awareness is not None and awareness.supported:
+        return "device", f"CUDA-aware MPI ({verdict})"
+    why = "not CUDA-aware" if awareness is not None and awareness.supported is False else "CUDA-awareness unknown"
+    return "host", f"{why} ({verdict or 'no verdict'}): staged through pinned host buffers"

@@ -32,7 +32,7 @@ def gpu_probe(rank: int = 0, environ=None) -> tuple[bool, str]:
         answers = [a.strip().lower() for a in fake.split(",")]
         answer = answers[min(rank, len(answers) - 1)]
         return answer in ("1", "yes", "true", "on"), f"{PROBE_ENV}={fake} says {answer!r}"
-    from pympi_gpu.gpu import gpu_usable
+    from pympi_gpu.device.gpu import gpu_usable
 
     return gpu_usable()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pympi_gpu.decomposition import block_starts
+from pympi_gpu.mpi.decomposition import block_starts
 from pympi_gpu.nbody.record import Verification
 
 __all__ = ["SAMPLE", "error_bound", "DRIFT_BOUND", "reference", "check", "verify"]
@@ -77,7 +77,7 @@ def verify(comm, local: dict[str, np.ndarray], n: int, softening: float, precisi
     """Check this run's final accelerations; collective over comm.
 
     ``local`` are this rank's host arrays (``x y z ax ay az m``, see
-    :func:`pympi_gpu.nbody.driver.local_arrays`).  Rank 0 gathers every
+    :func:`pympi_gpu.nbody.gravity.driver.local_arrays`).  Rank 0 gathers every
     position (float64) and the sampled accelerations and judges; every rank
     returns the same verdict.
     """

@@ -24,8 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 
+from pympi_gpu.mpi.library import vendor_of_text
+
 __all__ = ["LaunchPlan", "LaunchError", "LAUNCHERS", "MPI_VENDORS", "PMI_FOR", "plan", "mpi_from_env",
-           "probe_mpi", "vendor_of_text", "loaded_mpi_library"]
+           "probe_mpi", "loaded_mpi_library"]
 
 #: launchers plan() can choose or be told to use
 LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")
@@ -59,17 +61,6 @@ class LaunchPlan:
     argv: tuple[str, ...]
     launcher: str
     reason: str
-
-
-def vendor_of_text(text: str) -> str | None:
-    """The MPI implementation a version text names (``mpiexec --version``, a library string)."""
-    low = text.lower()
-    for key, name in (("open mpi", "openmpi"), ("openrte", "openmpi"), ("mvapich", "mvapich"),
-                      ("intel(r) mpi", "intelmpi"), ("intel mpi", "intelmpi"), ("mpich", "mpich"),
-                      ("hydra", "mpich")):
-        if key in low:
-            return name
-    return None
 
 
 def mpi_from_env(environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:

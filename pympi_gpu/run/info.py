@@ -15,8 +15,9 @@ from importlib import metadata
 from typing import Any
 
 from pympi_gpu import __version__
-from pympi_gpu.environment import container, expected_world_size, launcher_env
-from pympi_gpu.provenance import mpi_library_name, mpi_vendor, version_of
+from pympi_gpu.mpi.environment import container, expected_world_size, launcher_env
+from pympi_gpu.mpi.library import library_name, vendor_of_text
+from pympi_gpu.run.provenance import version_of
 
 __all__ = ["RankInfo", "InfoReport", "cupy_version", "guess_launcher", "rank_info", "collect"]
 
@@ -25,7 +26,7 @@ __all__ = ["RankInfo", "InfoReport", "cupy_version", "guess_launcher", "rank_inf
 class RankInfo:
     """One rank's view: host, node-local rank, the GPUs it sees and the one it uses.
 
-    ``gpu_used`` is the index among ``gpus`` that :func:`pympi_gpu.gpu.bind_device`
+    ``gpu_used`` is the index among ``gpus`` that :func:`pympi_gpu.device.gpu.bind_device`
     selects (node-local rank modulo the visible devices), None without a GPU.
     """
 
@@ -96,7 +97,7 @@ def rank_info(comm, probe_gpus: bool = True) -> RankInfo:
     """
     from mpi4py import MPI
 
-    from pympi_gpu.gpu import gpu_usable, local_rank
+    from pympi_gpu.device.gpu import gpu_usable, local_rank
 
     lrank, lsize = local_rank(comm)
     gpus: tuple[str, ...] = ()
@@ -122,9 +123,9 @@ def collect(comm, probe_gpus: bool = True) -> InfoReport:
     """
     from mpi4py import MPI
 
-    from pympi_gpu.cuda_aware import detect
-    from pympi_gpu.jitcache import cache_dir_writable
-    from pympi_gpu.worldcheck import world_mismatch
+    from pympi_gpu.mpi.cuda_aware import detect
+    from pympi_gpu.device.jitcache import cache_dir_writable
+    from pympi_gpu.mpi.worldcheck import world_mismatch
 
     mine = rank_info(comm, probe_gpus)
     gathered = comm.gather(mine, root=0)
@@ -145,7 +146,7 @@ def collect(comm, probe_gpus: bool = True) -> InfoReport:
     expected, var = expected_world_size()
     return InfoReport(
         package=__version__, python=platform.python_version(), versions=versions,
-        mpi_library=mpi_library_name(lib), mpi_vendor=mpi_vendor(lib),
+        mpi_library=library_name(lib), mpi_vendor=vendor_of_text(lib) or "unknown",
         mpi_standard=f"{major}.{minor}", ranks=comm.Get_size(), ranks_per_host=dict(sorted(hosts.items())),
         launcher=guess_launcher(), launcher_env=launcher_env(), expected_ranks=expected, expected_from=var,
         cuda_aware=dataclasses.asdict(aware), container=container(),

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from pympi_gpu.nbody.gravity.precision import PRECISIONS
+
 __all__ = ["BACKENDS", "PRECISIONS", "HostBackend", "resolve", "make_backend"]
 
 BACKENDS = ("auto", "gpu", "numba", "numpy")
-PRECISIONS = {"fp32": np.float32, "fp64": np.float64}
 
 
 class HostBackend:
@@ -74,7 +75,7 @@ class HostBackend:
 
 def resolve(name: str) -> tuple[str, str]:
     """Turn ``auto`` into a concrete backend; return ``(backend, reason)``."""
-    from pympi_gpu.gpu import gpu_usable
+    from pympi_gpu.device.gpu import gpu_usable
 
     if name != "auto":
         return name, "requested"
@@ -87,15 +88,15 @@ def make_backend(name: str, precision: str, **options):
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (choose from {', '.join(PRECISIONS)})")
     if name == "numba":
-        from pympi_gpu.nbody.kernels_cpu import NumbaKernels
+        from pympi_gpu.nbody.gravity.kernels_cpu import NumbaKernels
 
         return HostBackend(NumbaKernels(), precision)
     if name == "numpy":
-        from pympi_gpu.nbody.kernels_cpu import NumpyKernels
+        from pympi_gpu.nbody.gravity.kernels_cpu import NumpyKernels
 
         return HostBackend(NumpyKernels(), precision)
     if name == "gpu":
-        from pympi_gpu.nbody.kernels_cuda import CudaBackend
+        from pympi_gpu.nbody.gravity.kernels_cuda import CudaBackend
 
         return CudaBackend(precision, **options)
     raise ValueError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")

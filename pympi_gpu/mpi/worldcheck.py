@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pympi_gpu.environment import expected_world_size
+from pympi_gpu.mpi.environment import expected_world_size
 
 __all__ = ["world_mismatch"]
 
@@ -27,7 +27,7 @@ def world_mismatch(size: int, environ: Mapping[str, str] | None = None,
         ``comm.Get_size()`` of the world communicator.
     environ : mapping, optional
         The environment (default ``os.environ``); see
-        :func:`pympi_gpu.environment.expected_world_size`.
+        :func:`pympi_gpu.mpi.environment.expected_world_size`.
     library : str, optional
         The first line of ``MPI.Get_library_version()``, named in the warning.
     """

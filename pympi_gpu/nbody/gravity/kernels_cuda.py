@@ -17,9 +17,10 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32, float64, uint32
 
-from pympi_gpu.gpu import simulator
-from pympi_gpu.nbody.backends import PRECISIONS
-from pympi_gpu.nbody.kernels_cpu import R2_MIN
+from pympi_gpu.device.buffers import DeviceBuffers
+from pympi_gpu.device.gpu import simulator
+from pympi_gpu.nbody.gravity.precision import PRECISIONS
+from pympi_gpu.nbody.gravity.kernels_cpu import R2_MIN
 
 __all__ = ["CudaBackend", "make_kernels"]
 
@@ -145,8 +146,11 @@ def make_kernels(dtype, block: int):
     return accel, potential, axpy, fill_zero
 
 
-class CudaBackend:
-    """Bodies in the memory of this rank's GPU (bind it first: :func:`pympi_gpu.gpu.bind_device`).
+class CudaBackend(DeviceBuffers):
+    """Bodies in the memory of this rank's GPU (bind it first: :func:`pympi_gpu.device.gpu.bind_device`).
+
+    Memory, copies, staging and the MPI view come from :class:`~pympi_gpu.device.buffers.DeviceBuffers`;
+    this class adds the force kernels.
 
     Parameters
     ----------
@@ -156,42 +160,25 @@ class CudaBackend:
         GPU, 32 under the simulator, where every thread is a Python thread).
     """
 
-    device = True
     name = "gpu"
 
     def __init__(self, precision: str, block: int | None = None):
+        super().__init__(PRECISIONS[precision])
         self.precision = precision
-        self.dtype = np.dtype(PRECISIONS[precision])
         self.block = block or (32 if simulator() else 256)
-        self.stream = cuda.stream()
         self._accel, self._potential, self._axpy, self._zero = make_kernels(self.dtype, self.block)
 
     def _grid(self, n: int) -> int:
         return (n + self.block - 1) // self.block
-
-    def empty(self, n: int, dtype=None):
-        return cuda.device_array(n, dtype=dtype or self.dtype, stream=self.stream)
 
     def zeros(self, n: int, dtype=None):
         a = self.empty(n, dtype)
         self.fill_zero(a)
         return a
 
-    def from_host(self, a: np.ndarray):
-        return cuda.to_device(np.ascontiguousarray(a, dtype=self.dtype), stream=self.stream)
-
-    def to_host(self, a) -> np.ndarray:
-        out = a.copy_to_host(stream=self.stream)
-        self.stream.synchronize()
-        return out
-
     def fill_zero(self, a) -> None:
         if a.shape[0]:
             self._zero[self._grid(a.shape[0]), self.block, self.stream](a)
-
-    def copy_into(self, dst, src) -> None:
-        if src.shape[0]:
-            dst.copy_to_device(src, stream=self.stream)
 
     def axpy(self, y, h: float, x) -> None:
         if y.shape[0]:
@@ -206,26 +193,6 @@ class CudaBackend:
         if tx.shape[0] and sx.shape[0]:
             self._potential[self._grid(tx.shape[0]), self.block, self.stream](
                 tx, ty, tz, sx, sy, sz, sm, self.dtype.type(eps2), phi)
-
-    def sync(self) -> None:
-        self.stream.synchronize()
-
-    def mpi_buffer(self, a):
-        """What mpi4py takes for device array ``a``: the array itself (it exposes
-        ``__cuda_array_interface__``), or under the simulator, whose "device"
-        arrays are host arrays without that interface, the array underneath."""
-        return a._ary if simulator() else a
-
-    def pinned(self, n: int, dtype=None) -> np.ndarray:
-        return cuda.pinned_array(n, dtype=dtype or self.dtype)
-
-    def d2h(self, dev, host) -> None:
-        if dev.shape[0]:
-            dev.copy_to_host(host, stream=self.stream)
-
-    def h2d(self, host, dev) -> None:
-        if dev.shape[0]:
-            dev.copy_to_device(host, stream=self.stream)
 
     def warmup(self) -> None:
         a = self.from_host(np.arange(1, 4, dtype=self.dtype))

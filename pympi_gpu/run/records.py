@@ -1,4 +1,4 @@
-"""Result records: frozen dataclasses of plain values.
+"""Records of a run: the provenance every record carries, and their serialisation.
 
 The library returns them; the command line prints them for people or
 serialises them with :func:`to_dict` / :func:`to_json` for machines.
@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any
 
-__all__ = ["Provenance", "RankShare", "PiResult", "PiRun", "to_dict", "to_json"]
+__all__ = ["Provenance", "to_dict", "to_json"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,58 +31,6 @@ class Provenance:
     launcher: dict[str, str]
     container: str | None
     extra_versions: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class RankShare:
-    """What one rank did: its share of the work and how long it took."""
-
-    rank: int
-    host: str
-    start: int
-    count: int
-    compute_time: float
-
-
-@dataclasses.dataclass(frozen=True)
-class PiResult:
-    """One method's estimate of pi.
-
-    ``n`` is the number of samples (Monte Carlo) or intervals (trapezoid);
-    times are in seconds, the maximum over ranks; throughputs in items/s.
-    """
-
-    method: str
-    estimate: float
-    error: float
-    stderr: float | None
-    n: int
-    hits: int | None
-    compute_time: float
-    reduce_time: float
-    wall_time: float
-    throughput: float
-    throughput_per_rank: float
-    shares: tuple[RankShare, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class PiRun:
-    """A ``pympi-pi`` run: one or two methods, with their provenance."""
-
-    samples: int
-    per_rank: bool
-    ranks: int
-    backend: str
-    seed: int
-    results: tuple[PiResult, ...]
-    wall_time: float
-    provenance: Provenance | None = None
-
-    @property
-    def throughput(self) -> float:
-        """Items per second over the whole run (all methods)."""
-        return sum(r.n for r in self.results) / self.wall_time if self.wall_time > 0 else math.inf
 
 
 def _plain(value: Any) -> Any:

@@ -1,6 +1,6 @@
 """Moving source bodies between ranks so that every rank sees every body.
 
-Each rank owns a contiguous block of bodies (:func:`pympi_gpu.decomposition.block_range`,
+Each rank owns a contiguous block of bodies (:func:`pympi_gpu.mpi.decomposition.block_range`,
 uneven splits allowed).  A rank's bodies travel packed in one flat buffer,
 ``[x | y | z | m]`` of ``4 * count`` numbers, so that one message carries a
 block.
@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import time
 
-from pympi_gpu.decomposition import block_counts, block_starts
+from pympi_gpu.mpi.decomposition import block_counts, block_starts
 
-__all__ = ["EXCHANGES", "TRANSPORTS", "Exchange", "make_exchange"]
+__all__ = ["EXCHANGES", "Exchange", "make_exchange"]
 
 EXCHANGES = ("ring", "allgather")
-TRANSPORTS = ("auto", "device", "host")
 _TAG = 0x6E62  # "nb"
 
 
@@ -110,8 +109,6 @@ class Exchange:
         self.comm_time += time.perf_counter() - t0
 
     def _ring(self, comm, fn) -> None:
-        from mpi4py import MPI
-
         b, size, rank = self.backend, self.size, self.rank
         right, left = (rank + 1) % size, (rank - 1) % size
         cur, nxt = self.bufs
@@ -130,10 +127,8 @@ class Exchange:
                     send, recv = hcur[:4 * c], hnxt[:4 * cin]
                 else:
                     send, recv = b.mpi_buffer(cur[:4 * c]), b.mpi_buffer(nxt[:4 * cin])
-                requests = [comm.Irecv([recv, MPI.DOUBLE if b.dtype.itemsize == 8 else MPI.FLOAT],
-                                       source=left, tag=_TAG),
-                            comm.Isend([send, MPI.DOUBLE if b.dtype.itemsize == 8 else MPI.FLOAT],
-                                       dest=right, tag=_TAG)]
+                # mpi4py infers the datatype from the buffer (its typecode or __cuda_array_interface__)
+                requests = [comm.Irecv(recv, source=left, tag=_TAG), comm.Isend(send, dest=right, tag=_TAG)]
             fn(*_views(cur, c))  # the block in hand, while the next one travels
             if requests:
                 self._wait(requests)
@@ -143,10 +138,7 @@ class Exchange:
                 cur, nxt = nxt, cur
 
     def _allgather(self, comm, fn) -> None:
-        from mpi4py import MPI
-
         b = self.backend
-        mpitype = MPI.DOUBLE if b.dtype.itemsize == 8 else MPI.FLOAT
         counts4 = [4 * c for c in self.counts]
         displs4 = [4 * s for s in self.starts]
         c = self.count
@@ -154,12 +146,11 @@ class Exchange:
         if self.staging:
             b.d2h(self.home[:4 * c], self.hhome[:4 * c])
             b.sync()
-            comm.Allgatherv([self.hhome[:4 * c], mpitype], [self.hfull, (counts4, displs4), mpitype])
+            comm.Allgatherv(self.hhome[:4 * c], [self.hfull, (counts4, displs4)])
             b.h2d(self.hfull, self.full)
         else:
             b.sync()
-            comm.Allgatherv([b.mpi_buffer(self.home[:4 * c]), mpitype],
-                            [b.mpi_buffer(self.full), (counts4, displs4), mpitype])
+            comm.Allgatherv(b.mpi_buffer(self.home[:4 * c]), [b.mpi_buffer(self.full), (counts4, displs4)])
         self.comm_time += time.perf_counter() - t0
         for r in range(self.size):
             lo = 4 * self.starts[r]
@@ -169,43 +160,3 @@ class Exchange:
 def make_exchange(comm, backend, n: int, kind: str, transport: str) -> Exchange:
     """An :class:`Exchange`; collective over comm only in that all ranks must agree."""
     return Exchange(comm, backend, n, kind, transport)
-
-
-def choose_transport(requested: str, device_backend: bool, awareness=None) -> tuple[str, str]:
-    """Which path device buffers take through MPI, and why: a pure function.
-
-    Parameters
-    ----------
-    requested : {"auto", "device", "host"}
-    device_backend : whether the bodies live in GPU memory
-    awareness : :class:`pympi_gpu.cuda_aware.CudaAwareness` or None
-        The verdict on the MPI library, agreed by all ranks
-        (:func:`pympi_gpu.cuda_aware.agree`); only consulted for GPU backends.
-
-    Raises ValueError for ``device`` unless the verdict is a yes: device
-    pointers handed to an MPI that cannot read them crash it.
-    """
-    if requested not in TRANSPORTS:
-        raise ValueError(f"unknown transport {requested!r} (choose from {', '.join(TRANSPORTS)})")
-    if not device_backend:
-        if requested == "device":
-            raise ValueError("--transport device needs the GPU backend (bodies in device memory)")
-        return "host", "CPU backend: the bodies are in host memory"
-    verdict = ""
-    if awareness is not None:
-        verdict = f"{awareness.method}: {awareness.detail}".strip(": ")
-    if requested == "device":
-        if awareness is None or awareness.supported is not True:
-            what = ("is not CUDA-aware" if awareness is not None and awareness.supported is False
-                    else "may not be CUDA-aware (nothing tells)")
-            raise ValueError(f"--transport device: this MPI library {what} ({verdict or 'no verdict'}); "
-                             "handing it GPU memory would crash the job. Use --transport host or auto "
-                             "(staged through host memory), or set PYMPI_CUDA_AWARE=1 if you know it "
-                             "takes device buffers.")
-        return "device", f"requested; CUDA-aware MPI ({verdict})"
-    if requested == "host":
-        return "host", "requested: staged through pinned host buffers"
-    if awareness is not None and awareness.supported:
-        return "device", f"CUDA-aware MPI ({verdict})"
-    why = "not CUDA-aware" if awareness is not None and awareness.supported is False else "CUDA-awareness unknown"
-    return "host", f"{why} ({verdict or 'no verdict'}): staged through pinned host buffers"

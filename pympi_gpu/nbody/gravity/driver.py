@@ -22,11 +22,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pympi_gpu.decomposition import block_range
-from pympi_gpu.nbody import checkpoint as ckpt
-from pympi_gpu.nbody.initial import generate
-from pympi_gpu.nbody.kernels_cpu import FLOPS_PER_INTERACTION
-from pympi_gpu.nbody.record import Diagnostics, NbodyRun
+from pympi_gpu.mpi.decomposition import block_range
+from pympi_gpu.nbody.gravity import checkpoint as ckpt
+from pympi_gpu.nbody.gravity.initial import generate
+from pympi_gpu.nbody.gravity.kernels_cpu import FLOPS_PER_INTERACTION
+from pympi_gpu.nbody.gravity.record import Diagnostics, NbodyRun
 
 __all__ = ["DEFAULT_SEED", "NbodyConfig", "State", "initial_state", "state_from_arrays",
            "compute_forces", "diagnostics", "simulate", "local_arrays"]

@@ -1,0 +1,191 @@
+"""The run harness both n-body commands share (``pympi-nbody``, gravity and LJ).
+
+What a model's command needs between parsing its options and printing its
+record: one collective choice of backend and transport, the GPU bound, a
+SIGTERM that asks for a stop, rank 0's progress display, the checkpoint error
+made one message, the summary's closing lines and the exit status of a failed
+``--verify``.  It imports no model: each model's command imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import signal
+import sys
+
+import click
+
+from pympi_gpu.cli.common import fail, prove_device_transport
+
+__all__ = ["Devices", "choose_devices", "Stop", "progress", "simulating", "format_tail", "exit_if_unverified"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Devices:
+    """Where a run computes and how its messages travel, with the reasons, the same on every rank."""
+
+    backend: str
+    backend_reason: str
+    transport: str
+    transport_reason: str
+    binding: dict          # the GPU binding (pympi_gpu.device.gpu.bind_device), {} on CPUs
+    awareness: object      # the agreed CudaAwareness, or None where it was not asked
+
+    @property
+    def gpu(self) -> bool:
+        return self.backend == "gpu"
+
+    def provenance(self) -> dict[str, str]:
+        """The backend's entries for the run's provenance."""
+        from pympi_gpu.device.gpu import describe
+
+        return {"backend_reason": self.backend_reason,
+                **({"gpu": describe(self.binding)} if self.binding else {})}
+
+
+def choose_devices(comm, backend: str, transport: str, early, dtype) -> Devices:
+    """Decide the backend and the transport once for the whole job; collective over comm.
+
+    ``backend`` is the option (``auto`` takes the GPU only if every rank has
+    one; ``gpu`` is refused, with the rank, where some rank has none);
+    ``early`` the binding made before ``MPI_Init``
+    (:func:`~pympi_gpu.cli.common.select_gpu_early`); ``dtype`` that of the
+    device buffers that prove a CUDA-aware MPI with a round trip (the run's
+    own).  Every refusal is one usage error on every rank.
+    """
+    if backend == "auto":
+        from pympi_gpu.device.backend_choice import gpu_everywhere
+
+        has_gpu, why = gpu_everywhere(comm)
+        name, reason = ("gpu" if has_gpu else "numba"), f"auto: {why}"
+    else:
+        name, reason = backend, "requested"
+    if backend == "gpu":
+        from pympi_gpu.device.gpu import gpu_usable, simulator
+
+        usable, why = gpu_usable()
+        # Decided together, so that a rank on a node without a GPU leaves none waiting.
+        verdicts = comm.allgather((usable or simulator(), why))
+        bad = [(r, w) for r, (ok, w) in enumerate(verdicts) if not ok]
+        if bad:
+            fail(f"--backend gpu: no usable GPU on rank {bad[0][0]} ({bad[0][1]}); use --backend numba or auto")
+    binding, awareness = {}, None
+    if name == "gpu":
+        from pympi_gpu.device.gpu import bind_device
+
+        binding = bind_device(comm, early)
+        if transport in ("auto", "device"):
+            from pympi_gpu.mpi.cuda_aware import agree, detect
+
+            awareness = agree(comm, detect())  # one verdict, so that no rank refuses alone
+    from pympi_gpu.mpi.cuda_aware import choose_transport
+
+    try:
+        transport_name, transport_why = choose_transport(transport, name == "gpu", awareness)
+    except ValueError as exc:
+        fail(str(exc))
+    if transport_name == "device" and not awareness.forced:
+        from pympi_gpu.device.buffers import DeviceBuffers
+
+        transport_why = prove_device_transport(comm, DeviceBuffers(dtype), transport, transport_why)
+    return Devices(name, reason, transport_name, transport_why, binding, awareness)
+
+
+class Stop:
+    """SIGTERM (what Slurm sends before its time limit) asks for a clean stop.
+
+    Installed by :meth:`install`; true once the signal came.  The step loops
+    poll it and stop after the current step, writing the checkpoint.
+    """
+
+    def __init__(self):
+        self.signal = None
+        self.previous = None
+
+    def install(self) -> Stop:
+        self.previous = signal.signal(signal.SIGTERM, self)
+        return self
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+            self.previous = None
+
+    def __call__(self, signum, frame):
+        self.signal = signum
+
+    def __bool__(self):
+        return self.signal is not None
+
+
+def progress(comm, enabled: bool, bar_ok: bool):
+    """Rank 0's progress: a bar on a terminal (``bar_ok``), else plain lines every ~10 s.
+
+    Returns ``(bar, on_step)``: the rich bar to stop at the end (or None) and
+    the per-step callback (or None).
+    """
+    if not enabled or comm.Get_rank() != 0:
+        return None, None
+    if not sys.stderr.isatty():
+        from pympi_gpu.run.progress import LineProgress, interval_from_env
+
+        return None, LineProgress(sys.stderr, "pympi-nbody", interval=interval_from_env())
+    if not bar_ok:
+        return None, None
+    from rich.console import Console
+    from rich.progress import Progress
+
+    bar = Progress(transient=True, console=Console(stderr=True))
+    task = bar.add_task("n-body steps", total=None)
+    bar.start()
+
+    def on_step(step, last):
+        bar.update(task, completed=step, total=last)
+    return bar, on_step
+
+
+@contextlib.contextmanager
+def simulating(bar, stop: Stop):
+    """Around a run: a checkpoint error becomes one message; the bar and SIGTERM handler are put back."""
+    from pympi_gpu.nbody.checkpoint import CheckpointError
+
+    try:
+        yield
+    except CheckpointError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        if bar is not None:
+            bar.stop()
+        stop.restore()
+
+
+def format_tail(run, quantity: str, items: str, bound: str = ".3e") -> list[str]:
+    """The lines that end both models' summaries: stopped, checkpoint, verify.
+
+    ``quantity`` is what verify compared (``acceleration``, ``force``), ``items``
+    what it sampled (``bodies``, ``atoms``), ``bound`` the format of its bound.
+    """
+    lines = []
+    if run.stopped_by:
+        lines.append(f"  stopped    by {run.stopped_by} after step {run.last_step}")
+    if run.checkpoint:
+        lines.append(f"  checkpoint {run.checkpoint} (step {run.last_step}; resume with --restart)")
+    v = run.verification
+    if v is not None:
+        lines.append(f"  verify     {'PASSED' if v.passed else 'FAILED'}: {quantity} error {v.max_error:.3e} "
+                     f"(bound {v.error_bound:{bound}}, {v.sample} {items}, median relative "
+                     f"{v.median_relative_error:.3e})"
+                     + (f", energy drift {v.energy_drift:.3e} (bound {v.drift_bound:.1e})"
+                        if v.energy_drift is not None else ""))
+        for f in v.failures:
+            lines.append(f"  FAILED     {f}")
+    return lines
+
+
+def exit_if_unverified(comm, verification) -> None:
+    """Exit with status 1 (rank 0 says why) where ``--verify`` ran and failed."""
+    if verification is not None and not verification.passed:
+        if comm.Get_rank() == 0:
+            click.echo("pympi-nbody: verification FAILED: " + "; ".join(verification.failures), err=True)
+        sys.exit(1)  # every rank holds the same verdict; click's Exit would be swallowed here

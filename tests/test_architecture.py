@@ -1,0 +1,156 @@
+"""The package's layers (docs/architecture.md): no import circle, lazy imports included,
+and each layer importing only the layers its package docstring allows."""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "pympi_gpu"
+
+#: layer -> the layers it may import (itself included); "" is the package root (``__version__``)
+ALLOWED = {
+    "": {""},
+    "rng": {"", "rng"},
+    "device": {"", "device"},
+    "mpi": {"", "mpi"},
+    "run": {"", "mpi", "device", "run"},
+    "pi": {"", "rng", "mpi", "device", "run", "pi"},
+    "nbody": {"", "rng", "mpi", "device", "run", "nbody"},
+    "nbody.gravity": {"", "rng", "mpi", "device", "run", "nbody", "nbody.gravity"},
+    "nbody.lj": {"", "rng", "mpi", "device", "run", "nbody", "nbody.lj"},
+    "scale": {"", "mpi", "run", "scale"},
+    "cli": {"", "rng", "mpi", "device", "run", "pi", "nbody", "nbody.gravity", "nbody.lj", "scale", "cli"},
+    "__main__": {"", "cli"},
+}
+
+
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package's modules that ``name`` imports anywhere in its file, function bodies included."""
+    is_package = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = name.split(".") if is_package else name.split(".")[:-1]
+                here = here[:len(here) - node.level + 1]
+                base = ".".join(here + ([base] if base else []))
+            # ``from pkg import mod`` imports pkg.mod; ``from mod import name`` imports mod
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    found = modules(package)
+    return {name: imports(name, path, set(found)) for name, path in found.items()}
+
+
+@functools.cache
+def package_graph() -> dict[str, set[str]]:
+    return graph()
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def layer(module: str) -> str:
+    rest = module.removeprefix("pympi_gpu").lstrip(".")
+    if rest.startswith(("nbody.gravity", "nbody.lj")):
+        return ".".join(rest.split(".")[:2])
+    return rest.split(".")[0]
+
+
+def test_the_cycle_finder_finds_circles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_sees_lazy_and_relative_imports(tmp_path):
+    pkg = tmp_path / "pympi_gpu"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "a.py").write_text("def f():\n    from . import b\n")
+    (pkg / "sub" / "b.py").write_text("from pympi_gpu.sub.a import f\n")
+    g = graph(pkg)
+    assert g["pympi_gpu.sub.a"] == {"pympi_gpu.sub.b"} and g["pympi_gpu.sub.b"] == {"pympi_gpu.sub.a"}
+    assert cycles(g) == [["pympi_gpu.sub.a", "pympi_gpu.sub.b"]]
+
+
+def test_no_import_circle_anywhere():
+    assert cycles(package_graph()) == []
+
+
+def test_every_module_is_in_a_layer():
+    assert {layer(m) for m in modules()} <= set(ALLOWED)
+
+
+@pytest.mark.parametrize("module", sorted(modules()))
+def test_layers_import_only_what_they_may(module):
+    allowed = ALLOWED[layer(module)]
+    wrong = sorted(t for t in package_graph()[module] if layer(t) not in allowed)
+    assert not wrong, f"{module} ({layer(module) or 'root'}) may not import {wrong}"
+
+
+def test_the_models_do_not_import_each_other():
+    g = package_graph()
+    for module, targets in g.items():
+        if layer(module) in ("nbody.gravity", "nbody.lj"):
+            other = "nbody.lj" if layer(module) == "nbody.gravity" else "nbody.gravity"
+            assert not [t for t in targets if layer(t) == other], module
+        if module in ("pympi_gpu.cli.nbody_gravity", "pympi_gpu.cli.nbody_lj"):
+            other = "pympi_gpu.cli.nbody_lj" if module.endswith("gravity") else "pympi_gpu.cli.nbody_gravity"
+            assert other not in targets and "pympi_gpu.cli.nbody" not in targets, module
