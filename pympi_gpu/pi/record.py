@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from pympi_gpu.run.phases import Phases, Traffic
 from pympi_gpu.run.records import Provenance
 
 __all__ = ["RankShare", "PiResult", "PiRun"]
@@ -55,6 +56,8 @@ class PiRun:
     results: tuple[PiResult, ...]
     wall_time: float
     provenance: Provenance | None = None
+    phases: Phases | None = None
+    traffic: Traffic | None = None
 
     @property
     def throughput(self) -> float:

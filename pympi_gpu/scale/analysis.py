@@ -6,6 +6,16 @@ Weak scaling (fixed work per rank): efficiency is time-based, ``E = t_b / t_p``,
 and the scaled speedup is ``(p / p_b) * t_b / t_p``.  Times are the command's
 own ``wall_time`` (seconds; launch and start-up excluded), the median over
 repeats.
+
+Where the time goes: the records' ``phases`` (compute, communication,
+waiting, I/O: seconds, mean over ranks) and ``traffic`` (bytes and messages
+each rank sent per step, or per run) are carried per size as the median over
+repeats.  The Karp-Flatt metric, the experimentally determined serial
+fraction ``e = (1/S - 1/p) / (1 - 1/p)`` with ``p`` the ranks relative to the
+baseline and ``S`` the (scaled) speedup, says whether efficiency falls for
+serial work (``e`` steady) or for overhead that grows with ``p`` (``e``
+rising).  A size whose efficiency stays above 100% even when its slowest
+repeat is set against the baseline's fastest is flagged ``superlinear``.
 """
 
 from __future__ import annotations
@@ -17,9 +27,10 @@ from typing import Any
 
 from pympi_gpu.scale.points import Point, cores_used, oversubscribed
 
-__all__ = ["KINDS", "PointSummary", "StudySummary", "summarise"]
+__all__ = ["KINDS", "PHASES", "PointSummary", "StudySummary", "summarise", "karp_flatt"]
 
 KINDS = ("strong", "weak")
+PHASES = ("compute", "communication", "waiting", "io")  # as pympi_gpu.run.phases.PHASES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +65,14 @@ class PointSummary:
     cores: int | None = None
     oversubscribed: bool = False
     backend: str | None = None
+    phases: dict[str, float] | None = None
+    phases_max: dict[str, float] | None = None
+    traffic_per: str | None = None
+    bytes_per_rank: float | None = None
+    messages_per_rank: float | None = None
+    steps: int | None = None
+    serial_fraction: float | None = None
+    superlinear: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +104,41 @@ class StudySummary:
     @property
     def complete(self) -> bool:
         return all(p.status == "ok" for p in self.points)
+
+    @property
+    def superlinear(self) -> tuple[PointSummary, ...]:
+        return tuple(p for p in self.points if p.superlinear)
+
+
+def karp_flatt(speedup: float | None, p: float | None) -> float | None:
+    """The experimentally determined serial fraction at ``p`` times the baseline's ranks (None at p <= 1)."""
+    if speedup is None or p is None or p <= 1 or speedup <= 0:
+        return None
+    return (1.0 / speedup - 1.0 / p) / (1.0 - 1.0 / p)
+
+
+def _median_of(records: list[dict[str, Any]], *path: str) -> float | None:
+    values = []
+    for r in records:
+        for key in path:
+            r = r.get(key) if isinstance(r, dict) else None
+        if isinstance(r, (int, float)) and not isinstance(r, bool):
+            values.append(float(r))
+    return statistics.median(values) if values else None
+
+
+def _where_time_goes(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median over repeats of each phase (mean and max over ranks) and of the traffic per rank."""
+    if not any(isinstance(r.get("phases"), dict) for r in records):
+        return {}
+    mean = {ph: _median_of(records, "phases", ph, "mean") for ph in PHASES}
+    high = {ph: _median_of(records, "phases", ph, "max") for ph in PHASES}
+    per = next((r["traffic"].get("per") for r in records if isinstance(r.get("traffic"), dict)), None)
+    steps = _median_of(records, "steps")
+    return dict(phases=mean, phases_max=high, traffic_per=per,
+                bytes_per_rank=_median_of(records, "traffic", "bytes", "mean"),
+                messages_per_rank=_median_of(records, "traffic", "messages", "mean"),
+                steps=int(steps) if steps is not None else None)
 
 
 def _latest(runs: Sequence[dict[str, Any]], repeat: int) -> dict[str, dict[int, dict[str, Any]]]:
@@ -142,7 +196,8 @@ def summarise(runs: Sequence[dict[str, Any]], points: Sequence[Point], repeat: i
             launcher=(ok or bad)[-1].get("launcher") if got else None,
             error=err.get("error") if err else None,
             returncode=err.get("returncode") if err else None,
-            stderr_tail=err.get("stderr_tail", "") if err else ""))
+            stderr_tail=err.get("stderr_tail", "") if err else "",
+            **_where_time_goes([r["record"] for r in ok])))
     base = next((r for r in rows if r["time"]), None)
     for r in rows:
         r["speedup"] = r["ideal"] = r["efficiency"] = None
@@ -155,6 +210,10 @@ def summarise(runs: Sequence[dict[str, Any]], points: Sequence[Point], repeat: i
             r["speedup"], r["efficiency"] = ratio, ratio / ideal
         else:
             r["speedup"], r["efficiency"] = ideal * ratio, ratio
+        r["serial_fraction"] = karp_flatt(r["speedup"], ideal)
+        # the most pessimistic pairing of repeats: the baseline's fastest against this size's slowest
+        worst = base["time_min"] / r["time_max"]
+        r["superlinear"] = r is not base and (worst / ideal if kind == "strong" else worst) > 1.0
     rec = first_ok["record"] if first_ok else {}
     return StudySummary(
         kind=kind, command=tuple(command), app=rec.get("app"), work_unit=rec.get("work_unit"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pympi_gpu.run.fileio import atomic_write_bytes
 from pympi_gpu.run.records import to_dict
-from pympi_gpu.scale.analysis import StudySummary
+from pympi_gpu.scale.analysis import PHASES, StudySummary
 
 __all__ = ["SCHEMA", "CSV_COLUMNS", "study_dict", "write_json", "write_csv", "write_plot"]
 
@@ -22,18 +22,21 @@ SCHEMA = "pympi_gpu.scale/1"
 
 CSV_COLUMNS = ("ranks", "nodes", "tasks_per_node", "threads_per_rank", "cores", "oversubscribed", "backend",
                "status", "repeats", "time", "time_min", "time_max", "elapsed", "speedup", "ideal",
-               "efficiency", "throughput", "throughput_per_rank", "work_unit", "launcher", "error")
+               "efficiency", "serial_fraction", "superlinear", "throughput", "throughput_per_rank", "work_unit",
+               "compute_s", "communication_s", "waiting_s", "io_s", "waiting_max_s", "traffic_per",
+               "bytes_per_rank", "messages_per_rank", "launcher", "error")
 
 
-def study_dict(summary: StudySummary) -> dict:
-    """The study as one JSON-ready dict (schema ``pympi_gpu.scale/1``)."""
+def study_dict(summary: StudySummary, **extra) -> dict:
+    """The study as one JSON-ready dict (schema ``pympi_gpu.scale/1``); ``extra`` keys added (``projection``)."""
     doc = to_dict(summary, schema=SCHEMA)
     doc["complete"] = summary.complete
+    doc.update(extra)
     return doc
 
 
-def write_json(summary: StudySummary, path: Path) -> Path:
-    atomic_write_bytes(path, (json.dumps(study_dict(summary), indent=2) + "\n").encode())
+def write_json(summary: StudySummary, path: Path, **extra) -> Path:
+    atomic_write_bytes(path, (json.dumps(study_dict(summary, **extra), indent=2) + "\n").encode())
     return Path(path)
 
 
@@ -42,7 +45,9 @@ def write_csv(summary: StudySummary, path: Path) -> Path:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     for p in summary.points:
-        row = dict(to_dict(p), work_unit=summary.work_unit)
+        row = dict(to_dict(p), work_unit=summary.work_unit,
+                   **{f"{ph}_s": (p.phases or {}).get(ph) for ph in PHASES},
+                   waiting_max_s=(p.phases_max or {}).get("waiting"))
         w.writerow(["" if row[c] is None else (f"{row[c]:.9g}" if isinstance(row[c], float) else row[c])
                     for c in CSV_COLUMNS])
     atomic_write_bytes(path, buf.getvalue().encode())
@@ -50,7 +55,10 @@ def write_csv(summary: StudySummary, path: Path) -> Path:
 
 
 def write_plot(summary: StudySummary, path: Path) -> tuple[Path | None, str]:
-    """Speedup (log-log, with the ideal line) and efficiency against ranks.
+    """Speedup (log-log, with the ideal line) and efficiency against ranks, and where the time goes.
+
+    The third panel, when the records carry ``phases``, stacks the mean over
+    ranks of compute, communication, waiting and I/O seconds at each size.
 
     Returns ``(path, "")``, or ``(None, reason)`` when there is nothing to
     plot or matplotlib is not installed (it is the ``plot`` extra).
@@ -69,7 +77,10 @@ def write_plot(summary: StudySummary, path: Path) -> tuple[Path | None, str]:
 
     x = [p.ranks for p in rows]
     weak = summary.kind == "weak"
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=100, layout="constrained")
+    phased = [p for p in rows if p.phases]
+    fig, axes = plt.subplots(1, 3 if phased else 2, figsize=(15 if phased else 10, 4.2), dpi=100,
+                             layout="constrained")
+    ax1, ax2 = axes[0], axes[1]
     ideal_x = [min(x), max(x)]
     ideal_y = [p / summary.baseline_ranks for p in ideal_x]
     ax1.plot(ideal_x, ideal_y, "--", color="0.5", label="ideal")
@@ -100,6 +111,20 @@ def write_plot(summary: StudySummary, path: Path) -> tuple[Path | None, str]:
                   else "strong scaling: efficiency S / (p / p_b)")
     ax2.grid(True, alpha=0.3)
     ax2.legend()
+    if phased:
+        ax3 = axes[2]
+        labels = [str(p.ranks) for p in phased]
+        bottom = [0.0] * len(phased)
+        for i, ph in enumerate(PHASES):
+            height = [p.phases.get(ph) or 0.0 for p in phased]
+            ax3.bar(labels, height, bottom=bottom, color=f"C{i + 2}", label=ph)
+            bottom = [b + h for b, h in zip(bottom, height)]
+        ax3.plot(labels, [p.time for p in phased], "k_", markersize=18, label="wall time")
+        ax3.set_xlabel("MPI ranks")
+        ax3.set_ylabel("seconds (mean over ranks)")
+        ax3.set_title("where the time goes")
+        ax3.legend(fontsize=8)
+        ax3.grid(True, axis="y", alpha=0.3)
     fig.suptitle(" ".join(summary.command), fontsize=9)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
