@@ -27,6 +27,7 @@ from pympi_gpu.nbody.gravity import checkpoint as ckpt
 from pympi_gpu.nbody.gravity.initial import generate
 from pympi_gpu.nbody.gravity.kernels_cpu import FLOPS_PER_INTERACTION
 from pympi_gpu.nbody.gravity.record import Diagnostics, NbodyRun
+from pympi_gpu.run.phases import summarise
 
 __all__ = ["DEFAULT_SEED", "NbodyConfig", "State", "initial_state", "state_from_arrays",
            "compute_forces", "diagnostics", "simulate", "local_arrays"]
@@ -163,6 +164,9 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
     stopped = None
     step_times = []
     exchange.comm_time = 0.0
+    clock = exchange.clock
+    clock.reset()
+    flag = np.zeros(1, np.int32)
     backend.sync()
     comm.Barrier()
     t0 = MPI.Wtime()
@@ -180,19 +184,27 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
         step_times.append(MPI.Wtime() - ts)
         if on_step is not None:
             on_step(state.step, config.steps)
-        flag = bool(stop_requested()) if stop_requested is not None else False
-        if comm.allreduce(flag, op=MPI.LOR):
+        flag[0] = bool(stop_requested()) if stop_requested is not None else False
+        with clock.phase("waiting"):  # every rank's step ends here: the imbalance shows
+            comm.Allreduce(MPI.IN_PLACE, flag, op=MPI.MAX)
+        clock.sent(flag.nbytes)
+        if flag[0]:
             stopped = "SIGTERM"
             break
         if (config.checkpoint and config.checkpoint_every and state.step % config.checkpoint_every == 0
                 and state.step < config.steps):
-            ckpt.save(comm, config.checkpoint, local_arrays(backend, state), _meta(config, state))
+            with clock.phase("io"):
+                ckpt.save(comm, config.checkpoint, local_arrays(backend, state), _meta(config, state))
             written += 1
     wall = MPI.Wtime() - t0
+    # compute: the rest of the timed steps (kernels, integration), per rank
+    clock.seconds["compute"] = max(0.0, wall - sum(clock.seconds[k] for k in ("communication", "waiting", "io")))
     path = config.checkpoint or (config.stop_checkpoint if stopped else None)
     if path:
-        ckpt.save(comm, path, local_arrays(backend, state), _meta(config, state))
+        with clock.phase("io"):
+            ckpt.save(comm, path, local_arrays(backend, state), _meta(config, state))
         written += 1
+    phases, traffic = summarise(comm, clock, state.step - first)
     final = diagnostics(comm, backend, exchange, state, eps2) if config.diagnostics else None
     timing = np.array([wall, exchange.comm_time])
     comm.Allreduce(MPI.IN_PLACE, timing, op=MPI.MAX)
@@ -215,5 +227,5 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
         interactions=interactions, throughput=rate, gflops=rate * FLOPS_PER_INTERACTION / 1e9,
         initial=state.initial, final=final, energy_drift=drift, momentum_change=dp,
         checkpoint=path, checkpoints_written=written, restarted_from=restarted_from,
-        stopped_by=stopped, provenance=provenance)
+        stopped_by=stopped, provenance=provenance, phases=phases, traffic=traffic)
     return run, state

@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 
 from pympi_gpu.mpi.decomposition import block_counts, block_starts
+from pympi_gpu.run.phases import PhaseClock
 
 __all__ = ["EXCHANGES", "Exchange", "make_exchange"]
 
@@ -76,6 +77,8 @@ class Exchange:
                 self.hfull = backend.pinned(4 * n)
         #: seconds spent waiting for MPI, summed over calls (reset by the caller)
         self.comm_time = 0.0
+        #: communication (posting, staging copies), waiting (for a block not yet arrived) and traffic
+        self.clock = PhaseClock()
 
     def set_masses(self, mass) -> None:
         """Store the (constant) masses of the local bodies in the home block."""
@@ -106,7 +109,9 @@ class Exchange:
 
         t0 = time.perf_counter()
         MPI.Request.Waitall(requests)
-        self.comm_time += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.comm_time += dt
+        self.clock.add("waiting", dt)
 
     def _ring(self, comm, fn) -> None:
         b, size, rank = self.backend, self.size, self.rank
@@ -122,18 +127,22 @@ class Exchange:
             requests = []
             if s < size - 1:
                 cin = self.counts[(rank - s - 1) % size]
-                b.sync()  # no MPI call while the stream may touch its buffers
+                b.sync()  # no MPI call while the stream may touch its buffers (the kernels' time: compute)
+                tc = time.perf_counter()
                 if self.staging:
                     send, recv = hcur[:4 * c], hnxt[:4 * cin]
                 else:
                     send, recv = b.mpi_buffer(cur[:4 * c]), b.mpi_buffer(nxt[:4 * cin])
                 # mpi4py infers the datatype from the buffer (its typecode or __cuda_array_interface__)
                 requests = [comm.Irecv(recv, source=left, tag=_TAG), comm.Isend(send, dest=right, tag=_TAG)]
+                self.clock.add("communication", time.perf_counter() - tc)
+                self.clock.sent(send.nbytes)
             fn(*_views(cur, c))  # the block in hand, while the next one travels
             if requests:
                 self._wait(requests)
                 if self.staging:
-                    b.h2d(hnxt[:4 * cin], nxt[:4 * cin])
+                    with self.clock.phase("communication"):
+                        b.h2d(hnxt[:4 * cin], nxt[:4 * cin])
                     hcur, hnxt = hnxt, hcur
                 cur, nxt = nxt, cur
 
@@ -142,6 +151,8 @@ class Exchange:
         counts4 = [4 * c for c in self.counts]
         displs4 = [4 * s for s in self.starts]
         c = self.count
+        with self.clock.phase("waiting"):  # the imbalance, apart from the collective itself
+            comm.Barrier()
         t0 = time.perf_counter()
         if self.staging:
             b.d2h(self.home[:4 * c], self.hhome[:4 * c])
@@ -152,6 +163,8 @@ class Exchange:
             b.sync()
             comm.Allgatherv(b.mpi_buffer(self.home[:4 * c]), [b.mpi_buffer(self.full), (counts4, displs4)])
         self.comm_time += time.perf_counter() - t0
+        self.clock.add("communication", time.perf_counter() - t0)
+        self.clock.sent(4 * c * b.dtype.itemsize)
         for r in range(self.size):
             lo = 4 * self.starts[r]
             fn(*_views(self.full[lo:lo + 4 * self.counts[r]], self.counts[r]))

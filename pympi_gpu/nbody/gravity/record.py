@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from pympi_gpu.nbody.record import Verification
+from pympi_gpu.run.phases import Phases, Traffic
 from pympi_gpu.run.records import Provenance
 
 __all__ = ["Diagnostics", "NbodyRun"]
@@ -62,3 +63,5 @@ class NbodyRun:
     stopped_by: str | None
     verification: Verification | None = None
     provenance: Provenance | None = None
+    phases: Phases | None = None
+    traffic: Traffic | None = None

@@ -34,6 +34,7 @@ from pympi_gpu.nbody.lj.halo import Halo
 from pympi_gpu.nbody.lj.lattice import fcc_positions, velocities
 from pympi_gpu.nbody.lj.record import LjRun
 from pympi_gpu.nbody.lj.thermo import thermo
+from pympi_gpu.run.phases import summarise
 
 __all__ = ["LjConfig", "LjSystem", "initial_arrays", "simulate", "DEFAULT_SEED"]
 
@@ -160,11 +161,14 @@ class LjSystem:
         """Has any atom on any rank moved more than skin/2 since the last rebuild?  Collective."""
         from mpi4py import MPI
 
-        if self.lists is None:
-            flag = True
-        else:
-            flag = kc.max_displacement2(self.pos, self.x0, self.nlocal) > (0.5 * self.config.skin) ** 2
-        return self.cart.allreduce(bool(flag), op=MPI.LOR)
+        flag = np.ones(1, np.int32)
+        if self.lists is not None:
+            flag[0] = kc.max_displacement2(self.pos, self.x0, self.nlocal) > (0.5 * self.config.skin) ** 2
+        clock = self.halo.clock
+        with clock.phase("waiting"):  # every rank's step meets here: the imbalance shows
+            self.cart.Allreduce(MPI.IN_PLACE, flag, op=MPI.MAX)
+        clock.sent(flag.nbytes)
+        return bool(flag[0])
 
     # -- forces -----------------------------------------------------------
     def compute_forces(self, forward: bool, eflag: bool = True) -> None:
@@ -288,6 +292,8 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
     asked = np.zeros(2, np.int32)  # [this rank's stop flag, the answer of all ranks]
     pending = None
     system.halo.comm_time = 0.0
+    clock = system.halo.clock
+    clock.reset()
     rebuilds0 = system.rebuilds
     comm.Barrier()
     c0 = time.process_time()
@@ -300,13 +306,16 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
         force = False
         times.append(time.perf_counter() - ts)
         if (config.thermo_every and step % config.thermo_every == 0) or step == config.steps:
-            rows.append(thermo(comm, step, system.local_sums(), config.atoms, volume))
+            with clock.phase("waiting"):
+                rows.append(thermo(comm, step, system.local_sums(), config.atoms, volume))
+            clock.sent(6 * 8)
         if on_step is not None:
             on_step(step, config.steps)
         # SIGTERM: each step posts its flag without waiting and reads the previous step's answer, so
         # the stop costs no synchronisation of its own and comes one step after the signal
         if pending is not None:
-            pending.Wait()
+            with clock.phase("waiting"):
+                pending.Wait()
             pending = None
         if asked[1]:
             stopped = "SIGTERM"
@@ -315,9 +324,11 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
             break
         asked[0] = bool(stop_requested()) if stop_requested is not None else False
         pending = comm.Iallreduce(asked[:1], asked[1:], op=MPI.LOR)
+        clock.sent(asked[:1].nbytes)
         if config.checkpoint and config.checkpoint_every and step % config.checkpoint_every == 0 \
                 and step < config.steps:
-            ckpt.save(comm, config.checkpoint, system.owned(), _meta(config, step, initial))
+            with clock.phase("io"):
+                ckpt.save(comm, config.checkpoint, system.owned(), _meta(config, step, initial))
             written += 1
             system.wrap()
             force = True  # as a restart from this checkpoint would
@@ -325,10 +336,14 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
         pending.Wait()  # a signal during the last step: the run has ended anyway
     wall = MPI.Wtime() - t0
     cpu = time.process_time() - c0
+    # compute: the rest of the timed steps (pair forces, lists, integration), per rank
+    clock.seconds["compute"] = max(0.0, wall - sum(clock.seconds[k] for k in ("communication", "waiting", "io")))
     path = config.checkpoint or (config.stop_checkpoint if stopped else None)
     if path:
-        ckpt.save(comm, path, system.owned(), _meta(config, step, initial))
+        with clock.phase("io"):
+            ckpt.save(comm, path, system.owned(), _meta(config, step, initial))
         written += 1
+    phases, traffic = summarise(comm, clock, step - first)
     timing = np.array([wall, system.halo.comm_time, cpu])
     comm.Allreduce(MPI.IN_PLACE, timing, op=MPI.MAX)
     wall, comm_time, cpu = float(timing[0]), float(timing[1]), float(timing[2])
@@ -351,4 +366,4 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
         rebuilds=system.rebuilds - rebuilds0, neighbors_per_atom=pairs / config.atoms,
         ghosts_per_rank=ghosts / comm.Get_size(), atoms_per_rank=counts, thermo=tuple(rows),
         energy_drift=drift, momentum_change=dp, checkpoint=path, checkpoints_written=written,
-        restarted_from=restarted_from, stopped_by=stopped, provenance=provenance)
+        restarted_from=restarted_from, stopped_by=stopped, provenance=provenance, phases=phases, traffic=traffic)

@@ -34,6 +34,7 @@ import numpy as np
 
 from pympi_gpu.nbody.lj.domain import Brick, owner_coords, wrap
 from pympi_gpu.nbody.lj.kernels_cpu import add_rows, pack_rows
+from pympi_gpu.run.phases import PhaseClock
 
 __all__ = ["Halo"]
 
@@ -43,15 +44,15 @@ _TAG_FORWARD = 0x4C20
 _TAG_REVERSE = 0x4C30
 
 
-def _exchange_rows(comm, rows: np.ndarray, dest: int, source: int, tag: int) -> np.ndarray:
+def _exchange_rows(comm, rows: np.ndarray, dest: int, source: int, tag: int, clock: PhaseClock) -> np.ndarray:
     """Send ``rows`` (2-D float64) to dest, receive rows from source (any count)."""
-    from mpi4py import MPI
-
     n = np.array([rows.shape[0]], np.int64)
     m = np.empty(1, np.int64)
-    comm.Sendrecv([n, MPI.INT64_T], dest, tag, [m, MPI.INT64_T], source, tag)
+    comm.Sendrecv(n, dest, tag, m, source, tag)
     out = np.empty((int(m[0]), rows.shape[1]), np.float64)
-    comm.Sendrecv([np.ascontiguousarray(rows), MPI.DOUBLE], dest, tag + 1, [out, MPI.DOUBLE], source, tag + 1)
+    rows = np.ascontiguousarray(rows)
+    comm.Sendrecv(rows, dest, tag + 1, out, source, tag + 1)
+    clock.sent(n.nbytes + rows.nbytes, 2)
     return out
 
 
@@ -74,6 +75,8 @@ class Halo:
         self.plan: list = []
         #: seconds in halo packing and waiting for halo/migration messages (reset by the caller)
         self.comm_time = 0.0
+        #: the rank's communication and waiting time and traffic (the driver adds its collectives)
+        self.clock = PhaseClock()
 
     def migrate(self, x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Wrap positions into the box and send atoms to the bricks that own them.
@@ -98,11 +101,12 @@ class Halo:
                                    "(the system is unstable: is dt too large?)")
             lower, upper = self.nbrs[d][0], self.nbrs[d][1]
             both = np.hstack([x, rows])
-            from_up = _exchange_rows(self.cart, both[down], lower, upper, _TAG_MIGRATE + 4 * d)
-            from_down = _exchange_rows(self.cart, both[up], upper, lower, _TAG_MIGRATE + 4 * d + 2)
+            from_up = _exchange_rows(self.cart, both[down], lower, upper, _TAG_MIGRATE + 4 * d, self.clock)
+            from_down = _exchange_rows(self.cart, both[up], upper, lower, _TAG_MIGRATE + 4 * d + 2, self.clock)
             both = np.vstack([both[stay], from_up, from_down])
             x, rows = both[:, :3].copy(), both[:, 3:].copy()
         self.comm_time += time.perf_counter() - t0
+        self.clock.add("communication", time.perf_counter() - t0)
         return np.ascontiguousarray(x), np.ascontiguousarray(rows)
 
     def borders(self, x: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -129,12 +133,14 @@ class Halo:
             got = []
             for k, (idx, shift, dest, source) in enumerate(((low, s_low, lower, upper),
                                                             (high, s_high, upper, lower))):
-                recv = _exchange_rows(self.cart, pos[idx] + shift, dest, source, _TAG_BORDER + 4 * d + 2 * k)
+                recv = _exchange_rows(self.cart, pos[idx] + shift, dest, source, _TAG_BORDER + 4 * d + 2 * k,
+                                      self.clock)
                 start = n0 + sum(g.shape[0] for g in got)
                 self.plan.append((d, idx, shift[:3], dest, source, start, recv.shape[0]))
                 got.append(recv)
             pos = np.vstack([pos, *got])
         self.comm_time += time.perf_counter() - t0
+        self.clock.add("communication", time.perf_counter() - t0)
         return np.ascontiguousarray(pos[:, :3]), pos[:, 3].astype(np.int64)
 
     def forward(self, pos: np.ndarray, work=None) -> None:
@@ -145,7 +151,7 @@ class Halo:
         """
         from mpi4py import MPI
 
-        busy = 0.0
+        busy = waited = 0.0
         t0 = time.perf_counter()
         me = self.cart.Get_rank()
         for d in range(3):
@@ -159,14 +165,19 @@ class Halo:
                 pack_rows(pos, idx, shift, buf)
                 keep.append(buf)
                 tag = _TAG_FORWARD + 2 * d + k
-                reqs.append(self.cart.Irecv([pos[start:start + count], MPI.DOUBLE], source, tag))
-                reqs.append(self.cart.Isend([buf, MPI.DOUBLE], dest, tag))
+                reqs.append(self.cart.Irecv(pos[start:start + count], source, tag))
+                reqs.append(self.cart.Isend(buf, dest, tag))
+                self.clock.sent(buf.nbytes)
             if work is not None:
                 tw = time.perf_counter()
                 work(d)
                 busy += time.perf_counter() - tw
+            tw = time.perf_counter()
             MPI.Request.Waitall(reqs)
+            waited += time.perf_counter() - tw
         self.comm_time += time.perf_counter() - t0 - busy
+        self.clock.add("waiting", waited)
+        self.clock.add("communication", time.perf_counter() - t0 - busy - waited)
 
     def reverse(self, f: np.ndarray) -> None:
         """Add the forces on the ghost rows of ``f`` ``(n_all, 3)`` into the rows they came from.
@@ -178,6 +189,7 @@ class Halo:
         from mpi4py import MPI
 
         t0 = time.perf_counter()
+        waited = 0.0
         me = self.cart.Get_rank()
         for d in (2, 1, 0):
             reqs = []
@@ -189,13 +201,18 @@ class Halo:
                 # the rows sent to dest come back from dest; those received from source go back to it
                 tag = _TAG_REVERSE + 2 * d + k
                 buf = np.empty((idx.size, 3))
-                reqs.append(self.cart.Irecv([buf, MPI.DOUBLE], dest, tag))
-                reqs.append(self.cart.Isend([f[start:start + count], MPI.DOUBLE], source, tag))
+                reqs.append(self.cart.Irecv(buf, dest, tag))
+                reqs.append(self.cart.Isend(f[start:start + count], source, tag))
+                self.clock.sent(count * 3 * f.itemsize)
                 back.append((idx, buf))
+            tw = time.perf_counter()
             MPI.Request.Waitall(reqs)
+            waited += time.perf_counter() - tw
             for idx, buf in back:  # one message after the other: the two may share rows
                 add_rows(f, idx, buf)
         self.comm_time += time.perf_counter() - t0
+        self.clock.add("waiting", waited)
+        self.clock.add("communication", time.perf_counter() - t0 - waited)
 
     @property
     def ghosts(self) -> int:

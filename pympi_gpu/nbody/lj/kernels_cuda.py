@@ -160,8 +160,9 @@ class GpuLjSystem(LjSystem):
         from mpi4py import MPI
 
         s = self.stream
+        clock = self.halo.clock
         t0 = time.perf_counter()
-        busy = 0.0
+        busy = waited = 0.0
         for d in range(3):
             reqs, unstage = [], []
             for k, (d_idx, (sx, sy, sz), dest, source, start, count, d_buf, host) in \
@@ -172,26 +173,32 @@ class GpuLjSystem(LjSystem):
                 tag = 0x4C20 + 2 * d + k
                 if self.transport == "device":
                     s.synchronize()  # MPI reads what the kernel wrote
-                    reqs.append(self.cart.Irecv([mpi_buffer(self.d_pos[start:start + count]), MPI.DOUBLE],
-                                                source, tag))
-                    reqs.append(self.cart.Isend([mpi_buffer(d_buf[:n]), MPI.DOUBLE], dest, tag))
+                    reqs.append(self.cart.Irecv(mpi_buffer(self.d_pos[start:start + count]), source, tag))
+                    reqs.append(self.cart.Isend(mpi_buffer(d_buf[:n]), dest, tag))
                 else:
                     hsend, hrecv = host
                     if n:
                         d_buf[:n].copy_to_host(hsend[:n], stream=s)
                     s.synchronize()
-                    reqs.append(self.cart.Irecv([hrecv[:count], MPI.DOUBLE], source, tag))
-                    reqs.append(self.cart.Isend([hsend[:n], MPI.DOUBLE], dest, tag))
+                    reqs.append(self.cart.Irecv(hrecv[:count], source, tag))
+                    reqs.append(self.cart.Isend(hsend[:n], dest, tag))
                     unstage.append((hrecv, start, count))
+                clock.sent(n * 3 * 8)
             tw = time.perf_counter()
             work(d)  # launched on the stream: runs while the messages travel
             busy += time.perf_counter() - tw
+            tw = time.perf_counter()
             MPI.Request.Waitall(reqs)
+            waited += time.perf_counter() - tw
             for hrecv, start, count in unstage:
                 if count:
                     self.d_pos[start:start + count].copy_to_device(hrecv[:count], stream=s)
-        s.synchronize()
+        tw = time.perf_counter()
+        s.synchronize()  # the kernels launched by work(): compute
+        busy += time.perf_counter() - tw
         self.halo.comm_time += time.perf_counter() - t0 - busy
+        clock.add("waiting", waited)
+        clock.add("communication", time.perf_counter() - t0 - busy - waited)
 
     def compute_forces(self, forward: bool) -> None:
         if not self.on_device:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from pympi_gpu.nbody.record import Verification
+from pympi_gpu.run.phases import Phases, Traffic
 from pympi_gpu.run.records import Provenance
 
 __all__ = ["Thermo", "LjRun", "Verification"]
@@ -76,3 +77,5 @@ class LjRun:
     stopped_by: str | None
     verification: Verification | None = None
     provenance: Provenance | None = None
+    phases: Phases | None = None
+    traffic: Traffic | None = None

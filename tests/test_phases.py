@@ -1,0 +1,81 @@
+"""Where the time goes (pympi_gpu.run.phases) in the n-body records: measured at 2 and 3 ranks,
+traffic checked against what the exchanges must send."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conftest import run, script
+
+NBODY = script("pympi-nbody")
+
+
+def test_phase_clock_accumulates():
+    from pympi_gpu.run.phases import PHASES, PhaseClock
+
+    clock = PhaseClock()
+    with clock.phase("waiting"):
+        time.sleep(0.02)
+    clock.add("io", 0.5)
+    clock.sent(100)
+    clock.sent(50, messages=2)
+    assert clock.seconds["waiting"] >= 0.02 and clock.seconds["io"] == 0.5
+    assert (clock.bytes, clock.messages) == (150, 3)
+    clock.reset()
+    assert clock.seconds == dict.fromkeys(PHASES, 0.0) and clock.bytes == clock.messages == 0
+
+
+def _check_phases(doc):
+    ph = doc["phases"]
+    assert set(ph) == {"compute", "communication", "waiting", "io"}
+    for name, s in ph.items():
+        assert 0 <= s["mean"] <= s["max"] + 1e-12, name
+    # compute is what the steps spent outside MPI and I/O: the phases add up to the wall time (and the
+    # I/O of the last checkpoint, written after the timed steps)
+    inside = sum(ph[k]["max"] for k in ("compute", "communication", "waiting", "io"))
+    assert ph["compute"]["max"] > 0 and inside >= 0.9 * doc["wall_time"], (ph, doc["wall_time"])
+    return ph, doc["traffic"]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_gravity_ring_traffic_is_what_the_ring_sends(mpirun, ranks):
+    n = 3001  # uneven blocks at 3 ranks: 1001, 1000, 1000
+    out = mpirun(ranks, NBODY, str(n), "--steps", "5", "--precision", "fp32", "--threads", "1", "--json", "-q")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    ph, tr = _check_phases(doc)
+    counts = [n // ranks + (1 if r < n % ranks else 0) for r in range(ranks)]
+    # each step rank r passes on every block but its right neighbour's (4 fp32 values a body),
+    # and one int32 stop flag
+    sent = [16 * (n - counts[(r + 1) % ranks]) + 4 for r in range(ranks)]
+    assert tr["per"] == "step"
+    assert tr["bytes"]["max"] == max(sent) and tr["bytes"]["mean"] == pytest.approx(sum(sent) / ranks)
+    assert tr["messages"]["max"] == tr["messages"]["mean"] == ranks  # P - 1 blocks and the flag
+    assert ph["io"]["max"] == 0
+
+
+def test_gravity_checkpoints_are_io(mpirun, tmp_path):
+    out = mpirun(2, NBODY, "2000", "--steps", "6", "--checkpoint", str(tmp_path / "c.npz"), "--checkpoint-every",
+                 "2", "--threads", "1", "--json", "-q")
+    assert out.returncode == 0, out.stderr
+    ph, _ = _check_phases(json.loads(out.stdout))
+    assert ph["io"]["max"] > 0
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_lj_halo_traffic_and_phases(mpirun, ranks):
+    out = mpirun(ranks, NBODY, "4000", "--model", "lj", "--steps", "40", "--threads", "1", "--json", "-q")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    ph, tr = _check_phases(doc)
+    assert tr["per"] == "step"
+    # per step at least: the rebuild check (one int32), the stop flag, and the forward halo along the split
+    # dimension (both directions: one message each way) with most of a face of ghosts
+    assert tr["messages"]["mean"] >= 4
+    box = doc["box"]
+    face = 0.8442 * box ** 2 * (doc["cutoff"] + doc["skin"])  # atoms within the halo of one face
+    assert tr["bytes"]["mean"] > 0.5 * 2 * face * 24
+    assert ph["communication"]["max"] > 0 and ph["waiting"]["max"] > 0
