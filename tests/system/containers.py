@@ -318,11 +318,27 @@ def debian_cpython_source(package: str = "python3.13", suite: str = "trixie") ->
 
 # ---------------------------------------------------------------- recipes
 
+def oci_label_args() -> list[str]:
+    """The build line docs/containers.md gives: this checkout's revision, its origin, the time now."""
+    def git(*argv: str) -> str:
+        proc = subprocess.run(["git", "-C", str(ROOT), *argv], capture_output=True, text=True)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    source = git("remote", "get-url", "origin") or ROOT.as_uri()
+    return ["--build-arg", f"REVISION={git('rev-parse', 'HEAD') or 'unknown'}",
+            "--build-arg", f"CREATED={created}", "--build-arg", f"SOURCE={source}"]
+
+
+def image_labels(tag: str) -> dict[str, str]:
+    out = sh(podman("image", "inspect", "--format", "{{json .Labels}}", tag), timeout=60).stdout
+    return json.loads(out) or {}
+
+
 def build_recipe(recipe: str, tag: str, build_args: list[str], timeout: float = 2400,
                  target: str | None = None) -> float:
     """Build docker/<recipe> from the repository root as users do; return seconds."""
     argv = podman("build", "--format", "docker", "--isolation", "chroot", "--network", "host",
-                  *ulimits(), *pip_build_secrets(CACHE / "secrets"), *build_args,
+                  *ulimits(), *pip_build_secrets(CACHE / "secrets"), *build_args, *oci_label_args(),
                   "-f", str(ROOT / "docker" / recipe), "-t", tag)
     if target:
         argv += ["--target", target]
@@ -359,9 +375,9 @@ class Built:
 IMAGES = {
     # which: (recipe, tag, stand-in base tag, its Containerfile)
     "local": ("Dockerfile.local", "localhost/pympi-gpu:local", PYTHON_BASE, PYTHON_STANDIN),
-    "impi": ("Dockerfile.impi", "localhost/pympi-gpu:impi", IMPI_BASE,
+    "impi": ("Dockerfile.tacc", "localhost/pympi-gpu:impi", IMPI_BASE,
              lambda ctx: impi_base_containerfile(impi_wheels(ctx / "wheels"))),
-    "mvapich": ("Dockerfile.mvapich", "localhost/pympi-gpu:mvapich-standin", MVAPICH_BASE,
+    "mvapich": ("Dockerfile.tacc", "localhost/pympi-gpu:mvapich-standin", MVAPICH_BASE,
                 MVAPICH_STANDIN),
 }
 

@@ -3,7 +3,7 @@
 Apptainer is not in Debian 12: it runs from a debootstrapped Debian unstable
 root with that release's ``apptainer`` package (containers.apptainer_root), as
 an unprivileged user (user namespaces), as on a login or compute node.  The
-.sif is bootstrapped from the Dockerfile.impi image built on the TACC-style
+.sif is bootstrapped from the Dockerfile.tacc (Intel MPI) image built on the TACC-style
 stand-in base (``Bootstrap: docker-archive``), so the run script must load the
 image's MPI through BASH_ENV exactly as on TACC's Intel MPI images.
 """
@@ -125,6 +125,10 @@ def test_help_labels_and_no_arguments(sif):
     assert "apptainer run pi.sif pympi-pi 1e7" in helptext.stdout
     labels = run(box.argv("apptainer", "inspect", "--labels", image), timeout=300)
     assert "org.opencontainers.image.title: pympi_gpu pi" in labels.stdout
+    import pympi_gpu   # the docker image's OCI labels come through into the .sif
+    assert f"org.opencontainers.image.version: {pympi_gpu.__version__}" in labels.stdout
+    for key in ("revision", "source", "created", "licenses"):
+        assert f"org.opencontainers.image.{key}: " in labels.stdout, labels.stdout
     usage = run(box.argv("apptainer", "run", image), timeout=600)
     assert usage.returncode == 0 and "Usage: pympi" in usage.stdout, usage.stderr[-2000:]
 

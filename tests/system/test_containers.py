@@ -2,10 +2,11 @@
 
 No registry is reachable here, so the bases are made locally (see
 containers.py): Debian 12 with Python for Dockerfile.local, and "TACC-style"
-bases with a system MPI for Dockerfile.impi (a real Intel MPI, unpacked from
-PyPI's impi-rt and impi-devel wheels, behind BASH_ENV as on TACC's image) and
-Dockerfile.mvapich (Open MPI stands in: Debian has no MVAPICH2).  The recipes
-are the files users get, only their ARGs differ.
+bases with a system MPI for Dockerfile.tacc, built twice as users build it
+for Intel MPI (a real Intel MPI, unpacked from PyPI's impi-rt and impi-devel
+wheels, behind BASH_ENV as on TACC's image) and for MVAPICH2 (Open MPI stands
+in: Debian has no MVAPICH2).  The recipes are the files users get, only their
+ARGs differ.
 
 Every image must compute pi over two ranks inside the container with the same
 Monte Carlo hits as this checkout computes outside it (the random stream is
@@ -182,6 +183,21 @@ def test_final_stage_keeps_no_build_leftovers(which, request):
                timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("which", ["local", "impi", "mvapich"])
+def test_image_carries_the_oci_labels(which, request):
+    """version, revision, source, licenses and created, as the documented build line sets them."""
+    import pympi_gpu
+
+    labels = c.image_labels(request.getfixturevalue(f"{which}_image").tag)
+    key = "org.opencontainers.image."
+    assert labels[key + "version"] == pympi_gpu.__version__
+    assert labels[key + "licenses"] == "BSD-3-Clause"
+    assert labels[key + "revision"] == run(["git", "-C", str(c.ROOT), "rev-parse", "HEAD"],
+                                           timeout=30).stdout.strip()
+    assert labels[key + "source"] not in ("", "unknown")
+    assert labels[key + "created"].endswith("Z") and labels[key + "created"][:2] == "20"
 
 
 def test_image_sizes(local_image, impi_image, mvapich_image):

@@ -72,6 +72,16 @@ def test_the_mpi_is_built_cuda_aware(cuda_image):
     assert "libuct_cuda.so" in ucx.stdout, ucx.stdout
 
 
+def test_image_carries_the_oci_labels(cuda_image):
+    import pympi_gpu
+
+    labels = c.image_labels(cuda_image.tag)
+    assert labels["org.opencontainers.image.version"] == pympi_gpu.__version__
+    assert labels["org.opencontainers.image.licenses"] == "BSD-3-Clause"
+    for key in ("revision", "source", "created"):
+        assert labels[f"org.opencontainers.image.{key}"] not in ("", "unknown"), labels
+
+
 def test_no_toolchain_in_the_final_image(cuda_image):
     out = in_image(cuda_image, "sh", "-c", "command -v gcc cc mpicc.openmpi; ls /opt/pympi/bin/pip")
     assert "gcc" not in out.stdout and "/opt/pympi/bin/pip" in out.stdout
