@@ -49,8 +49,8 @@ def test_gravity_ring_traffic_is_what_the_ring_sends(mpirun, ranks):
     ph, tr = _check_phases(doc)
     counts = [n // ranks + (1 if r < n % ranks else 0) for r in range(ranks)]
     # each step rank r passes on every block but its right neighbour's (4 fp32 values a body),
-    # and one int32 stop flag
-    sent = [16 * (n - counts[(r + 1) % ranks]) + 4 for r in range(ranks)]
+    # and the step's agreement: two int32 (the stop signal, a non-finite state)
+    sent = [16 * (n - counts[(r + 1) % ranks]) + 8 for r in range(ranks)]
     assert tr["per"] == "step"
     assert tr["bytes"]["max"] == max(sent) and tr["bytes"]["mean"] == pytest.approx(sum(sent) / ranks)
     assert tr["messages"]["max"] == tr["messages"]["mean"] == ranks  # P - 1 blocks and the flag

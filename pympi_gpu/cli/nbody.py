@@ -108,6 +108,9 @@ def check_model_options(ctx, model: str) -> None:
 @click.option("--checkpoint-every", type=_Count(minimum=1, maximum=10**12), default=None, metavar="K",
               help="Also write a checkpoint every K steps.")
 @click.option("--restart", type=str, default=None, metavar="PATH", help="Continue from this checkpoint.")
+@click.option("--on-blowup", type=click.Choice(["stop", "save"]), default="stop", show_default=True,
+              help="A run whose state blows up (NaN, overflow, atoms flung too far) stops with exit 3, its "
+                   "checkpoint untouched; save also writes the broken state to NAME.blowup.npz beside it.")
 @click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/nbody.md; "
@@ -118,8 +121,8 @@ def check_model_options(ctx, model: str) -> None:
 @lj_options
 @click.pass_context
 def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init, verify,
-          energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, threads, as_json, quiet, model,
-          **lj):
+          energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, on_blowup, threads, as_json, quiet,
+          model, **lj):
     """All-pairs gravitational n-body over MPI ranks: BODIES bodies, leapfrog KDK.
 
     BODIES is a whole number such as 65536, 1e6 or 2_000_000.
@@ -141,12 +144,12 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
 
         return run_lj(ctx, bodies=bodies, steps=steps, dt=dt, seed=seed, backend=backend, transport=transport,
                       verify=verify, energy_tolerance=energy_tolerance, checkpoint=checkpoint,
-                      checkpoint_every=checkpoint_every, restart=restart, threads=threads, as_json=as_json,
-                      quiet=quiet, **lj)
+                      checkpoint_every=checkpoint_every, restart=restart, on_blowup=on_blowup, threads=threads,
+                      as_json=as_json, quiet=quiet, **lj)
     from pympi_gpu.cli.nbody_gravity import run_gravity
 
     return run_gravity(ctx, bodies=bodies, steps=steps, dt=dt, softening=softening, precision=precision,
                        backend=backend, exchange=exchange, transport=transport, seed=seed, init=init,
                        verify=verify, energy_tolerance=energy_tolerance, benchmark=benchmark,
                        checkpoint=checkpoint, checkpoint_every=checkpoint_every, restart=restart,
-                       threads=threads, as_json=as_json, quiet=quiet, simd_note=simd_note)
+                       on_blowup=on_blowup, threads=threads, as_json=as_json, quiet=quiet, simd_note=simd_note)

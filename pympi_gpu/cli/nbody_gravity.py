@@ -7,8 +7,9 @@ import json
 import click
 
 from pympi_gpu.cli.common import configure_threads, fail, given, mpi_world, select_gpu_early
-from pympi_gpu.cli.simulation import (Stop, choose_devices, exit_if_unverified, format_tail, progress,
-                                      simulating)
+from pympi_gpu.cli.signals import Stop
+from pympi_gpu.cli.simulation import (TWICE, choose_devices, clear_stale_temporaries, exit_if_stopped,
+                                      exit_if_unverified, format_tail, progress, simulating)
 
 SCHEMA = "pympi_gpu.nbody/1"
 MIN_SOFTENING = 1e-15
@@ -38,11 +39,12 @@ def format_run(run, threads: int) -> str:
 
 
 def run_gravity(ctx, *, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init,
-                verify, energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, threads, as_json,
+                verify, energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, on_blowup, threads, as_json,
                 quiet, simd_note) -> None:
     """The gravity run (parameters as ``pympi-nbody``'s)."""
     dt = 1e-3 if dt is None else dt
     seed = 20240601 if seed is None else seed
+    from pympi_gpu.nbody.blowup import blowup_path
     from pympi_gpu.nbody.gravity import checkpoint as ckpt
     from pympi_gpu.nbody.gravity.backends import make_backend
     from pympi_gpu.nbody.gravity.driver import NbodyConfig, initial_state, local_arrays, simulate, state_from_arrays
@@ -59,7 +61,7 @@ def run_gravity(ctx, *, bodies, steps, dt, softening, precision, backend, exchan
     comm = mpi_world()
     size = comm.Get_size()
     # From here on SIGTERM only asks for a stop at the end of the current step.
-    stop = Stop().install()
+    stop = Stop("pympi-nbody", TWICE).install()
     if bodies < size:
         fail(f"BODIES ({bodies}) must be at least the number of ranks ({size})")
     from pympi_gpu.device.gpu import local_rank
@@ -94,7 +96,9 @@ def run_gravity(ctx, *, bodies, steps, dt, softening, precision, backend, exchan
     config = NbodyConfig(bodies=bodies, steps=steps, dt=dt, softening=softening, precision=precision,
                          init=init, seed=seed, diagnostics=(not benchmark) or verify,
                          checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                         stop_checkpoint=f"pympi-nbody-{bodies}.ckpt.npz")
+                         stop_checkpoint=f"pympi-nbody-{bodies}.ckpt.npz",
+                         blowup_save=(blowup_path(checkpoint, f"pympi-nbody-{bodies}.blowup.npz")
+                                      if on_blowup == "save" else None))
     ex = make_exchange(comm, be, bodies, exchange, devices.transport)
     state = state_from_arrays(be, local, meta) if restart else initial_state(comm, be, config)
 
@@ -102,10 +106,11 @@ def run_gravity(ctx, *, bodies, steps, dt, softening, precision, backend, exchan
 
     provenance = collect(comm, extra={**devices.provenance(), "threads_per_rank": str(nthreads),
                                       "simd": simd_note})
+    clear_stale_temporaries(comm, [config.checkpoint, config.stop_checkpoint])
     bar, on_step = progress(comm, not quiet, not as_json and steps - (meta["step"] if meta else 0) >= 20)
     with simulating(bar, stop):
         run, state = simulate(comm, config, be, ex, state, backend_reason=devices.backend_reason,
-                              transport_reason=devices.transport_reason, on_step=on_step, stop_requested=stop.__bool__,
+                              transport_reason=devices.transport_reason, on_step=on_step, stop_requested=stop.requested,
                               restarted_from=restart, provenance=provenance)
 
     if verify:
@@ -129,3 +134,4 @@ def run_gravity(ctx, *, bodies, steps, dt, softening, precision, backend, exchan
         else:
             click.echo(format_run(run, nthreads))
     exit_if_unverified(comm, run.verification)
+    exit_if_stopped(comm, run)

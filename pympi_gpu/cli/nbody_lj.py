@@ -8,8 +8,9 @@ import click
 import numpy as np
 
 from pympi_gpu.cli.common import configure_threads, fail, given, mpi_world, select_gpu_early
-from pympi_gpu.cli.simulation import (Stop, choose_devices, exit_if_unverified, format_tail, progress,
-                                      simulating)
+from pympi_gpu.cli.signals import Stop
+from pympi_gpu.cli.simulation import (TWICE, choose_devices, clear_stale_temporaries, exit_if_stopped,
+                                      exit_if_unverified, format_tail, progress, simulating)
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
 #: options a restart file fixes
@@ -53,9 +54,10 @@ def format_lj(run, threads: int) -> str:
 
 
 def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_tolerance, checkpoint,
-           checkpoint_every, restart, threads, as_json, density, temperature, cutoff, skin, thermo,
+           checkpoint_every, restart, on_blowup, threads, as_json, density, temperature, cutoff, skin, thermo,
            quiet=False) -> None:
     """The ``--model lj`` run (parameters as ``pympi-nbody``'s)."""
+    from pympi_gpu.nbody.blowup import blowup_path
     from pympi_gpu.nbody.lj import checkpoint as ckpt
     from pympi_gpu.nbody.lj.domain import brick_of, grid_problem, make_cart
     from pympi_gpu.nbody.lj.lattice import cells_for
@@ -75,7 +77,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         fail("--model lj runs on --backend numba or gpu (auto picks one)")
     early = select_gpu_early(backend)
     comm = mpi_world()
-    stop = Stop().install()
+    stop = Stop("pympi-nbody", TWICE).install()
     cart = make_cart(comm)
     try:
         dims = tuple(cart.Get_topo()[0])
@@ -111,7 +113,9 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
                           skin=skin, dt=dt, seed=seed, thermo_every=thermo,
                           newton=nthreads == 1 and not devices.gpu,
                           checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                          stop_checkpoint=f"pympi-nbody-lj-{config_atoms(cells)}.ckpt.npz")
+                          stop_checkpoint=f"pympi-nbody-lj-{config_atoms(cells)}.ckpt.npz",
+                          blowup_save=(blowup_path(checkpoint, f"pympi-nbody-lj-{config_atoms(cells)}.blowup.npz")
+                                       if on_blowup == "save" else None))
         brick = brick_of(config.box, dims, cart.Get_coords(cart.Get_rank()))
         if devices.gpu:
             from functools import partial
@@ -135,12 +139,13 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
 
         provenance = collect(comm, extra={**devices.provenance(), "threads_per_rank": str(nthreads),
                                           "model": "lj"})
+        clear_stale_temporaries(comm, [config.checkpoint, config.stop_checkpoint])
         bar, on_step = progress(comm, not quiet, not as_json and steps - step >= 20)
         with simulating(bar, stop):
             run = simulate(cart, config, system, step, initial=initial, backend=devices.backend,
                            backend_reason=devices.backend_reason, transport=devices.transport,
                            transport_reason=devices.transport_reason,
-                           on_step=on_step, stop_requested=stop.__bool__, restarted_from=restart,
+                           on_step=on_step, stop_requested=stop.requested, restarted_from=restart,
                            provenance=provenance)
         if verify:
             from dataclasses import replace
@@ -163,6 +168,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         else:
             click.echo(format_lj(run, nthreads))
     exit_if_unverified(comm, run.verification)
+    exit_if_stopped(comm, run)
 
 
 def config_atoms(cells: int) -> int:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import signal
+import sys
 
 import click
 
 from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, configure_threads, echo_root, fail, mpi_world,
                                   select_gpu_early, version_option)
 from pympi_gpu.cli.counts import MAX_COUNT
+from pympi_gpu.cli.signals import INTERRUPTED, Stop
 
 SCHEMA = "pympi_gpu.pi/1"
 
@@ -90,6 +93,8 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
         jitcache.configure()  # before numba loads: the GPU probe or the kernels load it
         early = select_gpu_early(backend)
     comm = mpi_world()
+    # From here on Ctrl-C and SIGTERM ask for a stop: the sampling (one pass) is finished and reported first.
+    stop = Stop("pympi-pi", "no result").install()
     size = comm.Get_size()
     if per_rank and samples * size > MAX_COUNT:
         fail(f"SAMPLES x ranks = {samples * size:.4g} exceeds the maximum {MAX_COUNT:.4g}")
@@ -130,3 +135,13 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
             click.echo(json.dumps(doc, indent=2))
         else:
             echo_root(comm, format_run(run, nthreads, verbose, why))
+    stop.restore()
+    from mpi4py import MPI
+
+    signum = comm.allreduce(stop.requested(), op=MPI.MAX)  # one verdict: every rank exits alike
+    if signum:
+        name = signal.Signals(signum).name
+        if comm.Get_rank() == 0:
+            click.echo(f"pympi-pi: stopped by {name} after the sampling, whose result is above "
+                       "(complete: nothing to save)", err=True)
+        sys.exit(INTERRUPTED if name == "SIGINT" else 128 + signum)

@@ -1,24 +1,31 @@
 """The run harness both n-body commands share (``pympi-nbody``, gravity and LJ).
 
 What a model's command needs between parsing its options and printing its
-record: one collective choice of backend and transport, the GPU bound, a
-SIGTERM that asks for a stop, rank 0's progress display, the checkpoint error
-made one message, the summary's closing lines and the exit status of a failed
-``--verify``.  It imports no model: each model's command imports it.
+record: one collective choice of backend and transport, the GPU bound, rank
+0's progress display, the temporaries a killed checkpoint writer left, the
+checkpoint error and the blow-up made one message each (a blow-up exits 3),
+the summary's closing lines and the exit status of a failed ``--verify``
+(the stop signals are :mod:`pympi_gpu.cli.signals`).  It imports no model:
+each model's command imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import signal
 import sys
 
 import click
 
 from pympi_gpu.cli.common import fail, prove_device_transport
+from pympi_gpu.cli.signals import Stop
+from pympi_gpu.nbody.blowup import EXIT_STATUS
 
-__all__ = ["Devices", "choose_devices", "Stop", "progress", "simulating", "format_tail", "exit_if_unverified"]
+#: what a second Ctrl-C says of the run's files
+TWICE = "nothing more written (checkpoints on disk are as they were)"
+
+__all__ = ["TWICE", "Devices", "choose_devices", "progress", "simulating", "format_tail", "exit_if_unverified",
+           "exit_if_stopped", "clear_stale_temporaries"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,33 +99,6 @@ def choose_devices(comm, backend: str, transport: str, early, dtype) -> Devices:
     return Devices(name, reason, transport_name, transport_why, binding, awareness)
 
 
-class Stop:
-    """SIGTERM (what Slurm sends before its time limit) asks for a clean stop.
-
-    Installed by :meth:`install`; true once the signal came.  The step loops
-    poll it and stop after the current step, writing the checkpoint.
-    """
-
-    def __init__(self):
-        self.signal = None
-        self.previous = None
-
-    def install(self) -> Stop:
-        self.previous = signal.signal(signal.SIGTERM, self)
-        return self
-
-    def restore(self) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
-            self.previous = None
-
-    def __call__(self, signum, frame):
-        self.signal = signum
-
-    def __bool__(self):
-        return self.signal is not None
-
-
 def progress(comm, enabled: bool, bar_ok: bool):
     """Rank 0's progress: a bar on a terminal (``bar_ok``), else plain lines every ~10 s.
 
@@ -145,19 +125,41 @@ def progress(comm, enabled: bool, bar_ok: bool):
     return bar, on_step
 
 
+class BlownUp(click.ClickException):
+    """A run that blew up, as one message and exit status 3."""
+
+    exit_code = EXIT_STATUS
+
+
 @contextlib.contextmanager
 def simulating(bar, stop: Stop):
-    """Around a run: a checkpoint error becomes one message; the bar and SIGTERM handler are put back."""
+    """Around a run: a checkpoint error or a blow-up becomes one message; the bar and signal handlers are put back."""
+    from pympi_gpu.nbody.blowup import BlowUp
     from pympi_gpu.nbody.checkpoint import CheckpointError
 
     try:
         yield
     except CheckpointError as exc:
         raise click.ClickException(str(exc)) from None
+    except BlowUp as exc:
+        raise BlownUp(str(exc)) from None
     finally:
         if bar is not None:
             bar.stop()
         stop.restore()
+
+
+def clear_stale_temporaries(comm, paths) -> None:
+    """Remove what killed checkpoint writers left beside ``paths``; rank 0 says so once.  Collective."""
+    from pympi_gpu.run.fileio import remove_stale_temporaries
+
+    if comm.Get_rank() == 0:
+        for path in dict.fromkeys(p for p in paths if p):
+            removed = remove_stale_temporaries(path)
+            if removed:
+                click.echo(f"pympi-nbody: removed {len(removed)} temporary file(s) a killed checkpoint writer "
+                           f"left beside {path} ({', '.join(p.name for p in removed)})", err=True)
+    comm.Barrier()
 
 
 def format_tail(run, quantity: str, items: str, bound: str = ".3e") -> list[str]:
@@ -189,3 +191,17 @@ def exit_if_unverified(comm, verification) -> None:
         if comm.Get_rank() == 0:
             click.echo("pympi-nbody: verification FAILED: " + "; ".join(verification.failures), err=True)
         sys.exit(1)  # every rank holds the same verdict; click's Exit would be swallowed here
+
+
+def exit_if_stopped(comm, run) -> None:
+    """After a run that a signal stopped: one line on stderr (where, what was saved); Ctrl-C exits 130."""
+    from pympi_gpu.cli.signals import INTERRUPTED
+
+    if not run.stopped_by:
+        return
+    if comm.Get_rank() == 0:
+        saved = (f"checkpoint {run.checkpoint} written (resume with --restart {run.checkpoint})"
+                 if run.checkpoint else "no checkpoint asked for")
+        click.echo(f"pympi-nbody: stopped by {run.stopped_by} after step {run.last_step}; {saved}", err=True)
+    if run.stopped_by == "SIGINT":
+        sys.exit(INTERRUPTED)

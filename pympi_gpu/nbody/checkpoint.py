@@ -5,7 +5,8 @@ string; each model (``gravity.checkpoint``, ``lj.checkpoint``) says which
 arrays and which meta fields, and validates its own.  The file is written to
 a temporary file beside the target, flushed to disk (``fsync``) and renamed
 over it (``os.replace``, atomic on POSIX): a reader sees the old checkpoint or
-the new one, never half of one.
+the new one, never half of one.  A writer killed mid-write leaves its
+temporary file; the next write of the same checkpoint removes it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pympi_gpu.run.fileio import atomic_open
+from pympi_gpu.run.fileio import atomic_open, remove_stale_temporaries
 
 __all__ = ["CheckpointError", "write_file", "check_writable"]
 
@@ -25,7 +26,12 @@ class CheckpointError(Exception):
 
 
 def write_file(path: str | os.PathLike, arrays: dict[str, np.ndarray], meta: dict) -> None:
-    """Write ``arrays`` and ``meta`` to ``path`` atomically (temp file, fsync, rename)."""
+    """Write ``arrays`` and ``meta`` to ``path`` atomically (temp file, fsync, rename).
+
+    First removes the temporaries a writer of ``path`` killed mid-write left
+    (the command line says so at the start of a run; here it happens silently).
+    """
+    remove_stale_temporaries(path)
     with atomic_open(path) as fh:
         np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)
 

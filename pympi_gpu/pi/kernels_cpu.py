@@ -39,7 +39,7 @@ def _scalar_hits(state, count):
     return hits
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _mc_count_vector(key, start, count):
     """Hits among samples ``[start, start + count)``: whole vectors in mc_simd, the rest scalar."""
     state = counter(key, np.uint64(start))
@@ -48,7 +48,7 @@ def _mc_count_vector(key, start, count):
     return mc_simd.hits(state, nvec) + _scalar_hits(state + np.uint64(done) * GAMMA, count - done)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _mc_count_scalar(key, start, count):
     """The same count from the scalar loop alone, as LLVM vectorises it."""
     return _scalar_hits(counter(key, np.uint64(start)), count)
@@ -58,7 +58,7 @@ def _mc_count_scalar(key, start, count):
 _mc_count = _mc_count_vector if mc_simd.worthwhile() else _mc_count_scalar
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, parallel=True, nogil=True, error_model="numpy")
 def _mc_count_parallel(key, start, count):
     nblocks = (count + _BLOCK - 1) // _BLOCK
     partial = np.zeros(nblocks, dtype=np.uint64)
@@ -106,7 +106,7 @@ def _node_sum(lo, hi, h):
     return 4.0 * (s + t)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, parallel=True, nogil=True, error_model="numpy")
 def _trap_chunks(n, c0, c1, csize):
     h = 1.0 / n
     out = np.empty(c1 - c0)

@@ -8,7 +8,8 @@ integrator are written once:
 ``fill_zero(a)``, ``copy_into(dst, src)``, ``axpy(y, h, x)``,
 ``accel(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az)``,
 ``potential(tx, ty, tz, sx, sy, sz, sm, eps2, phi)``, ``sync()``,
-``mpi_buffer(a)`` (the object handed to mpi4py), ``device`` (bool).
+``finite(arrays)`` (are all their entries finite?), ``mpi_buffer(a)`` (the object
+handed to mpi4py), ``device`` (bool).
 
 GPU backends add ``pinned(n)``, ``d2h(dev, host)`` and ``h2d(host, dev)``
 (asynchronous on the backend's stream) for staging through host memory.
@@ -65,6 +66,9 @@ class HostBackend:
 
     def sync(self) -> None:
         pass
+
+    def finite(self, arrays) -> bool:
+        return all(bool(np.isfinite(a).all()) for a in arrays)
 
     def mpi_buffer(self, a):
         return a

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pympi_gpu.mpi.decomposition import block_range
+from pympi_gpu.nbody.blowup import BlowUp
 from pympi_gpu.nbody.gravity import checkpoint as ckpt
 from pympi_gpu.nbody.gravity.initial import generate
 from pympi_gpu.nbody.gravity.kernels_cpu import FLOPS_PER_INTERACTION
@@ -49,8 +50,10 @@ class NbodyConfig:
     diagnostics: bool = True
     checkpoint: str | None = None
     checkpoint_every: int | None = None
-    #: where a stop (SIGTERM) writes its checkpoint when ``checkpoint`` is None
+    #: where a stop (SIGTERM, SIGINT) writes its checkpoint when ``checkpoint`` is None
     stop_checkpoint: str | None = None
+    #: where a blown-up state is saved for inspection (``--on-blowup save``); None: not saved
+    blowup_save: str | None = None
 
 
 @dataclasses.dataclass
@@ -138,6 +141,18 @@ def _meta(config: NbodyConfig, state: State) -> dict:
     return meta
 
 
+def _blew_up(comm, config: NbodyConfig, backend, state: State) -> None:
+    """Raise the blow-up on every rank, the broken state saved first if asked; collective."""
+    exc = BlowUp(state.step, "non-finite positions or velocities",
+                 f"the integration overflowed: reduce --dt (now {config.dt:g}) or raise --softening "
+                 f"(now {config.softening:g})")
+    if config.blowup_save:
+        ckpt.save(comm, config.blowup_save, local_arrays(backend, state),
+                  dict(_meta(config, state), blowup=f"{exc.check}: {exc.cause}"))
+        exc.saved = config.blowup_save
+    raise exc
+
+
 def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
              backend_reason: str = "", transport_reason: str = "",
              on_step: Callable[[int, int], None] | None = None,
@@ -146,10 +161,16 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
     """Advance ``state`` to step ``config.steps``; collective over comm.
 
     ``on_step(step, last)`` is called after every step (progress display);
-    ``stop_requested()`` is polled after every step on every rank, and if it
-    is true on any rank all ranks stop together, write a checkpoint and
-    return with ``stopped_by="SIGTERM"``.  Returns the record and the final state.
+    ``stop_requested()`` (a signal number, or 0) is polled after every step on
+    every rank, and if it is set on any rank all ranks stop together, write a
+    checkpoint and return with ``stopped_by`` the signal's name.  The same
+    agreement finds non-finite positions or velocities on any rank: then every
+    rank raises :class:`~pympi_gpu.nbody.blowup.BlowUp`, having written
+    nothing but, with ``config.blowup_save``, the broken state to that file.
+    Returns the record and the final state.
     """
+    import signal
+
     from mpi4py import MPI
 
     eps2 = config.softening ** 2
@@ -166,7 +187,7 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
     exchange.comm_time = 0.0
     clock = exchange.clock
     clock.reset()
-    flag = np.zeros(1, np.int32)
+    flag = np.zeros(2, np.int32)  # [the stop signal, 1 if the state is not finite]; the largest of all ranks
     backend.sync()
     comm.Barrier()
     t0 = MPI.Wtime()
@@ -184,12 +205,15 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
         step_times.append(MPI.Wtime() - ts)
         if on_step is not None:
             on_step(state.step, config.steps)
-        flag[0] = bool(stop_requested()) if stop_requested is not None else False
+        flag[0] = (stop_requested() or 0) if stop_requested is not None else 0
+        flag[1] = not backend.finite([*state.pos, *state.vel])
         with clock.phase("waiting"):  # every rank's step ends here: the imbalance shows
             comm.Allreduce(MPI.IN_PLACE, flag, op=MPI.MAX)
         clock.sent(flag.nbytes)
+        if flag[1]:
+            _blew_up(comm, config, backend, state)
         if flag[0]:
-            stopped = "SIGTERM"
+            stopped = signal.Signals(int(flag[0])).name
             break
         if (config.checkpoint and config.checkpoint_every and state.step % config.checkpoint_every == 0
                 and state.step < config.steps):

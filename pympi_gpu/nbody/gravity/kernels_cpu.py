@@ -66,7 +66,7 @@ def _make_accel(dtype):
     rsqrt = _rsqrt32 if dtype is np.float32 else _rsqrt64
     r2_min = dtype(R2_MIN[dtype])
 
-    @njit(parallel=True, fastmath=True, error_model="numpy", cache=True)
+    @njit(parallel=True, nogil=True, fastmath=True, error_model="numpy", cache=True)
     def accel(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
         for i in prange(tx.size):
             xi, yi, zi = tx[i], ty[i], tz[i]
@@ -91,7 +91,7 @@ def _make_potential(dtype):
     zero = dtype(0.0)
     rsqrt = _rsqrt32 if dtype is np.float32 else _rsqrt64
 
-    @njit(parallel=True, fastmath=True, error_model="numpy", cache=True)
+    @njit(parallel=True, nogil=True, fastmath=True, error_model="numpy", cache=True)
     def potential(tx, ty, tz, sx, sy, sz, sm, eps2, phi):
         for i in prange(tx.size):
             xi, yi, zi = tx[i], ty[i], tz[i]

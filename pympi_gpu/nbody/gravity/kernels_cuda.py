@@ -14,6 +14,8 @@ it, which the exchange does before every MPI call.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import cuda, float32, float64, uint32
 
@@ -146,6 +148,14 @@ def make_kernels(dtype, block: int):
     return accel, potential, axpy, fill_zero
 
 
+@cuda.jit
+def _count_nonfinite(a, out):
+    """out[0] += the number of entries of ``a`` that are NaN or infinite."""
+    i = cuda.grid(1)
+    if i < a.shape[0] and (math.isnan(a[i]) or math.isinf(a[i])):
+        cuda.atomic.add(out, 0, 1)
+
+
 class CudaBackend(DeviceBuffers):
     """Bodies in the memory of this rank's GPU (bind it first: :func:`pympi_gpu.device.gpu.bind_device`).
 
@@ -194,10 +204,19 @@ class CudaBackend(DeviceBuffers):
             self._potential[self._grid(tx.shape[0]), self.block, self.stream](
                 tx, ty, tz, sx, sy, sz, sm, self.dtype.type(eps2), phi)
 
+    def finite(self, arrays) -> bool:
+        """Are all entries of these device arrays finite?  One small kernel each, one copy back."""
+        count = cuda.to_device(np.zeros(1, np.int64), stream=self.stream)
+        for a in arrays:
+            if a.shape[0]:
+                _count_nonfinite[self._grid(a.shape[0]), self.block, self.stream](a, count)
+        return int(self.to_host(count)[0]) == 0
+
     def warmup(self) -> None:
         a = self.from_host(np.arange(1, 4, dtype=self.dtype))
         z = self.zeros(3)
         self.accel(a, a, a, a, a, a, a, 0.1, z, z, z)
         self.potential(a, a, a, a, a, a, a, 0.1, self.zeros(3, np.float64))
         self.axpy(z, 0.5, a)
+        self.finite([a])
         self.sync()

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pympi_gpu.nbody.blowup import BlowUp, blowup_path, finite_rows, moved_too_far
 from pympi_gpu.nbody.lj import kernels_cpu as kc
 from pympi_gpu.nbody.lj.domain import brick_of, owner_coords, wrap
 from pympi_gpu.nbody.lj.halo import Halo
@@ -59,6 +60,8 @@ class LjConfig:
     checkpoint: str | None = None
     checkpoint_every: int | None = None
     stop_checkpoint: str | None = None
+    #: where a blown-up state is saved for inspection (``--on-blowup save``); None: not saved
+    blowup_save: str | None = None
 
     @property
     def atoms(self) -> int:
@@ -114,6 +117,7 @@ class LjSystem:
         self.pairs = 0
         self.gid = self.ids
         self.lists = None
+        self.at_step = 0  # the step being taken, for the blow-up message (set by the driver)
         ext = [self.brick.hi[d] - self.brick.lo[d] + 2 * config.cutneigh for d in range(3)]
         # cells of at least half the neighbour cutoff, searched `reach` = 2 cells out
         self.reach = 2
@@ -126,10 +130,28 @@ class LjSystem:
 
     # -- neighbour lists --------------------------------------------------
     def rebuild(self) -> None:
-        """Migrate, sort by cell, rebuild ghosts and Verlet lists; collective."""
+        """Migrate, sort by cell, rebuild ghosts and Verlet lists; collective.
+
+        Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank where some
+        rank holds non-finite velocities or forces, or where the migration
+        left more or fewer atoms than the system has.
+        """
+        from mpi4py import MPI
+
         x = self.pos[:self.nlocal]
+        finite = finite_rows(self.v, self.f[:self.nlocal])
         rows = np.hstack([self.v, self.f[:self.nlocal], self.ids[:, None].astype(np.float64)])
         x, rows = self.halo.migrate(x, rows)
+        tally = np.array([x.shape[0], 0 if finite else 1], np.int64)  # [atoms owned, ranks not finite]
+        with self.halo.clock.phase("waiting"):
+            self.cart.Allreduce(MPI.IN_PLACE, tally, op=MPI.SUM)
+        self.halo.clock.sent(tally.nbytes)
+        if tally[1]:
+            raise BlowUp(None, "non-finite velocities or forces", "the forces overflowed: reduce --dt or --temperature")
+        if tally[0] != self.config.atoms:
+            what = "lost" if tally[0] < self.config.atoms else "duplicated"
+            raise BlowUp(None, f"{abs(int(tally[0]) - self.config.atoms)} atoms {what} in the migration to their bricks",
+                         "atoms moved too far between list builds: reduce --dt or --temperature")
         cell_of, _, _ = kc.bin_atoms(x, x.shape[0], self.cell_lo, self.cell_inv, self.ncell)
         ids = rows[:, 6].astype(np.int64)
         order = np.lexsort((ids, cell_of))
@@ -157,18 +179,46 @@ class LjSystem:
         self.pairs = (1.0 if self.config.newton else 0.5) * (int(lists[0].sum()) + int(lists[2].sum()))
         self.rebuilds += 1
 
+    @property
+    def move_limit(self) -> float:
+        """The farthest an atom may move between list builds: its ghosts' reach, or a brick if thinner."""
+        return min(self.config.cutneigh, *(self.brick.hi[d] - self.brick.lo[d] for d in range(3)))
+
     def needs_rebuild(self) -> bool:
-        """Has any atom on any rank moved more than skin/2 since the last rebuild?  Collective."""
+        """Has any atom on any rank moved more than skin/2 since the last rebuild?  Collective.
+
+        Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank where one
+        moved beyond :attr:`move_limit` or has a non-finite position.
+        """
+        if self.lists is None:
+            return True
+        return self.agree_displacement(kc.max_displacement2(self.pos, self.x0, self.nlocal))
+
+    def agree_displacement(self, d2: float) -> bool:
+        """All ranks' largest squared displacement ``d2`` (NaN counts as infinite): rebuild?  Collective."""
         from mpi4py import MPI
 
-        flag = np.ones(1, np.int32)
-        if self.lists is not None:
-            flag[0] = kc.max_displacement2(self.pos, self.x0, self.nlocal) > (0.5 * self.config.skin) ** 2
+        top = np.array([d2 if d2 == d2 else np.inf])
         clock = self.halo.clock
         with clock.phase("waiting"):  # every rank's step meets here: the imbalance shows
-            self.cart.Allreduce(MPI.IN_PLACE, flag, op=MPI.MAX)
-        clock.sent(flag.nbytes)
-        return bool(flag[0])
+            self.cart.Allreduce(MPI.IN_PLACE, top, op=MPI.MAX)
+        clock.sent(top.nbytes)
+        if bad := moved_too_far(None, float(top[0]), self.move_limit, "sigma"):
+            raise bad
+        return bool(top[0] > (0.5 * self.config.skin) ** 2)
+
+    def check_finite(self) -> None:
+        """Raise :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank if any rank's state is not finite.
+
+        Collective; called before anything is written.
+        """
+        from mpi4py import MPI
+
+        owned = self.owned()
+        bad = self.cart.allreduce(0 if finite_rows(owned["x"], owned["v"], owned["f"]) else 1, op=MPI.SUM)
+        if bad:
+            raise BlowUp(None, "non-finite positions, velocities or forces",
+                         "the forces overflowed: reduce --dt or --temperature")
 
     # -- forces -----------------------------------------------------------
     def compute_forces(self, forward: bool, eflag: bool = True) -> None:
@@ -223,7 +273,10 @@ class LjSystem:
         return np.concatenate([kc.kinetic_sums(self.v, self.nlocal), [self.energy, self.virial]])
 
     def step(self, force_rebuild: bool = False, eflag: bool = False) -> None:
-        """One velocity-Verlet step; collective.  ``eflag``: sum energy and virial (a thermo step)."""
+        """One velocity-Verlet step; collective.  ``eflag``: sum energy and virial (a thermo step).
+
+        Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` (on every rank) where the state blew up.
+        """
         h = 0.5 * self.config.dt
         kc.kick(self.v, self.f, h, self.nlocal)
         kc.drift(self.pos, self.v, self.config.dt, self.nlocal)
@@ -249,8 +302,15 @@ class LjSystem:
         return had
 
     def wrap(self) -> None:
-        """Fold the owned positions into the box, as a restart's first rebuild does (ghosts go stale)."""
-        self.pos[:self.nlocal] = wrap(self.pos[:self.nlocal], self.config.box)
+        """Fold the owned positions into the box, as a restart's first rebuild does (ghosts go stale).
+
+        The reference positions of the rebuild test move with them: a fold is not a displacement.
+        """
+        n = self.nlocal
+        folded = wrap(self.pos[:n], self.config.box)
+        if self.lists is not None:
+            self.x0 += folded - self.pos[:n]
+        self.pos[:n] = folded
 
     def owned(self) -> dict[str, np.ndarray]:
         """Host copies of the owned atoms: ``x v f`` ``(n, 3)`` and ``id``."""
@@ -273,16 +333,49 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
     """Advance ``system`` from ``step`` to ``config.steps``; collective over comm.
 
     ``initial`` is the thermo at step 0 of a restarted run (for the drift).
-    SIGTERM handling, progress and checkpoints as the gravity model's
-    :func:`pympi_gpu.nbody.gravity.driver.simulate`.
+    Stop requests (SIGTERM, SIGINT), progress and checkpoints as the gravity
+    model's :func:`pympi_gpu.nbody.gravity.driver.simulate`.  A blown-up state
+    raises :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank with the step
+    it was found at, having written nothing but, with ``config.blowup_save``,
+    the broken state to that file.
     """
+    try:
+        return _simulate(comm, config, system, step, initial=initial, backend=backend,
+                         backend_reason=backend_reason, transport=transport, transport_reason=transport_reason,
+                         on_step=on_step, stop_requested=stop_requested, restarted_from=restarted_from,
+                         provenance=provenance)
+    except BlowUp as exc:
+        exc.step = system.at_step
+        if config.blowup_save:
+            from pympi_gpu.nbody.lj import checkpoint as ckpt
+
+            ckpt.save(comm, config.blowup_save, system.owned(), dict(_meta(config, exc.step, initial),
+                                                                      blowup=f"{exc.check}: {exc.cause}"))
+            exc.saved = config.blowup_save
+        raise
+
+
+def _checked_thermo(comm, step, system, config, volume):
+    """The thermo row at ``step`` (collective); a non-finite one is a blow-up, the same on every rank."""
+    row = thermo(comm, step, system.local_sums(), config.atoms, volume)
+    if not all(math.isfinite(v) for v in (row.temp, row.e_pair, row.etotal, row.press, *row.momentum)):
+        raise BlowUp(None, f"non-finite thermo (temperature {row.temp:.4g}, energy {row.etotal:.4g} per atom)",
+                     "the forces overflowed: reduce --dt or --temperature")
+    return row
+
+
+def _simulate(comm, config, system, step, *, initial, backend, backend_reason, transport, transport_reason,
+              on_step, stop_requested, restarted_from, provenance) -> LjRun:
+    import signal
+
     from mpi4py import MPI
 
     from pympi_gpu.nbody.lj import checkpoint as ckpt
 
     volume = config.box ** 3
+    system.at_step = step
     force = system.start()
-    rows = [thermo(comm, step, system.local_sums(), config.atoms, volume)]
+    rows = [_checked_thermo(comm, step, system, config, volume)]
     if initial is None:
         initial = rows[0]
     first = step
@@ -298,48 +391,54 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
     comm.Barrier()
     c0 = time.process_time()
     t0 = MPI.Wtime()
-    while step < config.steps:
-        ts = time.perf_counter()
-        step += 1
-        system.step(force_rebuild=force,
-                    eflag=bool(config.thermo_every and step % config.thermo_every == 0) or step == config.steps)
-        force = False
-        times.append(time.perf_counter() - ts)
-        if (config.thermo_every and step % config.thermo_every == 0) or step == config.steps:
-            with clock.phase("waiting"):
-                rows.append(thermo(comm, step, system.local_sums(), config.atoms, volume))
-            clock.sent(6 * 8)
-        if on_step is not None:
-            on_step(step, config.steps)
-        # SIGTERM: each step posts its flag without waiting and reads the previous step's answer, so
-        # the stop costs no synchronisation of its own and comes one step after the signal
-        if pending is not None:
-            with clock.phase("waiting"):
-                pending.Wait()
-            pending = None
-        if asked[1]:
-            stopped = "SIGTERM"
-            if rows[-1].step != step:
-                rows.append(thermo(comm, step, system.local_sums(), config.atoms, volume))
-            break
-        asked[0] = bool(stop_requested()) if stop_requested is not None else False
-        pending = comm.Iallreduce(asked[:1], asked[1:], op=MPI.LOR)
-        clock.sent(asked[:1].nbytes)
-        if config.checkpoint and config.checkpoint_every and step % config.checkpoint_every == 0 \
-                and step < config.steps:
-            with clock.phase("io"):
-                ckpt.save(comm, config.checkpoint, system.owned(), _meta(config, step, initial))
-            written += 1
-            system.wrap()
-            force = True  # as a restart from this checkpoint would
-    if pending is not None:
-        pending.Wait()  # a signal during the last step: the run has ended anyway
+    try:
+        while step < config.steps:
+            ts = time.perf_counter()
+            step += 1
+            system.at_step = step
+            system.step(force_rebuild=force,
+                        eflag=bool(config.thermo_every and step % config.thermo_every == 0) or step == config.steps)
+            force = False
+            times.append(time.perf_counter() - ts)
+            if (config.thermo_every and step % config.thermo_every == 0) or step == config.steps:
+                with clock.phase("waiting"):
+                    rows.append(_checked_thermo(comm, step, system, config, volume))
+                clock.sent(6 * 8)
+            if on_step is not None:
+                on_step(step, config.steps)
+            # A stop request (SIGTERM, SIGINT): each step posts its signal number without waiting and reads
+            # the previous step's answer, so the stop costs no synchronisation of its own and comes one
+            # step after the signal
+            if pending is not None:
+                with clock.phase("waiting"):
+                    pending.Wait()
+                pending = None
+            if asked[1]:
+                stopped = signal.Signals(int(asked[1])).name
+                if rows[-1].step != step:
+                    rows.append(_checked_thermo(comm, step, system, config, volume))
+                break
+            asked[0] = (stop_requested() or 0) if stop_requested is not None else 0
+            pending = comm.Iallreduce(asked[:1], asked[1:], op=MPI.MAX)
+            clock.sent(asked[:1].nbytes)
+            if config.checkpoint and config.checkpoint_every and step % config.checkpoint_every == 0 \
+                    and step < config.steps:
+                system.check_finite()  # nothing broken over a good checkpoint
+                with clock.phase("io"):
+                    ckpt.save(comm, config.checkpoint, system.owned(), _meta(config, step, initial))
+                written += 1
+                system.wrap()
+                force = True  # as a restart from this checkpoint would
+    finally:
+        if pending is not None:  # a signal during the last step, or a blow-up: every rank completes it
+            pending.Wait()
     wall = MPI.Wtime() - t0
     cpu = time.process_time() - c0
     # compute: the rest of the timed steps (pair forces, lists, integration), per rank
     clock.seconds["compute"] = max(0.0, wall - sum(clock.seconds[k] for k in ("communication", "waiting", "io")))
     path = config.checkpoint or (config.stop_checkpoint if stopped else None)
     if path:
+        system.check_finite()
         with clock.phase("io"):
             ckpt.save(comm, path, system.owned(), _meta(config, step, initial))
         written += 1

@@ -68,7 +68,7 @@ def bin_atoms(pos, n_all, lo, inv, ncell):
     return cell_of, start, atoms
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def neighbor_lists(pos, nlocal, gid, cell_of, start, atoms, ncell, reach, cut2, rc2, half, cap_own, cap_gh):
     """Verlet lists of the owned atoms, padded: ``(own_cnt, own_nbr, gh_cnt, gh_nbr, ok)``.
 
@@ -202,7 +202,7 @@ def lj_pair(r2):
     return r6i * (48.0 * r6i - 24.0) * r2i, 4.0 * r6i * (r6i - 1.0)
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def _newton(pos, f, i0, i1, cnt, nbr, rc2, eflag):
     """Half list, Newton's third law: adds to f[i] and f[j]; returns (energy, virial) (0, 0 unless ``eflag``)."""
     e = 0.0
@@ -263,7 +263,7 @@ def lj_row(pos, i, cnt, nbr, rc2):
     return fx, fy, fz, e, w
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag):
     """Adds to f[i] only (parallel over i); returns the full (energy, virial) of the listed pairs (if ``eflag``)."""
     e = 0.0
@@ -330,13 +330,14 @@ def drift(x, v, dt, n):
 
 @njit(parallel=True, cache=True)
 def max_displacement2(x, x0, n):
-    """Largest squared displacement of the first n rows since ``x0``."""
+    """Largest squared displacement of the first n rows since ``x0``; infinite if one is not finite."""
     m = 0.0
     for i in prange(n):
         dx = x[i, 0] - x0[i, 0]
         dy = x[i, 1] - x0[i, 1]
         dz = x[i, 2] - x0[i, 2]
-        m = max(m, dx * dx + dy * dy + dz * dz)
+        d2 = dx * dx + dy * dy + dz * dz
+        m = max(m, d2 if d2 == d2 else np.inf)  # max() would pass a NaN over
     return m
 
 

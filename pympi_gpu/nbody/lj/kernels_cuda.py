@@ -80,7 +80,7 @@ def _kick(v, f, h, n):
 
 @cuda.jit
 def _drift_disp(x, v, dt, x0, d2, n):
-    """x += dt v; d2 = squared displacement since the last rebuild."""
+    """x += dt v; d2 = squared displacement since the last rebuild, infinite where not finite."""
     i = cuda.grid(1)
     if i < n:
         s = 0.0
@@ -88,7 +88,7 @@ def _drift_disp(x, v, dt, x0, d2, n):
             x[i, d] += dt * v[i, d]
             dd = x[i, d] - x0[i, d]
             s += dd * dd
-        d2[i] = s
+        d2[i] = s if s == s else math.inf  # the max reduction would pass a NaN over
 
 
 _max = cuda.reduce(lambda a, b: max(a, b))
@@ -224,21 +224,18 @@ class GpuLjSystem(LjSystem):
         self.energy = self.virial = None  # summed on demand (local_sums)
 
     def step(self, force_rebuild: bool = False, eflag: bool = False) -> None:
-        from mpi4py import MPI
-
         if not self.on_device:
             return super().step(force_rebuild, eflag)
         s = self.stream
         n = self.nlocal
         h = 0.5 * self.config.dt
+        d2 = 0.0
         if n:
             _kick[_grid(n), BLOCK, s](self.d_v, self.d_f, h, n)
             _drift_disp[_grid(n), BLOCK, s](self.d_pos, self.d_v, self.config.dt, self.d_x0, self.d_d2, n)
             s.synchronize()  # the reduction runs on the default stream
-            far = _max(self.d_d2[:n], init=0.0) > (0.5 * self.config.skin) ** 2
-        else:
-            far = False
-        if self.cart.allreduce(bool(far), op=MPI.LOR) or force_rebuild:
+            d2 = float(_max(self.d_d2[:n], init=0.0))
+        if self.agree_displacement(d2) or force_rebuild:  # collective; a blow-up raises on every rank
             self.rebuild()
             self.compute_forces(forward=False)
         else:
@@ -274,6 +271,7 @@ class GpuLjSystem(LjSystem):
         self.d_pos = cuda.to_device(self.pos, stream=self.stream)
         self.d_v = cuda.to_device(self.v, stream=self.stream)
         self.d_f = cuda.to_device(self.f, stream=self.stream)
+        self.d_x0 = cuda.to_device(self.x0, stream=self.stream)
         self.on_device = True
 
     def owned(self) -> dict[str, np.ndarray]:
