@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -137,16 +136,6 @@ def gravity_case(comm, bodies: int, steps: int) -> dict:
             "checks_s": parts, "checks_per_step_s": sum(parts.values()), "share": sum(parts.values()) / step}
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lj", default="32000,256000", help="LJ atom counts")
@@ -164,16 +153,23 @@ def main() -> None:
     rows += [gravity_case(comm, int(n), max(3, args.steps // 8)) for n in args.gravity.split(",") if n]
     if comm.Get_rank() != 0:
         return
+    import os
+
     import numba
 
-    isa = "avx512" if "avx512f" in Path("/proc/cpuinfo").read_text() else "avx2"
-    print(f"blow-up checks, {comm.Get_size()} rank(s), {cpu_model()} ({isa}), numba {numba.__version__}")
+    from pympi_gpu.device.jitcache import host_cpu
+
+    cpu = host_cpu()
+    load = os.getloadavg()[0]
+    print(f"blow-up checks, {comm.Get_size()} rank(s), {cpu['model']} ({cpu['llvm_cpu']}, {cpu['vector_isa']}), "
+          f"numba {numba.__version__}, load average {load:.2f}")
     print(f"{'model':8} {'size':>9} {'step (median)':>14} {'checks/step':>12} {'share':>8}")
     for r in rows:
         print(f"{r['model']:8} {r['size']:>9,} {r['median_step_s'] * 1e3:>11.3f} ms {r['checks_per_step_s'] * 1e6:>9.1f} us "
               f"{100 * r['share']:>7.3f}%")
     if args.out:
-        doc = {"benchmark": "blowup-checks", "cpu": cpu_model(), "isa": isa, "ranks": comm.Get_size(),
+        doc = {"benchmark": "blowup-checks", "cpu": cpu["model"], "llvm_cpu": cpu["llvm_cpu"],
+               "vector_isa": cpu["vector_isa"], "load_average": load, "ranks": comm.Get_size(),
                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         existing = json.loads(args.out.read_text()) if args.out.exists() else {}

@@ -46,8 +46,13 @@ def finished(proc, within: float) -> tuple[str, str]:
         pytest.fail(f"the job did not end within {within:.0f} s of Ctrl-C")
 
 
-def ranks_of(proc) -> list[int]:
-    return [pid for pid in session_procs(proc.pid) if _rank_of(pid) is not None]
+def interrupt_twice(proc) -> None:
+    """Ctrl-C twice, half a second apart, to every rank (as the terminal and the launcher deliver it)."""
+    ranks = [pid for pid in session_procs(proc.pid) if _rank_of(pid) is not None]
+    for _ in range(2):
+        for pid in ranks:
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.5)
 
 
 def quiet(text: str) -> None:
@@ -98,11 +103,7 @@ def test_second_ctrl_c_ends_at_once_and_keeps_the_checkpoint(tmp_path, model):
     argv = mpiexec_argv(RANKS) + [NBODY, *LONG_STEPS[model], "--threads", "1", "--checkpoint", str(path), "-q"]
     with job(argv) as proc:
         wait_busy(wait_for_rank(proc.pid, 0), cpu=4.0)
-        ranks = ranks_of(proc)
-        for _ in range(2):
-            for pid in ranks:
-                os.kill(pid, signal.SIGINT)
-            time.sleep(0.5)
+        interrupt_twice(proc)
         t0 = time.monotonic()
         stdout, stderr = finished(proc, 30)
     assert time.monotonic() - t0 < 15
@@ -117,11 +118,7 @@ def test_second_ctrl_c_on_pi_ends_at_once():
     argv = mpiexec_argv(RANKS) + [PI, "1e12", "--threads", "1", "--backend", "numba"]
     with job(argv) as proc:
         wait_busy(wait_for_rank(proc.pid, 0), cpu=1.0)
-        ranks = ranks_of(proc)
-        for _ in range(2):
-            for pid in ranks:
-                os.kill(pid, signal.SIGINT)
-            time.sleep(0.5)
+        interrupt_twice(proc)
         stdout, stderr = finished(proc, 30)
     assert proc.returncode == 130, stdout + stderr
     assert stderr.strip().splitlines() == ["pympi-pi: interrupted twice: stopped at once, no result"], stderr

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pympi_gpu.nbody.blowup import BlowUp, blowup_path, finite_rows, moved_too_far
+from pympi_gpu.nbody.blowup import BlowUp, finite_rows, moved_too_far
 from pympi_gpu.nbody.lj import kernels_cpu as kc
 from pympi_gpu.nbody.lj.domain import brick_of, owner_coords, wrap
 from pympi_gpu.nbody.lj.halo import Halo
