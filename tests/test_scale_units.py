@@ -209,3 +209,17 @@ def test_a_held_lock_refuses_but_a_filesystem_without_flock_runs_unguarded(tmp_p
     monkeypatch.setattr(fcntl, "flock", unsupported)
     with store.lock():
         assert "No locks available" in store.unlocked_reason and "does not support flock" in store.unlocked_reason
+
+
+def test_the_load_before_each_run_is_recorded_and_summarised(tmp_path):
+    import os
+
+    rec = json.dumps(_record(1, 0.1))
+    o = run_once(SimpleLaunch(tuple(_fake(tmp_path, f"print({rec!r})\n")), "direct"), Point(1), 0, timeout=60)
+    assert o.ok and o.to_run()["load"] == pytest.approx(o.load) and 0 <= o.load <= 10 * (os.cpu_count() or 1)
+    pts = make_points(ranks=(1, 2))
+    runs = [dict(_run(p, i, 1.0 / p.ranks), load=load) for p in pts for i, load in enumerate((0.5, 3.0, 1.0))]
+    s = summarise(runs, pts, 3, "strong", ["pympi-pi", "1e6"])
+    assert [p.load for p in s.points] == [1.0, 1.0] and s.load_range == (1.0, 1.0)
+    old = [_run(p, i, 1.0) for p in pts for i in range(3)]  # studies from before the load was kept
+    assert summarise(old, pts, 3, "strong", ["pympi-pi", "1e6"]).load_range is None

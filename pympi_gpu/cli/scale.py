@@ -91,6 +91,8 @@ def render_table(summary):
                   caption=(f"time = median of the command's wall_time over repeats; vs "
                            f"{summary.baseline_ranks} rank(s); {summary.threads_per_rank} thread(s) per rank; "
                            f"cores = busy cores per node (of {summary.cores_per_node})"
+                           + (f"; load average before the runs {summary.load_range[0]:.2f}.."
+                              f"{summary.load_range[1]:.2f}" if summary.load_range else "")
                            if summary.baseline_ranks else None))
     nodes = any(p.nodes is not None for p in summary.points)
     table.add_column("ranks", justify="right")

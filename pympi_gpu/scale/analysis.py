@@ -73,6 +73,8 @@ class PointSummary:
     steps: int | None = None
     serial_fraction: float | None = None
     superlinear: bool = False
+    #: this node's 1-minute load average before the runs (median): what else was running
+    load: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +96,12 @@ class StudySummary:
     @property
     def failed(self) -> tuple[PointSummary, ...]:
         return tuple(p for p in self.points if p.status in ("failed", "partial"))
+
+    @property
+    def load_range(self) -> tuple[float, float] | None:
+        """The lowest and highest load average the sizes ran under (None where not recorded)."""
+        loads = [p.load for p in self.points if p.load is not None]
+        return (min(loads), max(loads)) if loads else None
 
     @property
     def mixed_backends(self) -> tuple[str, ...]:
@@ -191,6 +199,8 @@ def summarise(runs: Sequence[dict[str, Any]], points: Sequence[Point], repeat: i
             time=statistics.median(times) if times else None,
             time_min=min(times) if times else None, time_max=max(times) if times else None,
             elapsed=statistics.median(float(r["elapsed"]) for r in ok) if ok else None,
+            load=statistics.median(loads) if (loads := [float(r["load"]) for r in ok
+                                                        if r.get("load") is not None]) else None,
             throughput=statistics.median(thr) if thr else None,
             throughput_per_rank=statistics.median(thr) / p.ranks if thr else None,
             launcher=(ok or bad)[-1].get("launcher") if got else None,

@@ -24,7 +24,7 @@ CSV_COLUMNS = ("ranks", "nodes", "tasks_per_node", "threads_per_rank", "cores", 
                "status", "repeats", "time", "time_min", "time_max", "elapsed", "speedup", "ideal",
                "efficiency", "serial_fraction", "superlinear", "throughput", "throughput_per_rank", "work_unit",
                "compute_s", "communication_s", "waiting_s", "io_s", "waiting_max_s", "traffic_per",
-               "bytes_per_rank", "messages_per_rank", "launcher", "error")
+               "bytes_per_rank", "messages_per_rank", "load", "launcher", "error")
 
 
 def study_dict(summary: StudySummary, **extra) -> dict:

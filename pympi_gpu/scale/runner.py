@@ -50,6 +50,8 @@ class RunOutcome:
 
     ``elapsed`` is the launch-to-exit time in seconds seen by the driver
     (start-up included); the command's own ``wall_time`` is in ``record``.
+    ``load`` is this node's 1-minute load average just before the launch:
+    what else was running (a study measures its neighbours too).
     """
 
     point: Point
@@ -62,13 +64,14 @@ class RunOutcome:
     record: dict[str, Any] | None = None
     error: str | None = None
     stderr_tail: str = ""
+    load: float | None = None
 
     def to_run(self) -> dict[str, Any]:
         """The dict stored in the results file."""
         return {"point": self.point.key, "ranks": self.point.ranks, "nodes": self.point.nodes,
                 "tasks_per_node": self.point.tasks_per_node, "repeat": self.repeat, "ok": self.ok,
                 "argv": list(self.argv), "launcher": self.launcher, "returncode": self.returncode,
-                "elapsed": self.elapsed, "error": self.error, "stderr_tail": self.stderr_tail,
+                "elapsed": self.elapsed, "load": self.load, "error": self.error, "stderr_tail": self.stderr_tail,
                 "record": self.record, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
@@ -140,6 +143,12 @@ def run_once(launch: Launch, point: Point, repeat: int, *, timeout: float | None
     The launcher runs in its own session so that a timeout or an interrupt
     ends all its ranks; ``KeyboardInterrupt`` is passed on after that.
     """
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return dataclasses.replace(_launch(launch, point, repeat, timeout, env), load=load)
+
+
+def _launch(launch: Launch, point: Point, repeat: int, timeout: float | None,
+            env: Mapping[str, str] | None) -> RunOutcome:
     argv = tuple(launch.argv)
     t0 = time.perf_counter()
     try:
