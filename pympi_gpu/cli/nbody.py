@@ -17,7 +17,7 @@ MAX_BODIES = 2**31 - 1
 MODELS = ("gravity", "lj")
 #: gravity options that mean nothing to the LJ model, and the reverse
 GRAVITY_ONLY = ("softening", "precision", "exchange", "init")
-LJ_ONLY = ("density", "temperature", "cutoff", "skin", "thermo")
+LJ_ONLY = ("density", "temperature", "cutoff", "skin")
 
 
 class _Count(Count):
@@ -61,8 +61,6 @@ def lj_options(f):
                      help="lj: pair cutoff (sigma)."),
         click.option("--skin", type=_float(allow_zero=True), default=0.3, show_default=True,
                      help="lj: Verlet-list skin (sigma); lists are rebuilt when an atom moves skin/2."),
-        click.option("--thermo", type=IntRange(0, None), default=0, show_default=True, metavar="K",
-                     help="lj: thermo output every K steps (0: first and last)."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -111,6 +109,12 @@ def check_model_options(ctx, model: str) -> None:
 @click.option("--on-blowup", type=click.Choice(["stop", "save"]), default="stop", show_default=True,
               help="A run whose state blows up (NaN, overflow, atoms flung too far) stops with exit 3, its "
                    "checkpoint untouched; save also writes the broken state to NAME.blowup.npz beside it.")
+@click.option("--thermo", type=IntRange(0, None), default=0, show_default=True, metavar="K",
+              help="A thermo row every K steps (0: first and last), printed as it is computed: lj as LAMMPS "
+                   "prints it; gravity: energies, virial ratio -2K/U, momentum.")
+@click.option("--thermo-file", type=str, default=None, metavar="PATH",
+              help="Also append the thermo rows to PATH, flushed per row: .csv, or .yaml (LAMMPS's "
+                   "thermo_style yaml); a restart continues the file.")
 @click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/nbody.md; "
@@ -121,8 +125,8 @@ def check_model_options(ctx, model: str) -> None:
 @lj_options
 @click.pass_context
 def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init, verify,
-          energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, on_blowup, threads, as_json, quiet,
-          model, **lj):
+          energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, on_blowup, thermo, thermo_file, threads,
+          as_json, quiet, model, **lj):
     """All-pairs gravitational n-body over MPI ranks: BODIES bodies, leapfrog KDK.
 
     BODIES is a whole number such as 65536, 1e6 or 2_000_000.
@@ -139,17 +143,21 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     simd_note = jitcache.tune_cpu()  # before configure(), which would find it done
     jitcache.configure()
     check_model_options(ctx, model)
+    from pympi_gpu.cli.simulation import check_thermo_file
+
+    check_thermo_file(thermo_file)
     if model == "lj":
         from pympi_gpu.cli.nbody_lj import run_lj
 
         return run_lj(ctx, bodies=bodies, steps=steps, dt=dt, seed=seed, backend=backend, transport=transport,
                       verify=verify, energy_tolerance=energy_tolerance, checkpoint=checkpoint,
                       checkpoint_every=checkpoint_every, restart=restart, on_blowup=on_blowup, threads=threads,
-                      as_json=as_json, quiet=quiet, **lj)
+                      as_json=as_json, quiet=quiet, thermo=thermo, thermo_file=thermo_file, **lj)
     from pympi_gpu.cli.nbody_gravity import run_gravity
 
     return run_gravity(ctx, bodies=bodies, steps=steps, dt=dt, softening=softening, precision=precision,
                        backend=backend, exchange=exchange, transport=transport, seed=seed, init=init,
                        verify=verify, energy_tolerance=energy_tolerance, benchmark=benchmark,
                        checkpoint=checkpoint, checkpoint_every=checkpoint_every, restart=restart,
-                       on_blowup=on_blowup, threads=threads, as_json=as_json, quiet=quiet, simd_note=simd_note)
+                       on_blowup=on_blowup, thermo=thermo, thermo_file=thermo_file, threads=threads,
+                       as_json=as_json, quiet=quiet, simd_note=simd_note)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import click
 
 from pympi_gpu.cli.common import configure_threads, fail, given, mpi_world, select_gpu_early
 from pympi_gpu.cli.signals import Stop
-from pympi_gpu.cli.simulation import (TWICE, choose_devices, clear_stale_temporaries, exit_if_stopped,
-                                      exit_if_unverified, format_tail, progress, simulating)
+from pympi_gpu.cli.simulation import (TWICE, ThermoOutput, choose_devices, clear_stale_temporaries,
+                                      exit_if_stopped, exit_if_unverified, format_tail, progress, simulating)
 
 SCHEMA = "pympi_gpu.nbody/1"
 MIN_SOFTENING = 1e-15
@@ -17,10 +18,20 @@ MIN_SOFTENING = 1e-15
 _FROM_FILE = ("dt", "softening", "precision", "seed", "init")
 
 
-def format_run(run, threads: int) -> str:
-    """The human summary of a :class:`~pympi_gpu.nbody.gravity.record.NbodyRun`."""
-    lines = [f"n-body: {run.bodies:,} bodies, {run.ranks} rank(s), {run.precision}, {run.init} "
-             f"(seed {run.seed}), dt {run.dt:g}, softening {run.softening:g}"]
+def gravity_title(config, ranks: int) -> str:
+    """The summary's first line, from the run's :class:`~pympi_gpu.nbody.gravity.driver.NbodyConfig` (or record)."""
+    return (f"n-body: {config.bodies:,} bodies, {ranks} rank(s), {config.precision}, {config.init} "
+            f"(seed {config.seed}), dt {config.dt:g}, softening {config.softening:g}")
+
+
+def format_run(run, threads: int, shown: bool = False) -> str:
+    """The human summary of a :class:`~pympi_gpu.nbody.gravity.record.NbodyRun`.
+
+    ``shown``: the title line and the thermo rows were printed as the run went (left out here).
+    """
+    from pympi_gpu.nbody.gravity.thermo import HEADER, format_row
+
+    lines = [] if shown else [gravity_title(run, run.ranks)]
     lines.append(f"  steps      {run.steps} (step {run.first_step} -> {run.last_step})"
                  + (f", restarted from {run.restarted_from}" if run.restarted_from else ""))
     lines.append(f"  backend    {run.backend} ({run.backend_reason}), threads/rank {threads}")
@@ -34,13 +45,16 @@ def format_run(run, threads: int) -> str:
         lines.append(f"  energy     {run.initial.energy:.10g} (step {run.initial.step}) -> {run.final.energy:.10g}"
                      f", relative drift {run.energy_drift:.3e}")
         lines.append(f"  momentum   |P1 - P0| = {run.momentum_change:.3e}")
+    if run.thermo and not shown:
+        lines.append("  thermo   " + HEADER)
+        lines += ["           " + format_row(t) for t in run.thermo]
     lines += format_tail(run, "acceleration", "bodies")
     return "\n".join(lines)
 
 
 def run_gravity(ctx, *, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init,
                 verify, energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, on_blowup, threads, as_json,
-                quiet, simd_note) -> None:
+                quiet, simd_note, thermo=0, thermo_file=None) -> None:
     """The gravity run (parameters as ``pympi-nbody``'s)."""
     dt = 1e-3 if dt is None else dt
     seed = 20240601 if seed is None else seed
@@ -94,7 +108,7 @@ def run_gravity(ctx, *, bodies, steps, dt, softening, precision, backend, exchan
     be.warmup()
 
     config = NbodyConfig(bodies=bodies, steps=steps, dt=dt, softening=softening, precision=precision,
-                         init=init, seed=seed, diagnostics=(not benchmark) or verify,
+                         init=init, seed=seed, diagnostics=(not benchmark) or verify, thermo_every=thermo,
                          checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                          stop_checkpoint=f"pympi-nbody-{bodies}.ckpt.npz",
                          blowup_save=(blowup_path(checkpoint, f"pympi-nbody-{bodies}.blowup.npz")
@@ -108,10 +122,15 @@ def run_gravity(ctx, *, bodies, steps, dt, softening, precision, backend, exchan
                                       "simd": simd_note})
     clear_stale_temporaries(comm, [config.checkpoint, config.stop_checkpoint])
     bar, on_step = progress(comm, not quiet, not as_json and steps - (meta["step"] if meta else 0) >= 20)
-    with simulating(bar, stop):
+    from pympi_gpu.nbody.gravity import thermo as gravity_thermo
+
+    rows = ThermoOutput(comm, gravity_thermo, echo=not as_json and config.diagnostics, path=thermo_file,
+                        title=gravity_title(config, size))
+    rows.start()
+    with simulating(bar, stop), contextlib.closing(rows):
         run, state = simulate(comm, config, be, ex, state, backend_reason=devices.backend_reason,
                               transport_reason=devices.transport_reason, on_step=on_step, stop_requested=stop.requested,
-                              restarted_from=restart, provenance=provenance)
+                              restarted_from=restart, provenance=provenance, on_thermo=rows)
 
     if verify:
         from dataclasses import replace
@@ -132,6 +151,6 @@ def run_gravity(ctx, *, bodies, steps, dt, softening, precision, backend, exchan
                                                           "detail": aware.detail}
             click.echo(json.dumps(doc, indent=2))
         else:
-            click.echo(format_run(run, nthreads))
+            click.echo(format_run(run, nthreads, shown=rows.shown))
     exit_if_unverified(comm, run.verification)
     exit_if_stopped(comm, run)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import click
@@ -9,8 +10,8 @@ import numpy as np
 
 from pympi_gpu.cli.common import configure_threads, fail, given, mpi_world, select_gpu_early
 from pympi_gpu.cli.signals import Stop
-from pympi_gpu.cli.simulation import (TWICE, choose_devices, clear_stale_temporaries, exit_if_stopped,
-                                      exit_if_unverified, format_tail, progress, simulating)
+from pympi_gpu.cli.simulation import (TWICE, ThermoOutput, choose_devices, clear_stale_temporaries,
+                                      exit_if_stopped, exit_if_unverified, format_tail, progress, simulating)
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
 #: options a restart file fixes
@@ -22,14 +23,21 @@ LJ_SEED = 87287
 LJ_ENERGY_TOLERANCE = 1e-2
 
 
-def format_lj(run, threads: int) -> str:
-    """The human summary of a :class:`~pympi_gpu.nbody.lj.record.LjRun`."""
+def lj_title(config, ranks: int, grid) -> str:
+    """The summary's first line, from the run's :class:`~pympi_gpu.nbody.lj.driver.LjConfig` (or record)."""
+    return (f"lj: {config.atoms:,} atoms ({config.cells}^3 fcc cells, density {config.density:g}, box "
+            f"{config.box:.6g}), {ranks} rank(s) as a {'x'.join(map(str, grid))} grid, T0 {config.temperature:g} "
+            f"(seed {config.seed}), dt {config.dt:g}, cutoff {config.cutoff:g} + skin {config.skin:g}")
+
+
+def format_lj(run, threads: int, shown: bool = False) -> str:
+    """The human summary of a :class:`~pympi_gpu.nbody.lj.record.LjRun`.
+
+    ``shown``: the title line and the thermo rows were printed as the run went (left out here).
+    """
     from pympi_gpu.nbody.lj.thermo import HEADER, format_row
 
-    grid = "x".join(map(str, run.grid))
-    lines = [f"lj: {run.atoms:,} atoms ({run.cells}^3 fcc cells, density {run.density:g}, box {run.box:.6g}), "
-             f"{run.ranks} rank(s) as a {grid} grid, T0 {run.temperature:g} (seed {run.seed}), dt {run.dt:g}, "
-             f"cutoff {run.cutoff:g} + skin {run.skin:g}"]
+    lines = [] if shown else [lj_title(run, run.ranks, run.grid)]
     lines.append(f"  steps      {run.steps} (step {run.first_step} -> {run.last_step})"
                  + (f", restarted from {run.restarted_from}" if run.restarted_from else ""))
     lines.append(f"  backend    {run.backend} ({run.backend_reason}), threads/rank {threads}, "
@@ -43,9 +51,9 @@ def format_lj(run, threads: int) -> str:
                      f"(median {run.median_step_time:.4e}), halo/migration {run.comm_per_step:.3e} s/step "
                      f"not hidden (max over ranks), CPU {100 * run.cpu_time / run.wall_time:.0f}% of wall")
         lines.append(f"  rate       {run.rate:.4e} atom-steps/s")
-    lines.append("  thermo   " + HEADER)
-    for t in run.thermo:
-        lines.append("           " + format_row(t))
+    if not shown:
+        lines.append("  thermo   " + HEADER)
+        lines += ["           " + format_row(t) for t in run.thermo]
     if run.energy_drift is not None:
         lines.append(f"  energy     relative drift of TotEng {run.energy_drift:.3e}; momentum |P1 - P0| = "
                      f"{run.momentum_change:.3e}")
@@ -55,7 +63,7 @@ def format_lj(run, threads: int) -> str:
 
 def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_tolerance, checkpoint,
            checkpoint_every, restart, on_blowup, threads, as_json, density, temperature, cutoff, skin, thermo,
-           quiet=False) -> None:
+           thermo_file=None, quiet=False) -> None:
     """The ``--model lj`` run (parameters as ``pympi-nbody``'s)."""
     from pympi_gpu.nbody.blowup import blowup_path
     from pympi_gpu.nbody.lj import checkpoint as ckpt
@@ -140,13 +148,18 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         provenance = collect(comm, extra={**devices.provenance(), "threads_per_rank": str(nthreads),
                                           "model": "lj"})
         clear_stale_temporaries(comm, [config.checkpoint, config.stop_checkpoint])
+        from pympi_gpu.nbody.lj import thermo as lj_thermo
+
+        rows = ThermoOutput(comm, lj_thermo, echo=not as_json, path=thermo_file,
+                            title=lj_title(config, comm.Get_size(), dims))
+        rows.start()
         bar, on_step = progress(comm, not quiet, not as_json and steps - step >= 20)
-        with simulating(bar, stop):
+        with simulating(bar, stop), contextlib.closing(rows):
             run = simulate(cart, config, system, step, initial=initial, backend=devices.backend,
                            backend_reason=devices.backend_reason, transport=devices.transport,
                            transport_reason=devices.transport_reason,
                            on_step=on_step, stop_requested=stop.requested, restarted_from=restart,
-                           provenance=provenance)
+                           provenance=provenance, on_thermo=rows)
         if verify:
             from dataclasses import replace
 
@@ -166,7 +179,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
             doc["throughput"] = run.rate  # the key pympi-scale reads, in work_unit per second
             click.echo(json.dumps(doc, indent=2))
         else:
-            click.echo(format_lj(run, nthreads))
+            click.echo(format_lj(run, nthreads, shown=rows.shown))
     exit_if_unverified(comm, run.verification)
     exit_if_stopped(comm, run)
 

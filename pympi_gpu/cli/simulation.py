@@ -24,7 +24,7 @@ from pympi_gpu.nbody.blowup import EXIT_STATUS
 #: what a second Ctrl-C says of the run's files
 TWICE = "nothing more written (checkpoints on disk are as they were)"
 
-__all__ = ["TWICE", "Devices", "choose_devices", "progress", "simulating", "format_tail", "exit_if_unverified",
+__all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "Devices", "choose_devices", "progress", "simulating", "format_tail", "exit_if_unverified",
            "exit_if_stopped", "clear_stale_temporaries"]
 
 
@@ -205,3 +205,66 @@ def exit_if_stopped(comm, run) -> None:
         click.echo(f"pympi-nbody: stopped by {run.stopped_by} after step {run.last_step}; {saved}", err=True)
     if run.stopped_by == "SIGINT":
         sys.exit(INTERRUPTED)
+
+
+class ThermoOutput:
+    """Rank 0's thermo as it happens: each row printed when it is computed, and appended to a file.
+
+    ``model`` is the model's thermo module (``KEYWORDS``, ``HEADER``,
+    ``values``, ``format_row``); ``echo`` prints the rows on stdout (not with
+    ``--json``, whose stdout is one object), ``title`` first; ``path`` is
+    ``--thermo-file`` (CSV or YAML by its suffix, flushed per row).  Called
+    with each row on every rank; only rank 0 acts.  :meth:`close` ends the file.
+    """
+
+    def __init__(self, comm, model, *, echo: bool, path: str | None, title: str | None = None):
+        from pympi_gpu.run.thermolog import ThermoLog
+
+        self.rank0 = comm.Get_rank() == 0
+        self.model, self.echo, self.title = model, echo and self.rank0, title
+        self.log = ThermoLog(path, model.KEYWORDS) if path and self.rank0 else None
+        self.rows = 0
+
+    def start(self) -> None:
+        """Print the run's title line (before the rows)."""
+        if self.echo and self.title:
+            click.echo(self.title)
+
+    def __call__(self, row) -> None:
+        if not self.rank0:
+            return
+        if self.echo:
+            if not self.rows:
+                click.echo("  thermo   " + self.model.HEADER)
+            click.echo("           " + self.model.format_row(row))  # click.echo flushes
+        if self.log is not None:
+            self.log.write(self.model.values(row))
+        self.rows += 1
+
+    @property
+    def shown(self) -> bool:
+        """Whether the title and the rows are on stdout already (the summary then leaves them out)."""
+        return self.echo
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+
+
+def check_thermo_file(path: str | None) -> None:
+    """Refuse a ``--thermo-file`` whose suffix names no format or whose directory is missing (exit 2)."""
+    if not path:
+        return
+    import os
+
+    from pympi_gpu.run.thermolog import format_of
+
+    try:
+        format_of(path)
+    except ValueError as exc:
+        fail(f"--thermo-file: {exc}")
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        fail(f"--thermo-file: the directory of {path!r} does not exist")
+    if os.path.isdir(path):
+        fail(f"--thermo-file: {path!r} is a directory")

@@ -48,6 +48,8 @@ class NbodyConfig:
     init: str = "plummer"
     seed: int = DEFAULT_SEED
     diagnostics: bool = True
+    #: a thermo row (energies, virial ratio, momentum) every K steps; 0: the first and the last
+    thermo_every: int = 0
     checkpoint: str | None = None
     checkpoint_every: int | None = None
     #: where a stop (SIGTERM, SIGINT) writes its checkpoint when ``checkpoint`` is None
@@ -156,8 +158,9 @@ def _blew_up(comm, config: NbodyConfig, backend, state: State) -> None:
 def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
              backend_reason: str = "", transport_reason: str = "",
              on_step: Callable[[int, int], None] | None = None,
-             stop_requested: Callable[[], bool] | None = None,
-             restarted_from: str | None = None, provenance=None) -> tuple[NbodyRun, State]:
+             stop_requested: Callable[[], int] | None = None,
+             restarted_from: str | None = None, provenance=None,
+             on_thermo: Callable[[Diagnostics], None] | None = None) -> tuple[NbodyRun, State]:
     """Advance ``state`` to step ``config.steps``; collective over comm.
 
     ``on_step(step, last)`` is called after every step (progress display);
@@ -167,6 +170,10 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
     agreement finds non-finite positions or velocities on any rank: then every
     rank raises :class:`~pympi_gpu.nbody.blowup.BlowUp`, having written
     nothing but, with ``config.blowup_save``, the broken state to that file.
+    With ``config.diagnostics`` a thermo row (:class:`Diagnostics`) is made at
+    the first step, every ``config.thermo_every`` steps and at the last, and
+    passed to ``on_thermo`` on every rank as it is computed (each row after
+    the first costs one potential evaluation, as much as a force step).
     Returns the record and the final state.
     """
     import signal
@@ -180,6 +187,15 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
         compute_forces(comm, backend, exchange, state, eps2)
     if config.diagnostics and state.initial is None and state.step == 0:
         state.initial = diagnostics(comm, backend, exchange, state, eps2)
+    rows = []
+
+    def emit(row):
+        rows.append(row)
+        if on_thermo is not None:
+            on_thermo(row)
+
+    if config.diagnostics:
+        emit(state.initial if state.step == 0 else diagnostics(comm, backend, exchange, state, eps2))
     first = state.step
     written = 0
     stopped = None
@@ -215,6 +231,9 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
         if flag[0]:
             stopped = signal.Signals(int(flag[0])).name
             break
+        if config.diagnostics and config.thermo_every and state.step % config.thermo_every == 0 \
+                and state.step < config.steps:
+            emit(diagnostics(comm, backend, exchange, state, eps2))  # its ring messages time themselves
         if (config.checkpoint and config.checkpoint_every and state.step % config.checkpoint_every == 0
                 and state.step < config.steps):
             with clock.phase("io"):
@@ -230,6 +249,8 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
         written += 1
     phases, traffic = summarise(comm, clock, state.step - first)
     final = diagnostics(comm, backend, exchange, state, eps2) if config.diagnostics else None
+    if final is not None and rows and rows[-1].step != final.step:
+        emit(final)
     timing = np.array([wall, exchange.comm_time])
     comm.Allreduce(MPI.IN_PLACE, timing, op=MPI.MAX)
     wall, comm_time = float(timing[0]), float(timing[1])
@@ -251,5 +272,5 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
         interactions=interactions, throughput=rate, gflops=rate * FLOPS_PER_INTERACTION / 1e9,
         initial=state.initial, final=final, energy_drift=drift, momentum_change=dp,
         checkpoint=path, checkpoints_written=written, restarted_from=restarted_from,
-        stopped_by=stopped, provenance=provenance, phases=phases, traffic=traffic)
+        stopped_by=stopped, provenance=provenance, phases=phases, traffic=traffic, thermo=tuple(rows))
     return run, state

@@ -65,3 +65,5 @@ class NbodyRun:
     provenance: Provenance | None = None
     phases: Phases | None = None
     traffic: Traffic | None = None
+    #: the thermo rows: the first step, every ``--thermo`` steps, the last (none with --benchmark)
+    thermo: tuple[Diagnostics, ...] = ()

@@ -328,11 +328,14 @@ def _meta(config: LjConfig, step: int, initial) -> dict:
 def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=None,
              backend: str = "numba", backend_reason: str = "", transport: str = "host",
              transport_reason: str = "", on_step: Callable[[int, int], None] | None = None,
-             stop_requested: Callable[[], bool] | None = None, restarted_from: str | None = None,
-             provenance=None) -> LjRun:
+             stop_requested: Callable[[], int] | None = None, restarted_from: str | None = None,
+             provenance=None, on_thermo: Callable[[object], None] | None = None) -> LjRun:
     """Advance ``system`` from ``step`` to ``config.steps``; collective over comm.
 
-    ``initial`` is the thermo at step 0 of a restarted run (for the drift).
+    ``initial`` is the thermo at step 0 of a restarted run (for the drift);
+    ``on_thermo(row)`` is called on every rank with each thermo row as it is
+    computed (the first at ``step``, then every ``config.thermo_every`` steps
+    and the last).
     Stop requests (SIGTERM, SIGINT), progress and checkpoints as the gravity
     model's :func:`pympi_gpu.nbody.gravity.driver.simulate`.  A blown-up state
     raises :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank with the step
@@ -343,7 +346,7 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
         return _simulate(comm, config, system, step, initial=initial, backend=backend,
                          backend_reason=backend_reason, transport=transport, transport_reason=transport_reason,
                          on_step=on_step, stop_requested=stop_requested, restarted_from=restarted_from,
-                         provenance=provenance)
+                         provenance=provenance, on_thermo=on_thermo)
     except BlowUp as exc:
         exc.step = system.at_step
         if config.blowup_save:
@@ -355,17 +358,19 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
         raise
 
 
-def _checked_thermo(comm, step, system, config, volume):
-    """The thermo row at ``step`` (collective); a non-finite one is a blow-up, the same on every rank."""
+def _checked_thermo(comm, step, system, config, volume, on_thermo=None):
+    """The thermo row at ``step`` (collective), passed to ``on_thermo``; a non-finite one is a blow-up."""
     row = thermo(comm, step, system.local_sums(), config.atoms, volume)
     if not all(math.isfinite(v) for v in (row.temp, row.e_pair, row.etotal, row.press, *row.momentum)):
         raise BlowUp(None, f"non-finite thermo (temperature {row.temp:.4g}, energy {row.etotal:.4g} per atom)",
                      "the forces overflowed: reduce --dt or --temperature")
+    if on_thermo is not None:
+        on_thermo(row)
     return row
 
 
 def _simulate(comm, config, system, step, *, initial, backend, backend_reason, transport, transport_reason,
-              on_step, stop_requested, restarted_from, provenance) -> LjRun:
+              on_step, stop_requested, restarted_from, provenance, on_thermo) -> LjRun:
     import signal
 
     from mpi4py import MPI
@@ -375,7 +380,7 @@ def _simulate(comm, config, system, step, *, initial, backend, backend_reason, t
     volume = config.box ** 3
     system.at_step = step
     force = system.start()
-    rows = [_checked_thermo(comm, step, system, config, volume)]
+    rows = [_checked_thermo(comm, step, system, config, volume, on_thermo)]
     if initial is None:
         initial = rows[0]
     first = step
@@ -402,7 +407,7 @@ def _simulate(comm, config, system, step, *, initial, backend, backend_reason, t
             times.append(time.perf_counter() - ts)
             if (config.thermo_every and step % config.thermo_every == 0) or step == config.steps:
                 with clock.phase("waiting"):
-                    rows.append(_checked_thermo(comm, step, system, config, volume))
+                    rows.append(_checked_thermo(comm, step, system, config, volume, on_thermo))
                 clock.sent(6 * 8)
             if on_step is not None:
                 on_step(step, config.steps)
@@ -416,7 +421,7 @@ def _simulate(comm, config, system, step, *, initial, backend, backend_reason, t
             if asked[1]:
                 stopped = signal.Signals(int(asked[1])).name
                 if rows[-1].step != step:
-                    rows.append(_checked_thermo(comm, step, system, config, volume))
+                    rows.append(_checked_thermo(comm, step, system, config, volume, on_thermo))
                 break
             asked[0] = (stop_requested() or 0) if stop_requested is not None else 0
             pending = comm.Iallreduce(asked[:1], asked[1:], op=MPI.MAX)

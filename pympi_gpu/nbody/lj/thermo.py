@@ -7,9 +7,11 @@ import numpy as np
 from pympi_gpu.nbody.lj.lattice import dof
 from pympi_gpu.nbody.lj.record import Thermo
 
-__all__ = ["thermo", "HEADER", "format_row"]
+__all__ = ["thermo", "KEYWORDS", "HEADER", "values", "format_row"]
 
-HEADER = f"{'Step':>10} {'Temp':>12} {'E_pair':>12} {'KinEng':>12} {'TotEng':>12} {'Press':>12}"
+#: the columns of a thermo row, named as LAMMPS names them
+KEYWORDS = ("Step", "Temp", "E_pair", "KinEng", "TotEng", "Press")
+HEADER = " ".join(f"{k:>10}" if k == "Step" else f"{k:>12}" for k in KEYWORDS)
 
 
 def thermo(comm, step: int, local: np.ndarray, atoms: int, volume: float) -> Thermo:
@@ -23,6 +25,11 @@ def thermo(comm, step: int, local: np.ndarray, atoms: int, volume: float) -> The
     return Thermo(step=step, temp=2.0 * ke / dof(atoms), e_pair=pe / atoms, ke=ke / atoms,
                   etotal=(ke + pe) / atoms, press=(2.0 * ke + s[5]) / (3.0 * volume),
                   momentum=(float(s[1]), float(s[2]), float(s[3])))
+
+
+def values(t: Thermo) -> tuple:
+    """The row's values in the order of :data:`KEYWORDS`."""
+    return (t.step, t.temp, t.e_pair, t.ke, t.etotal, t.press)
 
 
 def format_row(t: Thermo) -> str:
