@@ -115,6 +115,11 @@ def check_model_options(ctx, model: str) -> None:
 @click.option("--thermo-file", type=str, default=None, metavar="PATH",
               help="Also append the thermo rows to PATH, flushed per row: .csv, or .yaml (LAMMPS's "
                    "thermo_style yaml); a restart continues the file.")
+@click.option("--dump", type=str, default=None, metavar="PATH",
+              help="Write a trajectory: .extxyz (OVITO, ASE) or .gsd (HOOMD-blue; the dump extra), a frame at "
+                   "the first step and every --dump-every steps; a restart appends.")
+@click.option("--dump-every", type=_Count(minimum=1, maximum=10**12), default=None, metavar="K",
+              help="Steps between trajectory frames  [default: 100]")
 @click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/nbody.md; "
@@ -125,8 +130,8 @@ def check_model_options(ctx, model: str) -> None:
 @lj_options
 @click.pass_context
 def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init, verify,
-          energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, on_blowup, thermo, thermo_file, threads,
-          as_json, quiet, model, **lj):
+          energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, on_blowup, thermo, thermo_file, dump,
+          dump_every, threads, as_json, quiet, model, **lj):
     """All-pairs gravitational n-body over MPI ranks: BODIES bodies, leapfrog KDK.
 
     BODIES is a whole number such as 65536, 1e6 or 2_000_000.
@@ -146,13 +151,27 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
     from pympi_gpu.cli.simulation import check_thermo_file
 
     check_thermo_file(thermo_file)
+    if dump_every is not None and not dump:
+        fail("--dump-every needs --dump PATH")
+    if dump:
+        import os
+
+        from pympi_gpu.nbody.dump import format_of
+
+        try:
+            format_of(dump)
+        except ValueError as exc:
+            fail(f"--dump: {exc}")
+        if not os.path.isdir(os.path.dirname(dump) or "."):
+            fail(f"--dump: the directory of {dump!r} does not exist")
+    dumps = {"dump": dump, "dump_every": (dump_every or 100) if dump else 0}
     if model == "lj":
         from pympi_gpu.cli.nbody_lj import run_lj
 
         return run_lj(ctx, bodies=bodies, steps=steps, dt=dt, seed=seed, backend=backend, transport=transport,
                       verify=verify, energy_tolerance=energy_tolerance, checkpoint=checkpoint,
                       checkpoint_every=checkpoint_every, restart=restart, on_blowup=on_blowup, threads=threads,
-                      as_json=as_json, quiet=quiet, thermo=thermo, thermo_file=thermo_file, **lj)
+                      as_json=as_json, quiet=quiet, thermo=thermo, thermo_file=thermo_file, **dumps, **lj)
     from pympi_gpu.cli.nbody_gravity import run_gravity
 
     return run_gravity(ctx, bodies=bodies, steps=steps, dt=dt, softening=softening, precision=precision,
@@ -160,4 +179,4 @@ def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, trans
                        verify=verify, energy_tolerance=energy_tolerance, benchmark=benchmark,
                        checkpoint=checkpoint, checkpoint_every=checkpoint_every, restart=restart,
                        on_blowup=on_blowup, thermo=thermo, thermo_file=thermo_file, threads=threads,
-                       as_json=as_json, quiet=quiet, simd_note=simd_note)
+                       as_json=as_json, quiet=quiet, simd_note=simd_note, **dumps)

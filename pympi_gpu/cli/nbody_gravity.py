@@ -10,7 +10,8 @@ import click
 from pympi_gpu.cli.common import configure_threads, fail, given, mpi_world, select_gpu_early
 from pympi_gpu.cli.signals import Stop
 from pympi_gpu.cli.simulation import (TWICE, ThermoOutput, choose_devices, clear_stale_temporaries,
-                                      exit_if_stopped, exit_if_unverified, format_tail, progress, simulating)
+                                      exit_if_stopped, exit_if_unverified, format_tail, open_trajectory, progress,
+                                      simulating)
 
 SCHEMA = "pympi_gpu.nbody/1"
 MIN_SOFTENING = 1e-15
@@ -54,7 +55,7 @@ def format_run(run, threads: int, shown: bool = False) -> str:
 
 def run_gravity(ctx, *, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init,
                 verify, energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, on_blowup, threads, as_json,
-                quiet, simd_note, thermo=0, thermo_file=None) -> None:
+                quiet, simd_note, thermo=0, thermo_file=None, dump=None, dump_every=0) -> None:
     """The gravity run (parameters as ``pympi-nbody``'s)."""
     dt = 1e-3 if dt is None else dt
     seed = 20240601 if seed is None else seed
@@ -109,6 +110,7 @@ def run_gravity(ctx, *, bodies, steps, dt, softening, precision, backend, exchan
 
     config = NbodyConfig(bodies=bodies, steps=steps, dt=dt, softening=softening, precision=precision,
                          init=init, seed=seed, diagnostics=(not benchmark) or verify, thermo_every=thermo,
+                         dump=dump, dump_every=dump_every,
                          checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                          stop_checkpoint=f"pympi-nbody-{bodies}.ckpt.npz",
                          blowup_save=(blowup_path(checkpoint, f"pympi-nbody-{bodies}.blowup.npz")
@@ -127,10 +129,10 @@ def run_gravity(ctx, *, bodies, steps, dt, softening, precision, backend, exchan
     rows = ThermoOutput(comm, gravity_thermo, echo=not as_json and config.diagnostics, path=thermo_file,
                         title=gravity_title(config, size))
     rows.start()
-    with simulating(bar, stop), contextlib.closing(rows):
+    with simulating(bar, stop), contextlib.closing(rows), open_trajectory(comm, dump, None) as frames:
         run, state = simulate(comm, config, be, ex, state, backend_reason=devices.backend_reason,
                               transport_reason=devices.transport_reason, on_step=on_step, stop_requested=stop.requested,
-                              restarted_from=restart, provenance=provenance, on_thermo=rows)
+                              restarted_from=restart, provenance=provenance, on_thermo=rows, dump=frames)
 
     if verify:
         from dataclasses import replace

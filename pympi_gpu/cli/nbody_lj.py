@@ -11,7 +11,8 @@ import numpy as np
 from pympi_gpu.cli.common import configure_threads, fail, given, mpi_world, select_gpu_early
 from pympi_gpu.cli.signals import Stop
 from pympi_gpu.cli.simulation import (TWICE, ThermoOutput, choose_devices, clear_stale_temporaries,
-                                      exit_if_stopped, exit_if_unverified, format_tail, progress, simulating)
+                                      exit_if_stopped, exit_if_unverified, format_tail, open_trajectory, progress,
+                                      simulating)
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
 #: options a restart file fixes
@@ -63,7 +64,7 @@ def format_lj(run, threads: int, shown: bool = False) -> str:
 
 def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_tolerance, checkpoint,
            checkpoint_every, restart, on_blowup, threads, as_json, density, temperature, cutoff, skin, thermo,
-           thermo_file=None, quiet=False) -> None:
+           thermo_file=None, dump=None, dump_every=0, quiet=False) -> None:
     """The ``--model lj`` run (parameters as ``pympi-nbody``'s)."""
     from pympi_gpu.nbody.blowup import blowup_path
     from pympi_gpu.nbody.lj import checkpoint as ckpt
@@ -118,7 +119,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
 
         kernels_cpu.warmup()
         config = LjConfig(cells=cells, steps=steps, density=density, temperature=temperature, cutoff=cutoff,
-                          skin=skin, dt=dt, seed=seed, thermo_every=thermo,
+                          skin=skin, dt=dt, seed=seed, thermo_every=thermo, dump=dump, dump_every=dump_every,
                           newton=nthreads == 1 and not devices.gpu,
                           checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                           stop_checkpoint=f"pympi-nbody-lj-{config_atoms(cells)}.ckpt.npz",
@@ -154,12 +155,12 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
                             title=lj_title(config, comm.Get_size(), dims))
         rows.start()
         bar, on_step = progress(comm, not quiet, not as_json and steps - step >= 20)
-        with simulating(bar, stop), contextlib.closing(rows):
+        with simulating(bar, stop), contextlib.closing(rows), open_trajectory(comm, dump, config.box) as frames:
             run = simulate(cart, config, system, step, initial=initial, backend=devices.backend,
                            backend_reason=devices.backend_reason, transport=devices.transport,
                            transport_reason=devices.transport_reason,
                            on_step=on_step, stop_requested=stop.requested, restarted_from=restart,
-                           provenance=provenance, on_thermo=rows)
+                           provenance=provenance, on_thermo=rows, dump=frames)
         if verify:
             from dataclasses import replace
 

@@ -24,7 +24,7 @@ from pympi_gpu.nbody.blowup import EXIT_STATUS
 #: what a second Ctrl-C says of the run's files
 TWICE = "nothing more written (checkpoints on disk are as they were)"
 
-__all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "Devices", "choose_devices", "progress", "simulating", "format_tail", "exit_if_unverified",
+__all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "open_trajectory", "Devices", "choose_devices", "progress", "simulating", "format_tail", "exit_if_unverified",
            "exit_if_stopped", "clear_stale_temporaries"]
 
 
@@ -136,10 +136,11 @@ def simulating(bar, stop: Stop):
     """Around a run: a checkpoint error or a blow-up becomes one message; the bar and signal handlers are put back."""
     from pympi_gpu.nbody.blowup import BlowUp
     from pympi_gpu.nbody.checkpoint import CheckpointError
+    from pympi_gpu.nbody.dump import DumpError
 
     try:
         yield
-    except CheckpointError as exc:
+    except (CheckpointError, DumpError) as exc:
         raise click.ClickException(str(exc)) from None
     except BlowUp as exc:
         raise BlownUp(str(exc)) from None
@@ -268,3 +269,11 @@ def check_thermo_file(path: str | None) -> None:
         fail(f"--thermo-file: the directory of {path!r} does not exist")
     if os.path.isdir(path):
         fail(f"--thermo-file: {path!r} is a directory")
+
+
+def open_trajectory(comm, path: str | None, box: float | None):
+    """Rank 0's trajectory writer for ``--dump`` (None elsewhere or without one), as a context manager."""
+    from pympi_gpu.nbody.dump import open_dump
+
+    writer = open_dump(path, box) if path and comm.Get_rank() == 0 else None
+    return contextlib.closing(writer) if writer is not None else contextlib.nullcontext()

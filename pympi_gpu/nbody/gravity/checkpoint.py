@@ -26,7 +26,7 @@ from pympi_gpu.mpi.decomposition import block_counts, block_starts
 from pympi_gpu.nbody.checkpoint import CheckpointError, check_writable, write_file
 from pympi_gpu.nbody.gravity.precision import PRECISIONS
 
-__all__ = ["FORMAT", "FIELDS", "CheckpointError", "save", "load", "read_file", "write_file",
+__all__ = ["FORMAT", "FIELDS", "CheckpointError", "gather", "save", "load", "read_file", "write_file",
            "check_writable"]
 
 FORMAT = "pympi_gpu.nbody.checkpoint/1"
@@ -96,6 +96,20 @@ def _validate(name: str, meta, arrays) -> None:
             raise CheckpointError(f"{name!r}: array {f!r} holds non-finite values")
 
 
+def gather(comm, local: dict[str, np.ndarray], fields=FIELDS) -> dict[str, np.ndarray] | None:
+    """Every rank's block of ``fields`` on rank 0, in body order (None elsewhere); collective (Gatherv)."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    counts = comm.allgather(int(local["x"].size))
+    displs = [sum(counts[:r]) for r in range(size)]
+    full = {}
+    for f in fields:
+        a = np.ascontiguousarray(local[f])
+        out = np.empty(sum(counts), dtype=a.dtype) if rank == 0 else None
+        comm.Gatherv(a, [out, (counts, displs)] if rank == 0 else None, root=0)
+        full[f] = out
+    return full if rank == 0 else None
+
+
 def save(comm, path: str, local: dict[str, np.ndarray], meta: dict) -> None:
     """Gather every rank's bodies and write them to ``path``; collective over comm.
 
@@ -104,19 +118,11 @@ def save(comm, path: str, local: dict[str, np.ndarray], meta: dict) -> None:
     every rank.
     """
     size, rank = comm.Get_size(), comm.Get_rank()
-    counts = comm.allgather(int(local["x"].size))
-    n = sum(counts)
-    displs = [sum(counts[:r]) for r in range(size)]
-    full = {}
-    for f in FIELDS:
-        a = np.ascontiguousarray(local[f])
-        out = np.empty(n, dtype=a.dtype) if rank == 0 else None
-        comm.Gatherv(a, [out, (counts, displs)] if rank == 0 else None, root=0)
-        full[f] = out
+    full = gather(comm, local)
     error = None
     if rank == 0:
         try:
-            write_file(path, full, dict(meta, format=FORMAT, bodies=n, ranks=size))
+            write_file(path, full, dict(meta, format=FORMAT, bodies=int(full["x"].size), ranks=size))
         except OSError as exc:
             error = f"cannot write checkpoint {path!r}: {exc.strerror or exc}"
     error = comm.bcast(error, root=0)

@@ -50,6 +50,9 @@ class NbodyConfig:
     diagnostics: bool = True
     #: a thermo row (energies, virial ratio, momentum) every K steps; 0: the first and the last
     thermo_every: int = 0
+    #: a trajectory frame every K steps (and at the first); 0: none
+    dump_every: int = 0
+    dump: str | None = None
     checkpoint: str | None = None
     checkpoint_every: int | None = None
     #: where a stop (SIGTERM, SIGINT) writes its checkpoint when ``checkpoint`` is None
@@ -143,6 +146,18 @@ def _meta(config: NbodyConfig, state: State) -> dict:
     return meta
 
 
+def _frame(comm, config: NbodyConfig, backend, state: State, dump) -> None:
+    """One trajectory frame: every body in index order (ids 1..N), positions and velocities; collective."""
+    from pympi_gpu.nbody.dump import write_frame
+
+    full = ckpt.gather(comm, local_arrays(backend, state), fields=("x", "y", "z", "vx", "vy", "vz"))
+    if full is not None:
+        n = full["x"].size
+        full = {"id": np.arange(1, n + 1), "x": np.column_stack([full["x"], full["y"], full["z"]]),
+                "v": np.column_stack([full["vx"], full["vy"], full["vz"]])}
+    write_frame(comm, dump, state.step, state.step * config.dt, full, config.dump)
+
+
 def _blew_up(comm, config: NbodyConfig, backend, state: State) -> None:
     """Raise the blow-up on every rank, the broken state saved first if asked; collective."""
     exc = BlowUp(state.step, "non-finite positions or velocities",
@@ -160,7 +175,7 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
              on_step: Callable[[int, int], None] | None = None,
              stop_requested: Callable[[], int] | None = None,
              restarted_from: str | None = None, provenance=None,
-             on_thermo: Callable[[Diagnostics], None] | None = None) -> tuple[NbodyRun, State]:
+             on_thermo: Callable[[Diagnostics], None] | None = None, dump=None) -> tuple[NbodyRun, State]:
     """Advance ``state`` to step ``config.steps``; collective over comm.
 
     ``on_step(step, last)`` is called after every step (progress display);
@@ -174,6 +189,8 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
     the first step, every ``config.thermo_every`` steps and at the last, and
     passed to ``on_thermo`` on every rank as it is computed (each row after
     the first costs one potential evaluation, as much as a force step).
+    ``dump`` is rank 0's trajectory writer (:func:`pympi_gpu.nbody.dump.open_dump`)
+    for a frame at the first step and every ``config.dump_every`` steps.
     Returns the record and the final state.
     """
     import signal
@@ -196,6 +213,8 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
 
     if config.diagnostics:
         emit(state.initial if state.step == 0 else diagnostics(comm, backend, exchange, state, eps2))
+    if config.dump_every:
+        _frame(comm, config, backend, state, dump)
     first = state.step
     written = 0
     stopped = None
@@ -234,6 +253,9 @@ def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
         if config.diagnostics and config.thermo_every and state.step % config.thermo_every == 0 \
                 and state.step < config.steps:
             emit(diagnostics(comm, backend, exchange, state, eps2))  # its ring messages time themselves
+        if config.dump_every and state.step % config.dump_every == 0:
+            with clock.phase("io"):
+                _frame(comm, config, backend, state, dump)
         if (config.checkpoint and config.checkpoint_every and state.step % config.checkpoint_every == 0
                 and state.step < config.steps):
             with clock.phase("io"):

@@ -62,6 +62,9 @@ class LjConfig:
     stop_checkpoint: str | None = None
     #: where a blown-up state is saved for inspection (``--on-blowup save``); None: not saved
     blowup_save: str | None = None
+    #: a trajectory frame every K steps (and at the first); 0: none
+    dump_every: int = 0
+    dump: str | None = None
 
     @property
     def atoms(self) -> int:
@@ -329,13 +332,15 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
              backend: str = "numba", backend_reason: str = "", transport: str = "host",
              transport_reason: str = "", on_step: Callable[[int, int], None] | None = None,
              stop_requested: Callable[[], int] | None = None, restarted_from: str | None = None,
-             provenance=None, on_thermo: Callable[[object], None] | None = None) -> LjRun:
+             provenance=None, on_thermo: Callable[[object], None] | None = None, dump=None) -> LjRun:
     """Advance ``system`` from ``step`` to ``config.steps``; collective over comm.
 
     ``initial`` is the thermo at step 0 of a restarted run (for the drift);
     ``on_thermo(row)`` is called on every rank with each thermo row as it is
     computed (the first at ``step``, then every ``config.thermo_every`` steps
-    and the last).
+    and the last); ``dump`` is rank 0's trajectory writer
+    (:func:`pympi_gpu.nbody.dump.open_dump`) for a frame at the first step and
+    every ``config.dump_every`` steps (None on the other ranks, or for none).
     Stop requests (SIGTERM, SIGINT), progress and checkpoints as the gravity
     model's :func:`pympi_gpu.nbody.gravity.driver.simulate`.  A blown-up state
     raises :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank with the step
@@ -346,7 +351,7 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
         return _simulate(comm, config, system, step, initial=initial, backend=backend,
                          backend_reason=backend_reason, transport=transport, transport_reason=transport_reason,
                          on_step=on_step, stop_requested=stop_requested, restarted_from=restarted_from,
-                         provenance=provenance, on_thermo=on_thermo)
+                         provenance=provenance, on_thermo=on_thermo, dump=dump)
     except BlowUp as exc:
         exc.step = system.at_step
         if config.blowup_save:
@@ -356,6 +361,18 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
                                                                       blowup=f"{exc.check}: {exc.cause}"))
             exc.saved = config.blowup_save
         raise
+
+
+def _frame(comm, system, config, step, dump) -> None:
+    """One trajectory frame: every atom, in id order, folded into the box; collective."""
+    from pympi_gpu.nbody.dump import write_frame
+    from pympi_gpu.nbody.lj import checkpoint as ckpt
+
+    system.check_finite()  # nothing broken into the trajectory either
+    full = ckpt.gather(comm, system.owned())
+    if full is not None:
+        full["x"] = wrap(full["x"], config.box)
+    write_frame(comm, dump, step, step * config.dt, full, config.dump)
 
 
 def _checked_thermo(comm, step, system, config, volume, on_thermo=None):
@@ -370,7 +387,7 @@ def _checked_thermo(comm, step, system, config, volume, on_thermo=None):
 
 
 def _simulate(comm, config, system, step, *, initial, backend, backend_reason, transport, transport_reason,
-              on_step, stop_requested, restarted_from, provenance, on_thermo) -> LjRun:
+              on_step, stop_requested, restarted_from, provenance, on_thermo, dump) -> LjRun:
     import signal
 
     from mpi4py import MPI
@@ -381,6 +398,8 @@ def _simulate(comm, config, system, step, *, initial, backend, backend_reason, t
     system.at_step = step
     force = system.start()
     rows = [_checked_thermo(comm, step, system, config, volume, on_thermo)]
+    if config.dump_every:
+        _frame(comm, system, config, step, dump)
     if initial is None:
         initial = rows[0]
     first = step
@@ -423,6 +442,9 @@ def _simulate(comm, config, system, step, *, initial, backend, backend_reason, t
                 if rows[-1].step != step:
                     rows.append(_checked_thermo(comm, step, system, config, volume, on_thermo))
                 break
+            if config.dump_every and step % config.dump_every == 0:
+                with clock.phase("io"):
+                    _frame(comm, system, config, step, dump)
             asked[0] = (stop_requested() or 0) if stop_requested is not None else 0
             pending = comm.Iallreduce(asked[:1], asked[1:], op=MPI.MAX)
             clock.sent(asked[:1].nbytes)

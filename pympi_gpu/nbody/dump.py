@@ -1,0 +1,168 @@
+"""Trajectories users open in OVITO, ASE or HOOMD-blue: extended XYZ and GSD, one frame at a time.
+
+:func:`open_dump` picks the format from the suffix: ``.extxyz`` (also
+``.xyz``) writes extended XYZ, whose comment line carries the box
+(``Lattice``), the periodic directions, the step and time, and whose columns
+are ``species id pos velo`` (OVITO and ``ase.io.read`` read it); ``.gsd``
+writes HOOMD-blue's GSD through the ``gsd`` package (the ``dump`` extra),
+with the ids in each frame's ``log['particles/id']``.  Frames hold every
+body in id order, written by rank 0 (the caller gathers them).
+
+A frame is added in one write and flushed, so a reader sees whole frames
+(bar the one being written), and a job killed mid-frame leaves at most one
+torn frame at the end, which the next :func:`open_dump` of the same file
+(a restart) cuts off.  A writer continuing a file skips the frames up to the
+step the file already holds: a restarted run repeats none.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["FORMATS", "DumpError", "format_of", "open_dump", "write_frame", "ExtxyzDump", "GsdDump"]
+
+#: the suffixes understood, and their format
+FORMATS = {".extxyz": "extxyz", ".xyz": "extxyz", ".gsd": "gsd"}
+
+
+class DumpError(Exception):
+    """A trajectory frame that cannot be written; the message is for people."""
+
+
+def write_frame(comm, writer, step: int, time: float, full: dict | None, path: str) -> None:
+    """Rank 0 appends the gathered ``full`` (``id x v``) to ``writer``; a failure raises on every rank.
+
+    Collective over comm (the verdict is broadcast), so no rank runs on alone.
+    """
+    error = None
+    if comm.Get_rank() == 0:
+        try:
+            writer.write(step, time, full["id"], full["x"], full["v"])
+        except OSError as exc:
+            error = f"cannot write dump {path!r}: {exc.strerror or exc}"
+    error = comm.bcast(error, root=0)
+    if error:
+        raise DumpError(error)
+
+
+def format_of(path: str | os.PathLike) -> str:
+    """``"extxyz"`` or ``"gsd"`` from the suffix; ValueError for any other."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise ValueError(f"dump file {os.fspath(path)!r}: the suffix must be one of "
+                         f"{', '.join(sorted(FORMATS))} (it chooses the format)")
+    if FORMATS[suffix] == "gsd" and importlib.util.find_spec("gsd") is None:
+        raise ValueError(f"dump file {os.fspath(path)!r}: GSD needs the gsd package: "
+                         "pip install 'pympi_gpu[dump]'")
+    return FORMATS[suffix]
+
+
+def open_dump(path: str | os.PathLike, box: float | None):
+    """A writer for ``path`` (format by suffix); ``box`` is the periodic cube's edge, or None (open space)."""
+    return (GsdDump if format_of(path) == "gsd" else ExtxyzDump)(path, box)
+
+
+class ExtxyzDump:
+    """Extended XYZ frames appended to ``path``."""
+
+    def __init__(self, path: str | os.PathLike, box: float | None):
+        self.path, self.box = Path(path), box
+        self.after = self._repair()
+
+    def _repair(self) -> int | None:
+        """Cut a torn last frame off an existing file; return the last whole frame's step."""
+        if not self.path.is_file():
+            return None
+        data = self.path.read_bytes()
+        ends = np.flatnonzero(np.frombuffer(data, np.uint8) == ord("\n"))  # where every line ends
+        line, good, last = 0, 0, None
+        while line + 1 < len(ends):
+            start = ends[line - 1] + 1 if line else 0
+            count = data[start:ends[line]].strip()
+            if not count.isdigit() or line + 1 + int(count) >= len(ends):
+                break  # not a frame, or one cut short
+            header = data[ends[line] + 1:ends[line + 1]].decode("utf-8", "replace")
+            last = int(_field(header, "step"))
+            line += 2 + int(count)
+            good = int(ends[line - 1]) + 1
+        if good < len(data):
+            with open(self.path, "r+b") as fh:
+                fh.truncate(good)
+        return last
+
+    def write(self, step: int, time: float, ids, x, v) -> bool:
+        """Append one frame (whole system, id order); False where the file already holds ``step``."""
+        if self.after is not None and step <= self.after:
+            return False
+        n = len(ids)
+        if self.box is None:
+            cell = ""
+            pbc = 'pbc="F F F"'
+        else:
+            b = self.box
+            cell = f'Lattice="{b!r} 0.0 0.0 0.0 {b!r} 0.0 0.0 0.0 {b!r}" '
+            pbc = 'pbc="T T T"'
+        head = f"{n}\n{cell}Properties=species:S:1:id:I:1:pos:R:3:velo:R:3 step={step} time={time!r} {pbc}\n"
+        buf = io.StringIO()
+        np.savetxt(buf, np.column_stack([np.asarray(x, np.float64), np.asarray(v, np.float64)]),
+                   fmt="%.17g")  # every digit: a float64 reads back exactly
+        body = "".join(f"X {i} {row}\n" for i, row in zip(np.asarray(ids).tolist(), buf.getvalue().splitlines()))
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (head + body).encode("ascii"))  # one write: readers see whole frames
+        finally:
+            os.close(fd)
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def _field(header: str, key: str) -> str:
+    for item in header.split():
+        if item.startswith(key + "="):
+            return item.split("=", 1)[1]
+    raise ValueError(f"no {key}= in the frame header {header!r}")
+
+
+class GsdDump:
+    """GSD frames (HOOMD-blue's schema) appended to ``path``."""
+
+    def __init__(self, path: str | os.PathLike, box: float | None):
+        import gsd.hoomd
+
+        self.path, self.box = Path(path), box
+        self.file = gsd.hoomd.open(os.fspath(path), mode="a")
+        self.after = int(self.file[-1].configuration.step) if len(self.file) else None
+
+    def write(self, step: int, time: float, ids, x, v) -> bool:
+        import gsd.hoomd
+
+        if self.after is not None and step <= self.after:
+            return False
+        frame = gsd.hoomd.Frame()
+        frame.configuration.step = step
+        # open space: a cube that holds every body (GSD needs a box), marked in the log
+        edge = self.box if self.box is not None else max(1.0, 2.02 * float(np.abs(x).max(initial=0.0)))
+        frame.configuration.box = [edge, edge, edge, 0, 0, 0]
+        frame.particles.N = len(ids)
+        frame.particles.types = ["A"]
+        frame.particles.typeid = np.zeros(len(ids), np.uint32)
+        # HOOMD's box runs from -L/2 to L/2; the periodic models keep theirs from 0 to L
+        shift = 0.5 * self.box if self.box is not None else 0.0
+        frame.particles.position = np.asarray(x, np.float32) - np.float32(shift)
+        frame.particles.velocity = np.asarray(v, np.float32)
+        frame.log["particles/id"] = np.asarray(ids, np.int64)
+        frame.log["time"] = np.array([time])
+        frame.log["periodic"] = np.array([self.box is not None], np.uint8)
+        self.file.append(frame)
+        self.file.flush()
+        return True
+
+    def close(self) -> None:
+        self.file.close()
