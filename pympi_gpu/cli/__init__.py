@@ -16,7 +16,7 @@ import click
 
 from pympi_gpu.cli.common import CONTEXT_SETTINGS, run_command, version_option
 
-__all__ = ["cli", "main", "pi_main", "nbody_main", "launch_main", "scale_main", "info_main"]
+__all__ = ["cli", "main", "pi_main", "nbody_main", "launch_main", "scale_main", "info_main", "plot_main"]
 
 #: subcommand name -> "module:attribute" of its click command
 COMMANDS = {
@@ -25,6 +25,7 @@ COMMANDS = {
     "launch": "pympi_gpu.cli.launch:launch",
     "scale": "pympi_gpu.cli.scale:scale",
     "info": "pympi_gpu.cli.info:info",
+    "plot": "pympi_gpu.cli.plot:plot",
 }
 
 
@@ -45,7 +46,7 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
 @version_option()
 def cli():
-    """MPI + GPU applications: pi, n-body, launching, scaling studies.
+    """MPI + GPU applications: pi, n-body, launching, scaling studies, plots.
 
     Every option can also come from the environment: PYMPI_<COMMAND>_<OPTION>
     (for example PYMPI_PI_SEED=7), which suits job scripts.
@@ -71,3 +72,4 @@ nbody_main = _standalone("nbody")
 launch_main = _standalone("launch")
 scale_main = _standalone("scale")
 info_main = _standalone("info")
+plot_main = _standalone("plot")

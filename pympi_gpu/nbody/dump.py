@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FORMATS", "DumpError", "format_of", "open_dump", "write_frame", "ExtxyzDump", "GsdDump"]
+__all__ = ["FORMATS", "DumpError", "format_of", "open_dump", "write_frame", "read_frame", "ExtxyzDump", "GsdDump"]
 
 #: the suffixes understood, and their format
 FORMATS = {".extxyz": "extxyz", ".xyz": "extxyz", ".gsd": "gsd"}
@@ -166,3 +166,42 @@ class GsdDump:
 
     def close(self) -> None:
         self.file.close()
+
+
+def read_frame(path: str | os.PathLike, index: int = -1) -> dict:
+    """One frame of a trajectory this module wrote: ``step``, ``id``, ``x``, ``v``, ``box`` (None: open space).
+
+    ``index`` counts frames from 0 (negative from the end).  ValueError if
+    there is no such frame.
+    """
+    if format_of(path) == "gsd":
+        import gsd.hoomd
+
+        with gsd.hoomd.open(os.fspath(path)) as f:
+            if not len(f):
+                raise ValueError(f"{os.fspath(path)!r} holds no frame")
+            fr = f[index]
+            periodic = bool(fr.log["periodic"][0]) if "periodic" in fr.log else True
+            edge = float(fr.configuration.box[0])
+            x = fr.particles.position.astype(np.float64) + (0.5 * edge if periodic else 0.0)
+            return {"step": int(fr.configuration.step), "id": np.asarray(fr.log["particles/id"]), "x": x,
+                    "v": fr.particles.velocity.astype(np.float64), "box": edge if periodic else None}
+    data = Path(path).read_bytes().decode("utf-8")
+    lines = data.split("\n")
+    starts, line = [], 0
+    while line < len(lines) and lines[line].strip().isdigit():
+        n = int(lines[line])
+        if line + 2 + n > len(lines):
+            break
+        starts.append(line)
+        line += 2 + n
+    if not starts:
+        raise ValueError(f"{os.fspath(path)!r} holds no frame")
+    start = starts[index]
+    n, header = int(lines[start]), lines[start + 1]
+    table = np.loadtxt(lines[start + 2:start + 2 + n], usecols=range(1, 8), ndmin=2)
+    box = None
+    if 'pbc="T T T"' in header and 'Lattice="' in header:
+        box = float(header.split('Lattice="', 1)[1].split()[0])
+    return {"step": int(_field(header, "step")), "id": table[:, 0].astype(np.int64), "x": table[:, 1:4],
+            "v": table[:, 4:7], "box": box}

@@ -18,7 +18,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["ThermoLog", "FORMATS", "format_of", "last_step"]
+__all__ = ["ThermoLog", "FORMATS", "format_of", "last_step", "read"]
 
 #: the suffixes understood, and their format
 FORMATS = {".csv": "csv", ".yaml": "yaml", ".yml": "yaml"}
@@ -104,3 +104,25 @@ def _yaml(v) -> str:
     """As :func:`_text`, with YAML's names for the non-finite (``.inf``, ``-.inf``, ``.nan``)."""
     text = _text(v)
     return {"inf": ".inf", "-inf": "-.inf", "nan": ".nan"}.get(text, text)
+
+
+def read(path: str | os.PathLike) -> tuple[list[str], list[list[float]]]:
+    """A log's keywords and rows (every document of a YAML log, in order); ValueError if it has none."""
+    fmt = format_of(path)
+    text = Path(path).read_text(encoding="utf-8")
+    if fmt == "csv":
+        lines = list(csv.reader(io.StringIO(text)))
+        if not lines:
+            raise ValueError(f"{os.fspath(path)!r} is empty")
+        keywords, rows = lines[0], [[float(v) for v in r] for r in lines[1:] if len(r) == len(lines[0])]
+    else:
+        import yaml
+
+        docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict) and "keywords" in d]
+        if not docs:
+            raise ValueError(f"{os.fspath(path)!r} holds no thermo document (keywords, data)")
+        keywords = [str(k) for k in docs[0]["keywords"]]
+        rows = [[float(v) for v in r] for d in docs for r in (d.get("data") or []) if len(r) == len(keywords)]
+    if not rows:
+        raise ValueError(f"{os.fspath(path)!r} holds no thermo rows")
+    return keywords, rows

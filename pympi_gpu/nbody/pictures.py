@@ -1,0 +1,85 @@
+"""Pictures of a run: thermo against step, and a snapshot of a trajectory frame (PNG, matplotlib).
+
+:func:`plot_thermo` draws a thermo log (``--thermo-file``, CSV or YAML) as one
+panel of energies and one per other quantity (temperature, pressure, the
+virial ratio) against step; :func:`plot_frame` one frame of a ``--dump``
+trajectory projected on the x-y plane, coloured by speed.  matplotlib is the
+``plot`` extra; without it both raise ImportError with the line to install it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["plot_thermo", "plot_frame"]
+
+#: thermo columns drawn together in the energy panel
+ENERGIES = ("KinEng", "PotEng", "E_pair", "TotEng")
+#: columns left out (the momentum: zero to round-off, it would only show the noise)
+SKIPPED = ("Step", "Px", "Py", "Pz")
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError(f"matplotlib is not installed ({exc}); pip install 'pympi_gpu[plot]'") from None
+    return plt
+
+
+def plot_thermo(path: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Energies, then each other thermo column, against step; written to ``out`` (PNG)."""
+    from pympi_gpu.run.thermolog import read
+
+    keywords, rows = read(path)
+    data = np.array(rows, dtype=np.float64)
+    step = data[:, keywords.index("Step")] if "Step" in keywords else np.arange(len(data))
+    energies = [k for k in keywords if k in ENERGIES]
+    others = [k for k in keywords if k not in ENERGIES and k not in SKIPPED]
+    panels = ([energies] if energies else []) + [[k] for k in others]
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels) + 0.6), dpi=100, sharex=True,
+                             layout="constrained", squeeze=False)
+    for ax, names in zip(axes[:, 0], panels):
+        for k in names:
+            ax.plot(step, data[:, keywords.index(k)], ".-" if len(step) < 60 else "-", label=k, lw=1.2, ms=3)
+        ax.set_ylabel("energy" if names is energies else names[0])
+        if len(names) > 1:
+            ax.legend(loc="best", fontsize="small")
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("step")
+    fig.suptitle(f"thermo: {Path(path).name} ({len(rows)} rows)")
+    out = Path(out)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def plot_frame(path: str | os.PathLike, out: str | os.PathLike, index: int = -1) -> Path:
+    """Frame ``index`` of a trajectory seen along z (x-y projection), coloured by speed; PNG."""
+    from pympi_gpu.nbody.dump import read_frame
+
+    frame = read_frame(path, index)
+    x, speed = frame["x"], np.linalg.norm(frame["v"], axis=1)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 5.6), dpi=100, layout="constrained")
+    size = max(0.5, min(20.0, 2e4 / max(len(x), 1)))
+    dots = ax.scatter(x[:, 0], x[:, 1], c=speed, s=size, cmap="viridis", linewidths=0, rasterized=True)
+    fig.colorbar(dots, ax=ax, label="speed |v|")
+    if frame["box"] is not None:
+        ax.set_xlim(0, frame["box"])
+        ax.set_ylim(0, frame["box"])
+    ax.set_aspect("equal")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.set_title(f"{Path(path).name}: step {frame['step']}, {len(x):,} bodies (projected along z)")
+    out = Path(out)
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -1,0 +1,67 @@
+"""``pympi-plot``: the PNGs of a thermo log and of a trajectory frame, checked by opening them.
+
+Each picture is read back with matplotlib's image reader: its size is the
+figure's, it is not blank, and the snapshot holds the spread of colours its
+speeds map to.  The inputs come from real runs at 2 ranks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import mpiexec_argv, run, script
+from test_faults import env, one_message
+
+NBODY, PLOT = script("pympi-nbody"), script("pympi-plot")
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plots")
+    for args in (["2048", "--model", "lj", "--thermo", "5", "--thermo-file", d / "lj.yaml", "--dump", d / "lj.extxyz",
+                  "--dump-every", "10"],
+                 ["1000", "--thermo", "5", "--thermo-file", d / "g.csv", "--dump", d / "g.gsd", "--dump-every", "10"]):
+        out = run(mpiexec_argv(2) + [NBODY, *map(str, args), "--steps", "30", "--threads", "1", "-q"],
+                  timeout=300, env=env())
+        assert out.returncode == 0, out.stderr
+    return d
+
+
+def picture(path):
+    import matplotlib.image
+
+    img = matplotlib.image.imread(path)[:, :, :3]
+    ink = (img < 0.95).any(axis=2).mean()   # the share of pixels that are not white
+    colours = len(np.unique((img * 255).astype(np.uint8).reshape(-1, 3), axis=0))
+    return img.shape[:2], ink, colours
+
+
+@pytest.mark.parametrize("name, panels", [("lj.yaml", 3), ("g.csv", 2)])
+def test_thermo_picture(outputs, tmp_path, name, panels):
+    png = tmp_path / "t.png"
+    out = run([PLOT, str(outputs / name), "-o", str(png)], timeout=120, env=env())
+    assert out.returncode == 0 and f"written: {png}" in out.stdout, out.stderr
+    (h, w), ink, colours = picture(png)
+    assert (h, w) == (int(100 * (2.2 * panels + 0.6)), 700)   # one panel a quantity, energies together
+    assert 0.02 < ink < 0.5 and colours > 20
+
+
+@pytest.mark.parametrize("name", ["lj.extxyz", "g.gsd"])
+def test_frame_picture(outputs, name):
+    out = run([PLOT, str(outputs / name), "--frame", "1"], timeout=120, env=env())
+    assert out.returncode == 0, out.stderr
+    png = (outputs / name).with_suffix(".png")
+    (h, w), ink, colours = picture(png)
+    assert (h, w) == (560, 640) and 0.05 < ink < 0.9
+    assert colours > 100   # the speeds' colour map, not one colour
+
+
+def test_what_cannot_be_drawn_is_refused_with_one_message(tmp_path):
+    (tmp_path / "a.txt").write_text("x")
+    one_message(run([PLOT, str(tmp_path / "a.txt")], timeout=60, env=env()), "not a thermo log")
+    (tmp_path / "e.csv").write_text("")
+    one_message(run([PLOT, str(tmp_path / "e.csv")], timeout=60, env=env()), "cannot be drawn")
+    (tmp_path / "t.extxyz").write_text("garbage\n")
+    one_message(run([PLOT, str(tmp_path / "t.extxyz")], timeout=60, env=env()), "holds no frame")
+    one_message(run([PLOT, str(tmp_path / "missing.csv")], timeout=60, env=env()), "does not exist")
