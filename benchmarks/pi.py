@@ -142,7 +142,7 @@ def main() -> None:
 
     n_mc = 10**7 if q else 4 * 10**8
     assert int(v1.mc_count(key, np.int64(0), np.int64(10**5))) == nk.mc_hits(key, 0, 10**5)
-    # Both forms of the kernel, the one this CPU gets (mc_simd.worthwhile) first.
+    # Both forms of the kernel, the one pympi uses (kernels_cpu._mc_count) first.
     forms = {"explicit vector code": _mc_count_vector, "the loop as LLVM vectorises it": _mc_count_scalar}
     used = next(name for name, form in forms.items() if form is _mc_count)
     row("monte carlo", "pympi numba (1 thread)", n_mc, median_time(lambda: nk.mc_hits(key, 0, n_mc), rep),

@@ -115,20 +115,6 @@ def test_mc_vector_code_equals_scalar_loop(numba_k):
             assert int(_mc_count_scalar(key, np.int64(0), np.int64(n))) == ref
 
 
-def test_mc_vector_code_chosen_by_target(monkeypatch):
-    """The explicit vectors where the target has no 64-bit vector multiply, not on AVX-512DQ."""
-    from numba.core import config
-
-    from pympi_gpu.pi import mc_simd
-
-    monkeypatch.setattr(config, "CPU_NAME", "x86-64-v3")
-    monkeypatch.setattr(config, "CPU_FEATURES", "")
-    assert mc_simd.worthwhile()
-    monkeypatch.setattr(config, "CPU_NAME", "skylake-avx512")
-    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512f,+avx512dq,+avx512vl")
-    assert not mc_simd.worthwhile()
-
-
 def test_mc_estimate_statistics(numba_k):
     n = 4_000_000
     p = numba_k.mc_hits(seed_key(2024), 0, n) / n
