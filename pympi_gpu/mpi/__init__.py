@@ -2,6 +2,7 @@
 
 ``environment``    launcher, scheduler and container variables (no MPI)
 ``decomposition``  block distributions of work over ranks (pure)
+``blocks``         rows streamed to and from one rank in bounded blocks (checkpoints)
 ``worldcheck``     a world of 1 where the launcher said more: launcher and MPI mismatched
 ``library``        the MPI implementation a version text names (one parser)
 ``launch``         ibrun, srun or mpiexec: the argv to start a job (pure planning)

@@ -1,11 +1,13 @@
-"""Checkpoints: the whole system in one ``.npz`` file, written atomically.
+"""Gravity checkpoints: the whole system in one ``.npz`` file, in body order.
 
-Rank 0 gathers every body and writes a temporary file in the target's
-directory, flushes it to disk (``fsync``) and renames it over the target
-(``os.replace``, atomic on POSIX), then syncs the directory: a reader sees the
-old checkpoint or the new one, never half of one.  Loading validates
-everything (format, sizes, precision, finite values) and reports one clear
-error on every rank alike.
+Written by :func:`pympi_gpu.nbody.checkpoint.save_rows`: the ranks' blocks
+stream through rank 0 a block of rows at a time into a temporary file that is
+fsync'd and renamed over the target (a reader sees the old checkpoint or the
+new one, never half of one).  :func:`load` reads the file block by block on
+rank 0 and scatters each block to the ranks that own its bodies (the block
+split of the current rank count, which may differ from the writer's),
+validating as it goes (format, sizes, precision, finite values): one clear
+error on every rank alike.  No rank holds more than its share plus a block.
 
 Contents: arrays ``x y z vx vy vz ax ay az m`` (N values each, in the run's
 precision; the accelerations let a restart continue bit-identically without a
@@ -14,16 +16,14 @@ fresh force evaluation) and ``meta``, a JSON string (see :data:`FORMAT`).
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import zipfile
-from pathlib import Path
 
 import numpy as np
 
+from pympi_gpu.mpi.blocks import scatter_rows
 from pympi_gpu.mpi.decomposition import block_counts, block_starts
-from pympi_gpu.nbody.checkpoint import CheckpointError, check_writable, write_file
+from pympi_gpu.nbody.checkpoint import BLOCK_ROWS, CheckpointError, NpzRows, check_writable, save_rows, write_file
 from pympi_gpu.nbody.gravity.precision import PRECISIONS
 
 __all__ = ["FORMAT", "FIELDS", "CheckpointError", "gather", "save", "load", "read_file", "write_file",
@@ -37,37 +37,18 @@ _META_KEYS = {"format": str, "bodies": int, "step": int, "time": float, "seed": 
 
 
 def read_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
-    """Read and validate a checkpoint file; raise :class:`CheckpointError` if it is unusable."""
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"restart file {str(path)!r} does not exist")
-    if path.is_dir():
-        raise CheckpointError(f"restart file {str(path)!r} is a directory")
-    try:
-        if not zipfile.is_zipfile(path):
-            raise CheckpointError(f"{str(path)!r} is not a readable checkpoint: not an .npz archive "
-                                  "(truncated, corrupt, or another kind of file)")
-        with np.load(path, allow_pickle=False) as data:
-            names = set(data.files)
-            if "meta" not in names:
-                raise CheckpointError(f"{str(path)!r} is not a pympi-nbody checkpoint (no 'meta' record)")
-            meta = json.loads(str(data["meta"]))
-            missing = [f for f in FIELDS if f not in names]
-            if missing:
-                raise CheckpointError(f"{str(path)!r} lacks the array(s) {', '.join(missing)}")
-            arrays = {f: data[f] for f in FIELDS}
-    except CheckpointError:
-        raise
-    except PermissionError:
-        raise CheckpointError(f"restart file {str(path)!r} is not readable (permission denied)") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, KeyError) as exc:
-        raise CheckpointError(f"{str(path)!r} is not a readable checkpoint (truncated or corrupt?): "
-                              f"{exc}") from None
-    _validate(str(path), meta, arrays)
-    return meta, arrays
+    """Read and validate a whole checkpoint file (one process); raise :class:`CheckpointError` if unusable."""
+    with NpzRows(path) as f:
+        _validate_header(f)
+        n = f.meta["bodies"]
+        arrays = next(f.blocks(FIELDS, block=n))[1]
+        _validate_rows(f.path, arrays)
+    return f.meta, {k: a.copy() for k, a in arrays.items()}
 
 
-def _validate(name: str, meta, arrays) -> None:
+def _validate_header(f: NpzRows) -> None:
+    """The meta record and each array's shape and dtype (not the values)."""
+    name, meta = f.path, f.meta
     if not isinstance(meta, dict):
         raise CheckpointError(f"{name!r}: the meta record is not a JSON object")
     if meta.get("format") != FORMAT:
@@ -86,18 +67,25 @@ def _validate(name: str, meta, arrays) -> None:
             and meta["softening"] > 0):
         raise CheckpointError(f"{name!r}: dt and softening must be finite and > 0")
     dtype = _DTYPES[meta["precision"]]
-    for f in FIELDS:
-        a = arrays[f]
-        if a.shape != (n,):
-            raise CheckpointError(f"{name!r}: array {f!r} has shape {a.shape}, expected ({n},)")
-        if a.dtype != dtype:
-            raise CheckpointError(f"{name!r}: array {f!r} is {a.dtype}, expected {dtype} ({meta['precision']})")
-        if not np.isfinite(a).all():
-            raise CheckpointError(f"{name!r}: array {f!r} holds non-finite values")
+    f.open(FIELDS)
+    for k in FIELDS:
+        if f.shape[k] != (n,):
+            raise CheckpointError(f"{name!r}: array {k!r} has shape {f.shape[k]}, expected ({n},)")
+        if f.dtype[k] != dtype:
+            raise CheckpointError(f"{name!r}: array {k!r} is {f.dtype[k]}, expected {dtype} ({meta['precision']})")
+
+
+def _validate_rows(name: str, rows: dict[str, np.ndarray]) -> None:
+    for k in FIELDS:
+        if not np.isfinite(rows[k]).all():
+            raise CheckpointError(f"{name!r}: array {k!r} holds non-finite values")
 
 
 def gather(comm, local: dict[str, np.ndarray], fields=FIELDS) -> dict[str, np.ndarray] | None:
-    """Every rank's block of ``fields`` on rank 0, in body order (None elsewhere); collective (Gatherv)."""
+    """Every rank's block of ``fields`` on rank 0, in body order (None elsewhere); collective (Gatherv).
+
+    For a trajectory frame; checkpoints stream through :func:`save` instead.
+    """
     size, rank = comm.Get_size(), comm.Get_rank()
     counts = comm.allgather(int(local["x"].size))
     displs = [sum(counts[:r]) for r in range(size)]
@@ -110,51 +98,58 @@ def gather(comm, local: dict[str, np.ndarray], fields=FIELDS) -> dict[str, np.nd
     return full if rank == 0 else None
 
 
-def save(comm, path: str, local: dict[str, np.ndarray], meta: dict) -> None:
-    """Gather every rank's bodies and write them to ``path``; collective over comm.
+def save(comm, path: str, local: dict[str, np.ndarray], meta: dict, block: int = BLOCK_ROWS) -> None:
+    """Write every rank's bodies to ``path``, streamed through rank 0 in blocks; collective over comm.
 
     ``local`` maps each of :data:`FIELDS` to this rank's host array (its block,
     in rank order).  A failure on rank 0 raises :class:`CheckpointError` on
     every rank.
     """
     size, rank = comm.Get_size(), comm.Get_rank()
-    full = gather(comm, local)
-    error = None
-    if rank == 0:
-        try:
-            write_file(path, full, dict(meta, format=FORMAT, bodies=int(full["x"].size), ranks=size))
-        except OSError as exc:
-            error = f"cannot write checkpoint {path!r}: {exc.strerror or exc}"
-    error = comm.bcast(error, root=0)
-    if error:
-        raise CheckpointError(error)
+    counts = comm.allgather(int(local["x"].size))
+    total = sum(counts)
+    key = sum(counts[:rank]) + np.arange(counts[rank], dtype=np.int64)
+    save_rows(comm, path, key, {f: local[f] for f in FIELDS}, total,
+              dict(meta, format=FORMAT, bodies=total, ranks=size), block)
 
 
-def load(comm, path: str) -> tuple[dict, dict[str, np.ndarray]]:
-    """Read ``path`` on rank 0 and give every rank its block; collective over comm.
+def load(comm, path: str, block: int = BLOCK_ROWS) -> tuple[dict, dict[str, np.ndarray]]:
+    """Read ``path`` on rank 0 block by block and give every rank its block of bodies; collective over comm.
 
     The blocks follow the current rank count (which may differ from the
     writer's).  Returns ``(meta, local arrays)``; raises
     :class:`CheckpointError` on every rank if the file is unusable.
     """
     size, rank = comm.Get_size(), comm.Get_rank()
-    meta, arrays, error = None, None, None
+    meta, error, reader = None, None, None
     if rank == 0:
         try:
-            meta, arrays = read_file(path)
+            reader = NpzRows(path)
+            _validate_header(reader)
+            meta = reader.meta
             if meta["bodies"] < size:
                 raise CheckpointError(f"{path!r} holds {meta['bodies']} bodies, fewer than the {size} ranks")
         except CheckpointError as exc:
             error = str(exc)
+            if reader is not None:
+                reader.close()
     meta, error = comm.bcast((meta, error), root=0)
     if error:
         raise CheckpointError(error)
     n = meta["bodies"]
-    counts, starts = block_counts(n, size), block_starts(n, size)
+    counts, starts = block_counts(n, size), np.array(block_starts(n, size))
     dtype = _DTYPES[meta["precision"]]
-    local = {}
-    for f in FIELDS:
-        out = np.empty(counts[rank], dtype=dtype)
-        comm.Scatterv([arrays[f], (counts, starts)] if rank == 0 else None, out, root=0)
-        local[f] = out
+    local = {f: np.empty(counts[rank], dtype=dtype) for f in FIELDS}
+
+    def blocks():
+        for first, rows in reader.blocks(FIELDS, block):
+            _validate_rows(reader.path, rows)
+            index = first + np.arange(rows["x"].size)
+            yield np.searchsorted(starts, index, side="right") - 1, rows
+
+    try:
+        scatter_rows(comm, local, blocks() if rank == 0 else None, catch=(CheckpointError,), error=CheckpointError)
+    finally:
+        if reader is not None:
+            reader.close()
     return meta, local

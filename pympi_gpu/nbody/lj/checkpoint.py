@@ -1,35 +1,39 @@
 """LJ checkpoints: the whole system in one ``.npz`` file, in atom-id order.
 
-The file is written by :func:`pympi_gpu.nbody.checkpoint.write_file` (a
-temporary file, fsync, atomic rename) and refused with
-:class:`~pympi_gpu.nbody.checkpoint.CheckpointError`.  Arrays: ``x v f``
-``(N, 3)`` float64 and ``id`` ``(N,)`` int64 (1..N); ``meta`` a JSON string
-(:data:`FORMAT`, the run's parameters, the step, the step-0 thermo).  A
-gravity checkpoint given to ``--model lj`` (or the reverse) is refused by its
-format string.
+Arrays: ``x v f`` ``(N, 3)`` float64 and ``id`` ``(N,)`` int64 (1..N);
+``meta`` a JSON string (:data:`FORMAT`, the run's parameters, the step, the
+step-0 thermo).  :func:`save` streams the owned atoms through rank 0 in id
+order, a block of ids at a time (:func:`pympi_gpu.nbody.checkpoint.save_rows`:
+temporary file, fsync, atomic rename); :func:`load` reads the file block by
+block on rank 0 and scatters each block to the bricks that own its atoms.  No
+rank holds more than its share plus a block.  Refused with
+:class:`~pympi_gpu.nbody.checkpoint.CheckpointError`; a gravity checkpoint
+given to ``--model lj`` (or the reverse) is refused by its format string.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import zipfile
-from pathlib import Path
 
 import numpy as np
 
-from pympi_gpu.nbody.checkpoint import CheckpointError, check_writable, write_file
+from pympi_gpu.mpi.blocks import scatter_rows
+from pympi_gpu.nbody.checkpoint import BLOCK_ROWS, CheckpointError, NpzRows, check_writable, save_rows
 from pympi_gpu.nbody.lj.domain import owner_coords, wrap
 
 __all__ = ["FORMAT", "CheckpointError", "check_writable", "gather", "save", "read_file", "load"]
 
 FORMAT = "pympi_gpu.nbody.lj.checkpoint/1"
+FIELDS = ("x", "v", "f", "id")
 _META = {"step": int, "cells": int, "atoms": int, "density": float, "temperature": float, "cutoff": float,
          "skin": float, "dt": float, "seed": int, "ranks": int}
 
 
 def gather(comm, owned: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
-    """Every rank's atoms on rank 0, sorted by id (None elsewhere); collective over comm."""
+    """Every rank's atoms on rank 0, sorted by id (None elsewhere); collective over comm.
+
+    For trajectory frames and verification; checkpoints stream through :func:`save` instead.
+    """
     parts = comm.gather(owned, root=0)
     if comm.Get_rank() != 0:
         return None
@@ -38,46 +42,37 @@ def gather(comm, owned: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
     return {k: a[order] for k, a in full.items()}
 
 
-def save(comm, path: str, owned: dict[str, np.ndarray], meta: dict) -> None:
-    """Gather the system and write it to ``path``; collective over comm.
+def save(comm, path: str, owned: dict[str, np.ndarray], meta: dict, block: int = BLOCK_ROWS,
+         by_id: bool = True) -> None:
+    """Write every rank's owned atoms to ``path`` in id order; collective over comm.
 
-    A failure on rank 0 raises :class:`CheckpointError` on every rank.
+    ``by_id=False`` writes them in rank order instead, as they are (for a
+    blown-up state whose atoms may be lost or held twice: for inspection, not
+    for ``--restart``).  A failure on rank 0 raises :class:`CheckpointError`
+    on every rank.
     """
-    full = gather(comm, owned)
-    error = None
-    if comm.Get_rank() == 0:
-        try:
-            write_file(path, full, dict(meta, format=FORMAT, ranks=comm.Get_size()))
-        except OSError as exc:
-            error = f"cannot write checkpoint {path!r}: {exc.strerror or exc}"
-    error = comm.bcast(error, root=0)
-    if error:
-        raise CheckpointError(error)
+    size, rank = comm.Get_size(), comm.Get_rank()
+    counts = comm.allgather(int(owned["id"].size))
+    total = sum(counts)
+    key = owned["id"] - 1 if by_id else sum(counts[:rank]) + np.arange(counts[rank], dtype=np.int64)
+    save_rows(comm, path, key, {k: owned[k] for k in FIELDS}, total, dict(meta, format=FORMAT, ranks=size), block)
 
 
 def read_file(path: str) -> tuple[dict, dict[str, np.ndarray]]:
-    """Read and validate an LJ checkpoint; raise :class:`CheckpointError` if it is unusable."""
-    p = Path(path)
-    if not p.is_file():
-        raise CheckpointError(f"restart file {path!r} does not exist or is not a file")
-    try:
-        if not zipfile.is_zipfile(p):
-            raise CheckpointError(f"{path!r} is not a readable checkpoint: not an .npz archive")
-        with np.load(p, allow_pickle=False) as data:
-            if "meta" not in data.files:
-                raise CheckpointError(f"{path!r} is not a pympi-nbody checkpoint (no 'meta' record)")
-            meta = json.loads(str(data["meta"]))
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-                got = meta.get("format") if isinstance(meta, dict) else None
-                raise CheckpointError(f"{path!r}: format {got!r}, expected {FORMAT!r} (an LJ checkpoint)")
-            missing = [k for k in ("x", "v", "f", "id") if k not in data.files]
-            if missing:
-                raise CheckpointError(f"{path!r} lacks the array(s) {', '.join(missing)}")
-            arrays = {k: data[k] for k in ("x", "v", "f", "id")}
-    except CheckpointError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, KeyError) as exc:
-        raise CheckpointError(f"{path!r} is not a readable checkpoint (truncated or corrupt?): {exc}") from None
+    """Read and validate a whole LJ checkpoint (one process); raise :class:`CheckpointError` if unusable."""
+    with NpzRows(path) as f:
+        _validate_header(f)
+        arrays = next(f.blocks(FIELDS, block=f.meta["atoms"]))[1]
+        _validate_rows(f.path, 0, arrays)
+    return f.meta, {k: a.copy() for k, a in arrays.items()}
+
+
+def _validate_header(f: NpzRows) -> None:
+    """The meta record and each array's shape and dtype (not the values)."""
+    path, meta = f.path, f.meta
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else None
+        raise CheckpointError(f"{path!r}: format {got!r}, expected {FORMAT!r} (an LJ checkpoint)")
     for key, kind in _META.items():
         value = meta.get(key)
         if isinstance(value, bool) or not (isinstance(value, kind) or (kind is float and isinstance(value, int))):
@@ -85,41 +80,82 @@ def read_file(path: str) -> tuple[dict, dict[str, np.ndarray]]:
     n = meta["atoms"]
     if n != 4 * meta["cells"] ** 3 or meta["step"] < 0:
         raise CheckpointError(f"{path!r}: meta atoms/cells/step out of range")
-    for k in ("x", "v", "f"):
-        a = arrays[k]
-        if a.shape != (n, 3) or a.dtype != np.float64 or not np.isfinite(a).all():
-            raise CheckpointError(f"{path!r}: array {k!r} is not ({n}, 3) finite float64")
-    if arrays["id"].shape != (n,) or not np.array_equal(arrays["id"], np.arange(1, n + 1)):
-        raise CheckpointError(f"{path!r}: array 'id' is not 1..{n}")
     if not all(math.isfinite(meta[k]) and meta[k] > 0 for k in ("density", "cutoff", "dt")):
         raise CheckpointError(f"{path!r}: density, cutoff and dt must be finite and > 0")
-    return meta, arrays
+    f.open(FIELDS)
+    for k in ("x", "v", "f"):
+        if f.shape[k] != (n, 3) or f.dtype[k] != np.float64:
+            raise CheckpointError(f"{path!r}: array {k!r} is not ({n}, 3) finite float64")
+    if f.shape["id"] != (n,) or f.dtype["id"].kind not in "iu":
+        raise CheckpointError(f"{path!r}: array 'id' is not 1..{n}")
 
 
-def load(comm, path: str, box_of, dims) -> tuple[dict, dict[str, np.ndarray]]:
-    """Read ``path`` on rank 0 and give every rank the atoms of its brick; collective over comm.
+def _validate_rows(path: str, first: int, rows: dict[str, np.ndarray]) -> None:
+    """The values of rows ``first..``: finite, and the ids in order."""
+    for k in ("x", "v", "f"):
+        if not np.isfinite(rows[k]).all():
+            raise CheckpointError(f"{path!r}: array {k!r} holds non-finite values")
+    m = rows["id"].size
+    if not np.array_equal(rows["id"], np.arange(first + 1, first + m + 1)):
+        raise CheckpointError(f"{path!r}: array 'id' is not 1..N in order")
+
+
+def load(comm, path: str, box_of, dims, block: int = BLOCK_ROWS) -> tuple[dict, dict[str, np.ndarray]]:
+    """Read ``path`` block by block on rank 0 and give every rank the atoms of its brick; collective over comm.
 
     ``box_of(meta)`` is the box edge of the file's system, ``dims`` the rank
-    grid and ``coords`` (from comm, a Cartesian communicator) this brick.
-    Raises :class:`CheckpointError` on every rank if the file is unusable.
+    grid and comm a Cartesian communicator whose coordinates name the bricks.
+    Each rank gets its atoms in id order.  Raises :class:`CheckpointError` on
+    every rank if the file is unusable.
     """
-    meta = arrays = error = None
-    if comm.Get_rank() == 0:
+    size, rank = comm.Get_size(), comm.Get_rank()
+    meta = counts = error = f = None
+    ranks_of = np.empty(tuple(int(d) for d in dims), np.int64)  # brick coordinates -> rank
+    for c in np.ndindex(*ranks_of.shape):
+        ranks_of[c] = comm.Get_cart_rank(list(c))
+    if rank == 0:
         try:
-            meta, arrays = read_file(path)
+            with NpzRows(path) as f:  # a first pass over x: how many atoms each brick gets
+                _validate_header(f)
+                meta, box = f.meta, box_of(f.meta)
+                counts = np.zeros(size, np.int64)
+                for first, rows in f.blocks(("x",), block):
+                    if not np.isfinite(rows["x"]).all():
+                        raise CheckpointError(f"{path!r}: array 'x' holds non-finite values")
+                    counts += np.bincount(_dest(rows["x"], box, dims, ranks_of), minlength=size)
         except CheckpointError as exc:
             error = str(exc)
     meta, error = comm.bcast((meta, error), root=0)
     if error:
         raise CheckpointError(error)
-    n = meta["atoms"]
-    if comm.Get_rank() != 0:
-        arrays = {k: np.empty((n, 3)) for k in ("x", "v", "f")}
-        arrays["id"] = np.empty(n, np.int64)
-    for k in ("x", "v", "f", "id"):
-        comm.Bcast(arrays[k], root=0)
+    mine = comm.scatter(counts.tolist() if rank == 0 else None, root=0)
+    local = {k: np.empty((mine, 3)) for k in ("x", "v", "f")}
+    local["id"] = np.empty(mine, np.int64)
     box = box_of(meta)
-    x = wrap(arrays["x"], box)
-    coords = np.array(comm.Get_coords(comm.Get_rank()))
-    mine = np.all(owner_coords(x, box, dims) == coords, axis=1)
-    return meta, {k: a[mine].copy() for k, a in arrays.items()}
+
+    def blocks(f):
+        for first, rows in f.blocks(FIELDS, block):
+            _validate_rows(path, first, rows)
+            yield _dest(rows["x"], box, dims, ranks_of), rows
+
+    if rank == 0:
+        try:
+            f = NpzRows(path)
+            _validate_header(f)
+        except CheckpointError as exc:  # gone or changed since the first pass
+            f, error = None, str(exc)
+    error = comm.bcast(error, root=0)
+    if error:
+        raise CheckpointError(error)
+    try:
+        scatter_rows(comm, local, blocks(f) if rank == 0 else None, catch=(CheckpointError,), error=CheckpointError)
+    finally:
+        if f is not None:
+            f.close()
+    return meta, local
+
+
+def _dest(x: np.ndarray, box: float, dims, ranks_of: np.ndarray) -> np.ndarray:
+    """The rank owning each position (folded into the box first)."""
+    c = owner_coords(wrap(x, box), box, dims)
+    return ranks_of[c[:, 0], c[:, 1], c[:, 2]]

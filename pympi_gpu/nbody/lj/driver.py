@@ -358,7 +358,8 @@ def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=Non
             from pympi_gpu.nbody.lj import checkpoint as ckpt
 
             ckpt.save(comm, config.blowup_save, system.owned(), dict(_meta(config, exc.step, initial),
-                                                                      blowup=f"{exc.check}: {exc.cause}"))
+                                                                      blowup=f"{exc.check}: {exc.cause}"),
+                      by_id=False)  # its atoms may be lost or held twice
             exc.saved = config.blowup_save
         raise
 

@@ -1,0 +1,156 @@
+"""Rows of a distributed array moved to and from one rank in bounded blocks.
+
+A checkpoint of ``N`` rows spread over the ranks has to pass through one
+writer, and back from one reader, without any rank ever holding all ``N``
+rows (past ~27 M atoms a gathered system no longer fits the 2 GiB count limit
+of MPI-3 libraries, and long before that rank 0's memory).  Here:
+
+* :func:`gather_rows` streams every rank's rows to the root in the order of a
+  global key ``0..N-1``, one block of at most ``block`` keys at a time (one
+  ``Gatherv`` per block);
+* :func:`scatter_rows` streams blocks from the root to the ranks each row
+  names (one ``Scatterv`` per block and array) into arrays they allocated
+  for their own count.
+
+Besides its own rows, a rank holds at most a block's worth: the root the
+received block and the block in key order, the others the part of a block
+they send or receive.  mpi4py infers the datatypes from the NumPy buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+__all__ = ["gather_rows", "scatter_rows"]
+
+
+def _counts_and_displs(counts, row: int) -> tuple[list[int], list[int]]:
+    elements = [int(c) * row for c in counts]
+    displs = np.concatenate(([0], np.cumsum(elements[:-1], dtype=np.int64))).tolist() if elements else []
+    return elements, displs
+
+
+def gather_rows(comm, key: np.ndarray, array: np.ndarray, total: int, block: int,
+                sink: Callable[[int, np.ndarray], None], root: int = 0) -> None:
+    """Stream the rows of ``array`` to ``root`` in the order of ``key``; collective over comm.
+
+    Parameters
+    ----------
+    key : ``(n,)`` integers, the global index in ``[0, total)`` of each local row;
+        over all ranks every index occurs exactly once.
+    array : ``(n, ...)`` this rank's rows (same dtype and row shape on every rank).
+    total, block : the number of global rows, and the most rows moved at once.
+    sink : on ``root``, called as ``sink(start, rows)`` for the rows of keys
+        ``[start, start + len(rows))``, block after block in order.
+
+    Raises on ``root`` only, after the last block (so no rank is left waiting in
+    a collective): :class:`ValueError` if a block's keys are not each present
+    exactly once over the ranks, or whatever ``sink`` raised; ``sink`` is not
+    called again after it has raised.  The caller agrees the outcome on all
+    ranks.
+    """
+    if block < 1:
+        raise ValueError(f"block must be >= 1, got {block}")
+    rank = comm.Get_rank()
+    key = np.asarray(key, dtype=np.int64)
+    if key.size < 2 or bool(np.all(key[1:] > key[:-1])):  # already in order (a block split): no copies
+        order, sorted_key = None, key
+    else:
+        order = np.argsort(key, kind="stable")
+        sorted_key = key[order]
+    row_shape = array.shape[1:]
+    row = int(np.prod(row_shape, dtype=np.int64))
+    failure = None
+    for start in range(0, total, block):
+        stop = min(start + block, total)
+        lo, hi = np.searchsorted(sorted_key, [start, stop])
+        counts = comm.gather(int(hi - lo), root=root)
+        send_keys = np.ascontiguousarray(sorted_key[lo:hi])
+        send_rows = np.ascontiguousarray(array[lo:hi] if order is None else array[order[lo:hi]])
+        if rank == root:
+            got = sum(counts)
+            keys = np.empty(got, np.int64)
+            rows = np.empty((got, *row_shape), array.dtype)
+            comm.Gatherv(send_keys, [keys, _counts_and_displs(counts, 1)], root=root)
+            comm.Gatherv(send_rows, [rows, _counts_and_displs(counts, row)], root=root)
+            if failure is not None:
+                continue
+            seen = np.bincount(keys - start, minlength=stop - start) if got else np.zeros(stop - start, np.int64)
+            if got != stop - start or seen.size != stop - start or not np.all(seen == 1):
+                failure = ValueError(f"rows {start}..{stop - 1}: {got} rows for {stop - start} keys "
+                                     "(a row lost or held twice)")
+                continue
+            ordered = np.empty_like(rows)
+            ordered[keys - start] = rows
+            del rows
+            try:
+                sink(start, ordered)
+            except Exception as exc:  # reported after the last block; the others must not hang
+                failure = exc
+        else:
+            comm.Gatherv(send_keys, None, root=root)
+            comm.Gatherv(send_rows, None, root=root)
+    if failure is not None:
+        raise failure
+
+
+def scatter_rows(comm, out: dict[str, np.ndarray], blocks: Iterable[tuple[np.ndarray, dict[str, np.ndarray]]] | None,
+                 root: int = 0, catch: tuple[type[BaseException], ...] = (), error: type[Exception] = RuntimeError
+                 ) -> None:
+    """Fill every rank's ``out`` arrays with the rows the root's ``blocks`` send it; collective over comm.
+
+    Parameters
+    ----------
+    out : this rank's arrays by name, allocated with exactly the number of rows
+        it will receive (the same names, dtypes and row shapes on every rank).
+    blocks : on ``root``, an iterable of ``(dest, arrays)``: ``dest`` ``(m,)``
+        the rank of each row, ``arrays`` the rows of each name of ``out``;
+        ``None`` elsewhere.  Each rank receives its rows in the order the blocks
+        give them.
+    catch, error : an exception of a ``catch`` type raised while the root
+        produces a block stops the transfer on every rank: the root re-raises
+        it, the others raise ``error`` with its message.
+    """
+    size, rank = comm.Get_size(), comm.Get_rank()
+    names = list(out)
+    filled = 0
+    iterator = iter(blocks) if rank == root else None
+    while True:
+        header = None
+        if rank == root:
+            try:
+                dest, arrays = next(iterator)
+                header = "block"
+            except StopIteration:
+                header = "done"
+            except catch as exc:
+                comm.bcast(("error", str(exc)), root=root)
+                raise
+        else:
+            dest = arrays = None
+        header = comm.bcast((header, None) if rank == root else None, root=root)
+        if header[0] == "done":
+            break
+        if header[0] == "error":
+            raise error(header[1])
+        if rank == root:
+            dest = np.asarray(dest, dtype=np.int64)
+            route = np.argsort(dest, kind="stable")
+            counts = np.bincount(dest, minlength=size).tolist()
+        else:
+            counts = None
+        count = comm.scatter(counts, root=root)
+        for name in names:
+            target = out[name][filled:filled + count]
+            row = int(np.prod(target.shape[1:], dtype=np.int64))
+            if rank == root:
+                send = np.ascontiguousarray(np.asarray(arrays[name])[route])
+                comm.Scatterv([send, _counts_and_displs(counts, row)], target, root=root)
+            else:
+                comm.Scatterv(None, target, root=root)
+        filled += count
+    for name in names:
+        if out[name].shape[0] != filled:
+            raise ValueError(f"rank {rank}: {filled} rows arrived for {out[name].shape[0]} allocated")
