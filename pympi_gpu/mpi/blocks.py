@@ -77,13 +77,17 @@ def gather_rows(comm, key: np.ndarray, array: np.ndarray, total: int, block: int
             comm.Gatherv(send_rows, [rows, _counts_and_displs(counts, row)], root=root)
             if failure is not None:
                 continue
-            seen = np.bincount(keys - start, minlength=stop - start) if got else np.zeros(stop - start, np.int64)
-            if got != stop - start or seen.size != stop - start or not np.all(seen == 1):
-                failure = ValueError(f"rows {start}..{stop - 1}: {got} rows for {stop - start} keys "
-                                     "(a row lost or held twice)")
-                continue
-            ordered = np.empty_like(rows)
-            ordered[keys - start] = rows
+            in_order = got == stop - start and keys[0] == start and keys[-1] == stop - 1
+            if in_order and bool(np.all(keys[1:] > keys[:-1])):
+                ordered = rows  # arrived in order (each rank holds a range of keys): no copy
+            else:
+                seen = np.bincount(keys - start, minlength=stop - start) if got else np.zeros(0, np.int64)
+                if got != stop - start or seen.size != stop - start or not np.all(seen == 1):
+                    failure = ValueError(f"rows {start}..{stop - 1}: {got} rows for {stop - start} keys "
+                                         "(a row lost or held twice)")
+                    continue
+                ordered = np.empty_like(rows)
+                ordered[keys - start] = rows
             del rows
             try:
                 sink(start, ordered)
@@ -137,7 +141,8 @@ def scatter_rows(comm, out: dict[str, np.ndarray], blocks: Iterable[tuple[np.nda
             raise error(header[1])
         if rank == root:
             dest = np.asarray(dest, dtype=np.int64)
-            route = np.argsort(dest, kind="stable")
+            sorted_already = dest.size < 2 or bool(np.all(dest[1:] >= dest[:-1]))
+            route = None if sorted_already else np.argsort(dest, kind="stable")
             counts = np.bincount(dest, minlength=size).tolist()
         else:
             counts = None
@@ -146,7 +151,8 @@ def scatter_rows(comm, out: dict[str, np.ndarray], blocks: Iterable[tuple[np.nda
             target = out[name][filled:filled + count]
             row = int(np.prod(target.shape[1:], dtype=np.int64))
             if rank == root:
-                send = np.ascontiguousarray(np.asarray(arrays[name])[route])
+                rows = np.asarray(arrays[name])
+                send = np.ascontiguousarray(rows if route is None else rows[route])
                 comm.Scatterv([send, _counts_and_displs(counts, row)], target, root=root)
             else:
                 comm.Scatterv(None, target, root=root)

@@ -35,7 +35,7 @@ from pympi_gpu.run.fileio import atomic_open, remove_stale_temporaries
 __all__ = ["BLOCK_ROWS", "CheckpointError", "write_file", "check_writable", "save_rows", "NpzRows"]
 
 #: the most rows of one array that pass through rank 0 at once, written or read
-BLOCK_ROWS = 1 << 20
+BLOCK_ROWS = 1 << 18
 
 class CheckpointError(Exception):
     """A checkpoint that cannot be written, read or used; the message is for people."""
