@@ -50,14 +50,27 @@ def _max_displacement2_unchecked(x, x0, n):
 
 def per_call(fn, repeats: int) -> float:
     """Median seconds of one call of ``fn`` over 5 batches of ``repeats`` calls."""
-    fn()
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            fn()
-        times.append((time.perf_counter() - t0) / repeats)
-    return statistics.median(times)
+    return per_call_pair(fn, None, repeats)[0]
+
+
+def per_call_pair(fn, baseline, repeats: int, batches: int = 5) -> tuple[float, float]:
+    """Median seconds of one call of ``fn`` and of ``baseline`` (or None), their batches alternated.
+
+    Alternating puts both under the same load, which on a shared machine moves by
+    more than the difference being measured.
+    """
+    fns = [f for f in (fn, baseline) if f is not None]
+    for f in fns:
+        f()
+    times = [[] for _ in fns]
+    for _ in range(batches):
+        for f, t in zip(fns, times):
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                f()
+            t.append((time.perf_counter() - t0) / repeats)
+    medians = [statistics.median(t) for t in times]
+    return medians[0], (medians[1] if baseline is not None else 0.0)
 
 
 def lj_case(comm, atoms: int, steps: int) -> dict:
@@ -88,8 +101,8 @@ def lj_case(comm, atoms: int, steps: int) -> dict:
         builds_per_step = (system.rebuilds - rebuilds0) / steps
         n = system.nlocal
         pos, x0 = system.pos, system.x0
-        new = per_call(lambda: kc.max_displacement2(pos, x0, n), 200)
-        old = per_call(lambda: _max_displacement2_unchecked(pos, x0, n), 200)
+        new, old = per_call_pair(lambda: kc.max_displacement2(pos, x0, n),
+                                 lambda: _max_displacement2_unchecked(pos, x0, n), 200, batches=15)
         tally = np.zeros(2, np.int64)
         finite = per_call(lambda: finite_rows(system.v, system.f[:n]), 50)
         reduce2 = per_call(lambda: cart.Allreduce(MPI.IN_PLACE, tally, op=MPI.SUM), 200)
@@ -129,8 +142,9 @@ def gravity_case(comm, bodies: int, steps: int) -> dict:
     arrays = [*state.pos, *state.vel]
     finite = per_call(lambda: be.finite(arrays), 200)
     one, two = np.zeros(1, np.int32), np.zeros(2, np.int32)
-    extra = max(0.0, per_call(lambda: comm.Allreduce(MPI.IN_PLACE, two, op=MPI.MAX), 500)
-                - per_call(lambda: comm.Allreduce(MPI.IN_PLACE, one, op=MPI.MAX), 500))
+    with_two, with_one = per_call_pair(lambda: comm.Allreduce(MPI.IN_PLACE, two, op=MPI.MAX),
+                                       lambda: comm.Allreduce(MPI.IN_PLACE, one, op=MPI.MAX), 500)
+    extra = max(0.0, with_two - with_one)
     parts = {"finite_x_v": comm.allreduce(finite, op=MPI.MAX), "second_integer_in_agreement": comm.allreduce(extra, op=MPI.MAX)}
     return {"model": "gravity", "size": bodies, "ranks": comm.Get_size(), "median_step_s": step,
             "checks_s": parts, "checks_per_step_s": sum(parts.values()), "share": sum(parts.values()) / step}
@@ -149,6 +163,9 @@ def main() -> None:
 
     configure()
     comm = MPI.COMM_WORLD
+    from pympi_gpu.cli.common import configure_threads
+
+    threads = configure_threads(comm, None)  # each rank its share of the cores, as the commands give it
     rows = [lj_case(comm, int(n), args.steps) for n in args.lj.split(",") if n]
     rows += [gravity_case(comm, int(n), max(3, args.steps // 8)) for n in args.gravity.split(",") if n]
     if comm.Get_rank() != 0:
@@ -162,7 +179,7 @@ def main() -> None:
     cpu = host_cpu()
     load = os.getloadavg()[0]
     print(f"blow-up checks, {comm.Get_size()} rank(s), {cpu['model']} ({cpu['llvm_cpu']}, {cpu['vector_isa']}), "
-          f"numba {numba.__version__}, load average {load:.2f}")
+          f"numba {numba.__version__}, {threads} thread(s) per rank, load average {load:.2f}")
     print(f"{'model':8} {'size':>9} {'step (median)':>14} {'checks/step':>12} {'share':>8}")
     for r in rows:
         print(f"{r['model']:8} {r['size']:>9,} {r['median_step_s'] * 1e3:>11.3f} ms {r['checks_per_step_s'] * 1e6:>9.1f} us "
@@ -170,6 +187,7 @@ def main() -> None:
     if args.out:
         doc = {"benchmark": "blowup-checks", "cpu": cpu["model"], "llvm_cpu": cpu["llvm_cpu"],
                "vector_isa": cpu["vector_isa"], "load_average": load, "ranks": comm.Get_size(),
+               "threads_per_rank": threads,
                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         existing = json.loads(args.out.read_text()) if args.out.exists() else {}
