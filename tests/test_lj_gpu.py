@@ -1,10 +1,12 @@
 """The LJ model's GPU path under numba's CUDA simulator (subprocesses: NUMBA_ENABLE_CUDASIM must be
-set before numba.cuda is imported): device kernels, device-packed halos over both transports,
-restarts; agreement with the numba CPU path to round-off."""
+set before numba.cuda is imported): the device-resident step (lists, migration and halos on the
+device, in NumPy as the simulator's array namespace), both transports, restarts; agreement with
+the numba CPU path to round-off; no atom array copied to the host by a step."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -36,7 +38,8 @@ def _agree(doc, ref):
 def test_gpu_one_rank_matches_cpu(cpu):
     doc = _doc([NBODY, *ARGS, "--backend", "gpu"])
     assert doc["backend"] == "gpu" and doc["newton"] is False
-    assert doc["rebuilds"] >= 1  # a rebuild on the way: atoms went to the host and back
+    assert doc["rebuilds"] >= 1  # a rebuild on the way, on the device
+    assert doc["host_copies_per_step"] == 0
     _agree(doc, cpu)
 
 
@@ -66,3 +69,76 @@ def test_gpu_restart_bit_for_bit(tmp_path):
     resumed = _doc(base + ["--steps", "8", "--restart", str(b)])
     assert resumed["first_step"] == 4
     assert resumed["thermo"][-1] == straight["thermo"][-1]
+
+
+# A hot system (T 3.0) over 200 steps: atoms cross bricks and the periodic boundary, the lists are
+# rebuilt every ~7 steps.  The smallest lattices that split over the ranks: 4^3 cells over 1 and 2,
+# 6^3 over 3 (unevenly: 288/290/286 atoms).  Thermo every 50 steps.
+HOT = ["--model", "lj", "--steps", "200", "--thermo", "50", "--temperature", "3.0", "--json"]
+SPLIT = {2: [128, 128], 3: [288, 290, 286]}  # the atoms per rank of the initial lattice
+
+
+@pytest.mark.parametrize("ranks,atoms", [(1, 256), (2, 256), (3, 864)])
+def test_hot_device_resident_matches_cpu(ranks, atoms):
+    ref = _doc([NBODY, str(atoms), *HOT, "--backend", "numba", "--threads", "1"],
+               env=clean_env(OMP_NUM_THREADS="1"))
+    doc = _doc(mpiexec_argv(ranks) + [NBODY, str(atoms), *HOT, "--backend", "gpu", "--transport", "host", "-q"])
+    assert doc["backend"] == "gpu" and doc["ranks"] == ranks
+    assert doc["host_copies_per_step"] == 0  # nothing but sums and messages left the device
+    assert doc["rebuilds"] >= 20 and doc["rebuilds"] == ref["rebuilds"]
+    if ranks > 1:  # atoms migrated between bricks
+        assert list(doc["atoms_per_rank"]) != SPLIT[ranks]
+    assert [t["step"] for t in doc["thermo"]] == [0, 50, 100, 150, 200]
+    for a, b in zip(doc["thermo"], ref["thermo"]):
+        for f in ("temp", "e_pair", "ke", "etotal", "press"):
+            assert a[f] == pytest.approx(b[f], rel=1e-10), (a["step"], f)
+
+
+COUNTER = r"""
+import json, sys
+import numpy as np
+from mpi4py import MPI
+from pympi_gpu.nbody.lj.domain import brick_of, make_cart
+from pympi_gpu.nbody.lj.driver import LjConfig, initial_arrays
+from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
+
+config = LjConfig(cells=4, steps=0, temperature=3.0, newton=False)
+cart = make_cart(MPI.COMM_WORLD)
+brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+x, v, ids = initial_arrays(config, brick)
+system = GpuLjSystem(cart, config, x, v, ids, transport=sys.argv[1])
+system.start()
+before = dict(system.dev.copies)
+for k in range(40):
+    system.step(force_rebuild=k % 5 == 0)
+system.local_sums()
+during = {k: system.dev.copies[k] - before[k] for k in before}
+owned = system.owned()
+start = dict(zip(ids.tolist(), x))
+# an atom folded back into the box crossed the periodic boundary; one not owned at the start crossed bricks
+folded = sum(bool(np.any(np.abs(p - start[i]) > config.box / 2)) for i, p in zip(owned["id"].tolist(), owned["x"])
+             if i in start)
+arrived = sum(i not in start for i in owned["id"].tolist())
+out = {"during": during, "after_owned": system.dev.copies["atoms"] - before["atoms"],
+       "rebuilds": system.rebuilds, "folded": folded, "arrived": arrived}
+ranks = cart.gather(out, root=0)
+print(json.dumps(ranks) if ranks is not None else "", end="")
+cart.Free()
+"""
+
+
+@pytest.mark.parametrize("transport", ["host", "device"])
+def test_steps_copy_no_atom_array_to_host(transport):
+    # every device-to-host copy goes through DeviceArrays.to_host, which counts it by kind: 40 steps
+    # (8 forced rebuilds and those the hot system needs) copy none of kind "atoms"; owned() copies 4
+    env = clean_env(PYMPI_CUDA_AWARE="1", **SIM) if transport == "device" else SIM
+    out = run(mpiexec_argv(2) + [sys.executable, "-c", COUNTER, transport], env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ranks = json.loads(out.stdout)
+    for r in ranks:
+        assert r["during"]["atoms"] == 0, r
+        assert r["during"]["sums"] > 0  # the displacement maxima, counts and thermo sums did come
+        assert (r["during"]["message"] > 0) == (transport == "host"), r  # staged only over the host
+        assert r["after_owned"] == 4  # x, v, f, id: the counter sees the copies it should
+        assert r["rebuilds"] >= 9
+    assert sum(r["folded"] for r in ranks) > 0 and sum(r["arrived"] for r in ranks) > 0
