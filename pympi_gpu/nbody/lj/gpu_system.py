@@ -184,7 +184,13 @@ class GpuLjSystem(LjSystem):
             self.pairs = 0.5 * dev.scalar(lists[0].sum() + lists[2].sum()) if n else 0.0
             self.e = xp.zeros(max(n, 1), np.float64)
             self.w = xp.zeros(max(n, 1), np.float64)
+            self._bind()
         self.rebuilds += 1
+
+    def _bind(self) -> None:
+        """The force kernels' views of their arrays, made once per rebuild (not per launch: each costs)."""
+        view = self.dev.view
+        self._views = tuple(view(a) for a in (self.pos, self.f, self.e, self.w, *self.lists))
 
     def check_finite(self) -> None:
         """Raise :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank if any rank's state is not finite.
@@ -206,15 +212,17 @@ class GpuLjSystem(LjSystem):
 
         ``eflag`` is not needed: the per-atom sums cost two stores, and are summed only for thermo.
         """
-        own_cnt, own_nbr, gh_cnt, gh_nbr = self.lists
+        pos, f, e, w, own_cnt, own_nbr, gh_cnt, gh_nbr = self._views
         rc2 = self.config.cutoff ** 2
         n = self.nlocal
         bounds = [0, n // 3, (2 * n) // 3, n]
+        s = self.dev.stream
 
         def work(stage):
             a, b = bounds[stage], bounds[stage + 1]
-            with self._phase("forces"):
-                self._launch(kg.forces, b - a, self.pos, self.f, self.e, self.w, a, b, own_cnt, own_nbr, rc2, 0)
+            if b > a:
+                with self._phase("forces"):
+                    kg.forces[kg.grid(b - a), kg.BLOCK, s](pos, f, e, w, a, b, own_cnt, own_nbr, rc2, 0)
 
         if forward:
             with self._phase("halo"):
@@ -222,8 +230,9 @@ class GpuLjSystem(LjSystem):
         else:
             for st in range(3):
                 work(st)
-        with self._phase("forces"):
-            self._launch(kg.forces, n, self.pos, self.f, self.e, self.w, 0, n, gh_cnt, gh_nbr, rc2, 1)
+        if n:
+            with self._phase("forces"):
+                kg.forces[kg.grid(n), kg.BLOCK, s](pos, f, e, w, 0, n, gh_cnt, gh_nbr, rc2, 1)
         self.energy = self.virial = None  # summed when asked (local_sums)
         self.have_forces = True
 
@@ -275,6 +284,7 @@ class GpuLjSystem(LjSystem):
         self.compute_forces(forward=False)
         if had:  # a restart: keep the checkpoint's forces (bit-identical continuation)
             self.f = keep
+            self._bind()
         return had
 
     def wrap(self) -> None:

@@ -207,7 +207,9 @@ class DeviceHalo:
                 else:
                     hsend, hrecv = host
                     if n:
-                        dev.to_host(buf, "message", out=hsend)
+                        dev.to_host(buf, "message", out=hsend)  # waits for the stream: so does the next line
+                    else:  # the last step's copy out of hrecv is done before MPI writes into it again
+                        dev.sync()
                     reqs.append(self.cart.Irecv(hrecv, source, tag))
                     reqs.append(self.cart.Isend(hsend, dest, tag))
                     unstage.append((hrecv, start, count))
