@@ -23,11 +23,17 @@ for checkpoints, trajectory frames, ``--verify`` and a blown-up state's file
 (:meth:`GpuLjSystem.owned`); every such copy is counted
 (:attr:`GpuLjSystem.host_copies`).
 
-Full lists, one thread per atom writing only its own rows: no atomics, no
-reverse halo.  Half lists with Newton's third law need atomic adds (or a
-colouring) on the device and a reverse pass; not tried here without a GPU
-to measure which is faster.  Importing this module imports numba.cuda: do it
-only for ``--backend gpu``.
+Two kinds of lists.  Full lists (``config.newton`` False, what the command
+runs): one thread per atom writing only its own rows, no atomics, no reverse
+halo, twice the pair work.  Half lists with Newton's third law
+(``config.newton`` True): each pair once over all ranks (the CPU's id rule for
+ghost pairs), the reaction added to the neighbour's row by an atomic add
+(float64 atomics: compute capability 6.0 and up; their order varies, so the
+forces agree with the CPU's to round-off, not bit for bit), and the ghosts'
+forces sent home by the reverse halo.  Which is faster is a measurement on a
+GPU (``benchmarks/lj.py --mode gpu`` times both); none was lent when this was
+written.  Importing this module imports numba.cuda: do it only for
+``--backend gpu``.
 """
 
 from __future__ import annotations
@@ -53,15 +59,15 @@ class GpuLjSystem(LjSystem):
     """:class:`~pympi_gpu.nbody.lj.driver.LjSystem` with its atoms, ghosts and lists in GPU memory.
 
     ``transport``: ``"device"`` (CUDA-aware MPI gets device buffers) or
-    ``"host"`` (staged through pinned host memory).  Needs full lists
-    (``config.newton`` False).  ``profile``: synchronise the stream around
+    ``"host"`` (staged through pinned host memory).  ``config.newton``: half
+    lists with Newton's third law (atomic adds of the reactions, the ghosts'
+    forces sent home by :meth:`DeviceHalo.reverse`) instead of full lists (the
+    default of the command: see the module's docstring).  ``profile``: synchronise the stream around
     each phase and add its seconds to :attr:`phase_seconds` (for the
     benchmark; it serialises what otherwise overlaps).
     """
 
     def __init__(self, cart, config, x, v, ids, f=None, transport: str = "host", profile: bool = False):
-        if config.newton:
-            raise ValueError("the GPU path uses full neighbour lists: config.newton must be False")
         super().__init__(cart, config, x, v, ids, f)
         self.transport = transport
         self.dev = DeviceArrays()
@@ -159,11 +165,16 @@ class GpuLjSystem(LjSystem):
             x, rows, ids = x[order], rows[order], ids[order]
             n = self.nlocal = x.shape[0]
             self.v = xp.ascontiguousarray(rows[:, 0:3])
-            self.f = xp.ascontiguousarray(rows[:, 3:6])
+            f = rows[:, 3:6]
             self.ids = ids
         with self._phase("halo"):
-            self.pos = self.halo.borders(xp.ascontiguousarray(x))
+            self.pos, self.gid = self.halo.borders(xp.ascontiguousarray(x), ids)
         with self._phase("list build"):
+            if self.config.newton:  # forces have ghost rows too: they gather the ghosts' share before going home
+                self.f = xp.zeros_like(self.pos)
+                self.f[:n] = f
+            else:
+                self.f = xp.ascontiguousarray(f)
             self.x0 = self.pos[:n].copy()
             cell, start, atoms = self._cells(self.pos)
             nc = self.ncell
@@ -172,8 +183,8 @@ class GpuLjSystem(LjSystem):
                 # rows of neighbours in column-major order: the threads of a warp read one column together
                 lists = (xp.empty(n, np.int64), xp.empty((n, self.cap[0]), np.int32, order="F"),
                          xp.empty(n, np.int64), xp.empty((n, self.cap[1]), np.int32, order="F"))
-                self._launch(kg.build_lists, n, self.pos, n, cell, start, atoms, int(nc[0]), int(nc[1]),
-                             int(nc[2]), self.reach, cut2, rc2, *lists)
+                self._launch(kg.build_lists, n, self.pos, n, self.gid, cell, start, atoms, int(nc[0]), int(nc[1]),
+                             int(nc[2]), self.reach, cut2, rc2, self.config.newton, *lists)
                 most = self.dev.to_host(xp.stack([lists[0].max(), lists[2].max()]) if n
                                         else xp.zeros(2, np.int64), "sums")
                 if most[0] <= self.cap[0] and most[1] <= self.cap[1]:
@@ -181,11 +192,16 @@ class GpuLjSystem(LjSystem):
                 self.cap = [max(self.cap[0], int(most[0]) + 8), max(self.cap[1], int(most[1]) + 8)]
             self.lists = lists
             # distinct pairs within cutoff + skin (full lists list each from both sides)
-            self.pairs = 0.5 * dev.scalar(lists[0].sum() + lists[2].sum()) if n else 0.0
+            self.pairs = self._once * dev.scalar(lists[0].sum() + lists[2].sum()) if n else 0.0
             self.e = xp.zeros(max(n, 1), np.float64)
             self.w = xp.zeros(max(n, 1), np.float64)
             self._bind()
         self.rebuilds += 1
+
+    @property
+    def _once(self) -> float:
+        """The share of a listed pair's energy counted here: 1 with half lists, 1/2 with full."""
+        return 1.0 if self.config.newton else 0.5
 
     def _bind(self) -> None:
         """The force kernels' views of their arrays, made once per rebuild (not per launch: each costs)."""
@@ -217,12 +233,16 @@ class GpuLjSystem(LjSystem):
         n = self.nlocal
         bounds = [0, n // 3, (2 * n) // 3, n]
         s = self.dev.stream
+        newton = self.config.newton
+        kernel = kg.forces_newton if newton else kg.forces
+        if newton:
+            self.f.fill(0.0)  # owned and ghost rows: the reactions are added into them
 
         def work(stage):
             a, b = bounds[stage], bounds[stage + 1]
             if b > a:
                 with self._phase("forces"):
-                    kg.forces[kg.grid(b - a), kg.BLOCK, s](pos, f, e, w, a, b, own_cnt, own_nbr, rc2, 0)
+                    kernel[kg.grid(b - a), kg.BLOCK, s](pos, f, e, w, a, b, own_cnt, own_nbr, rc2, 0)
 
         if forward:
             with self._phase("halo"):
@@ -232,7 +252,10 @@ class GpuLjSystem(LjSystem):
                 work(st)
         if n:
             with self._phase("forces"):
-                kg.forces[kg.grid(n), kg.BLOCK, s](pos, f, e, w, 0, n, gh_cnt, gh_nbr, rc2, 1)
+                kernel[kg.grid(n), kg.BLOCK, s](pos, f, e, w, 0, n, gh_cnt, gh_nbr, rc2, 1)
+        if newton:
+            with self._phase("halo"):
+                self.halo.reverse(self.f)
         self.energy = self.virial = None  # summed when asked (local_sums)
         self.have_forces = True
 
@@ -243,7 +266,8 @@ class GpuLjSystem(LjSystem):
             if not n:
                 return np.zeros(6)
             v = self.v
-            sums = xp.stack([xp.sum(v * v), *v.sum(axis=0), 0.5 * xp.sum(self.e[:n]), 0.5 * xp.sum(self.w[:n])])
+            sums = xp.stack([xp.sum(v * v), *v.sum(axis=0), self._once * xp.sum(self.e[:n]),
+                             self._once * xp.sum(self.w[:n])])
             return self.dev.to_host(sums, "sums")
 
     def step(self, force_rebuild: bool = False, eflag: bool = False) -> None:
@@ -255,7 +279,7 @@ class GpuLjSystem(LjSystem):
         with self._phase("integrate"):
             if n:
                 v, x = self.v, self.pos[:n]
-                v += h * self.f  # CuPy's elementwise kernels (in the namespace's order of rounding)
+                v += h * self.f[:n]  # CuPy's elementwise kernels (in the namespace's order of rounding)
                 x += self.config.dt * v
                 # squared displacements; NaN propagates through the max and counts as infinite
                 d = x - self.x0
@@ -266,7 +290,7 @@ class GpuLjSystem(LjSystem):
         else:
             self.compute_forces(forward=True)
         with self._phase("integrate"):
-            self.v += h * self.f  # a rebuild migrated atoms: this rank's may be others now
+            self.v += h * self.f[:self.nlocal]  # a rebuild migrated atoms: this rank's may be others now
 
     def needs_rebuild(self) -> bool:
         """Has any atom on any rank moved more than skin/2 since the last rebuild?  Collective."""

@@ -11,8 +11,8 @@ rows (one integer per message) and, with ``transport="host"``, the packed
 messages themselves come to the host.  With ``transport="device"`` the device
 arrays go to MPI, the stream synchronised first.
 
-Only full lists are built on the GPU, so no forces travel back: there is no
-reverse pass here (the CPU's ``Halo.reverse`` serves its half lists).
+With half lists (Newton's third law across bricks) :meth:`DeviceHalo.reverse`
+sends the ghosts' forces back to their owners, as the CPU's ``Halo.reverse``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from pympi_gpu.nbody.lj.domain import Brick
-from pympi_gpu.nbody.lj.halo import _TAG_BORDER, _TAG_FORWARD, _TAG_MIGRATE
+from pympi_gpu.nbody.lj.halo import _TAG_BORDER, _TAG_FORWARD, _TAG_MIGRATE, _TAG_REVERSE
 from pympi_gpu.run.phases import PhaseClock
 
 __all__ = ["DeviceHalo", "fold"]
@@ -125,22 +125,22 @@ class DeviceHalo:
         self.clock.add("communication", time.perf_counter() - t0)
         return x, rows
 
-    def borders(self, x):
-        """Build the ghost plan for owned device positions ``x``; collective.
+    def borders(self, x, ids):
+        """Build the ghost plan for owned device positions ``x`` and global ids ``ids``; collective.
 
-        Returns ``pos``: owned rows then ghosts, on the device.
+        Returns ``(pos, gid)``: owned rows then ghosts, positions and ids, on the device.
         """
         xp = self.dev.xp
         t0 = time.perf_counter()
         b = self.brick
-        pos = x
+        pos = xp.concatenate([x, ids[:, None].astype(np.float64)], axis=1)  # ids < 2^53 travel exactly
         self.plan = []
         for d in range(3):
             n0 = pos.shape[0]
             lower, upper = self.nbrs[d]
             low = xp.nonzero(pos[:, d] < b.lo[d] + self.cut)[0]
             high = xp.nonzero(pos[:, d] >= b.hi[d] - self.cut)[0]
-            s_low, s_high = [0.0] * 3, [0.0] * 3
+            s_low, s_high = [0.0] * 4, [0.0] * 4
             if b.coords[d] == 0:
                 s_low[d] = b.box
             if b.coords[d] == b.dims[d] - 1:
@@ -148,16 +148,15 @@ class DeviceHalo:
             got = []
             for k, (idx, shift, dest, source) in enumerate(((low, s_low, lower, upper),
                                                             (high, s_high, upper, lower))):
-                rows = pos[idx] + xp.asarray(shift)
-                recv = self._exchange(rows, dest, source, _TAG_BORDER + 4 * d + 2 * k)
+                recv = self._exchange(pos[idx] + xp.asarray(shift), dest, source, _TAG_BORDER + 4 * d + 2 * k)
                 start = n0 + sum(g.shape[0] for g in got)
-                self.plan.append((d, idx, xp.asarray(shift), dest, source, start, recv.shape[0]))
+                self.plan.append((d, idx, xp.asarray(shift[:3]), dest, source, start, recv.shape[0]))
                 got.append(recv)
             pos = xp.concatenate([pos, *got])
         self._stage()
         self.comm_time += time.perf_counter() - t0
         self.clock.add("communication", time.perf_counter() - t0)
-        return xp.ascontiguousarray(pos)
+        return xp.ascontiguousarray(pos[:, :3]), pos[:, 3].astype(np.int64)
 
     def _stage(self) -> None:
         """The send buffers of the plan (device), and pinned host buffers for the host transport."""
@@ -229,6 +228,51 @@ class DeviceHalo:
         self.comm_time += time.perf_counter() - t0 - busy
         clock.add("waiting", waited)
         clock.add("communication", time.perf_counter() - t0 - busy - waited)
+
+    def reverse(self, f) -> None:
+        """Add the forces on the ghost rows of device ``f`` ``(n_all, 3)`` into the rows they came from.
+
+        Stage by stage in reverse order, as the CPU's ``Halo.reverse`` (each
+        message's rows are distinct, so a gathered ``+=`` adds each once).
+        Collective over the Cartesian communicator.
+        """
+        from mpi4py import MPI
+
+        dev, xp = self.dev, self.dev.xp
+        t0 = time.perf_counter()
+        waited = 0.0
+        for d in (2, 1, 0):
+            reqs, back = [], []
+            for k in (0, 1):
+                _, idx, _, dest, source, start, count = self.plan[2 * d + k]
+                if self._staging[2 * d + k] is None:  # the brick's own periodic image
+                    back.append((idx, f[start:start + count], None))
+                    continue
+                # the rows sent to dest come back from dest; those received from source go back to it
+                tag = _TAG_REVERSE + 2 * d + k
+                n = idx.shape[0]
+                if self.transport == "device":
+                    buf = xp.empty((n, 3), np.float64)
+                    dev.sync()  # MPI reads the forces the kernels wrote
+                    reqs.append(self.cart.Irecv(dev.mpi_buffer(buf), dest, tag))
+                    reqs.append(self.cart.Isend(dev.mpi_buffer(f[start:start + count]), source, tag))
+                    back.append((idx, buf, None))
+                else:
+                    sent = dev.to_host(f[start:start + count], "message") if count else np.empty((0, 3))
+                    got = np.empty((n, 3), np.float64)
+                    reqs.append(self.cart.Irecv(got, dest, tag))
+                    reqs.append(self.cart.Isend(sent, source, tag))
+                    back.append((idx, got, sent))
+                self.clock.sent(count * 3 * 8)
+            tw = time.perf_counter()
+            MPI.Request.Waitall(reqs)
+            waited += time.perf_counter() - tw
+            for idx, rows, _ in back:  # one message after the other: the two may share rows
+                if idx.shape[0]:
+                    f[idx] += rows if isinstance(rows, xp.ndarray) else dev.from_host(rows)
+        self.comm_time += time.perf_counter() - t0
+        self.clock.add("waiting", waited)
+        self.clock.add("communication", time.perf_counter() - t0 - waited)
 
     @property
     def ghosts(self) -> int:

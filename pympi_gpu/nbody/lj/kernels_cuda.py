@@ -3,9 +3,11 @@
 The kernels take device arrays of any library that exposes
 ``__cuda_array_interface__`` (CuPy's, on a GPU) or, under the simulator, NumPy
 arrays; :class:`~pympi_gpu.nbody.lj.gpu_system.GpuLjSystem` launches them on
-the stream its CuPy work runs on.  One thread per atom throughout; the lists are
-full (each pair listed from both sides), so a thread writes only its own
-atom's rows and no two threads write the same memory.  The LJ pair term and a
+the stream its CuPy work runs on.  One thread per atom throughout.  With full lists
+(each pair listed from both sides) a thread writes only its own atom's rows
+and no two threads write the same memory; with half lists (Newton's third
+law, each pair once) a thread adds the reaction to its neighbours' rows
+with atomic adds.  The LJ pair term and a
 list row's force are the CPU kernels' (:func:`~pympi_gpu.nbody.lj.kernels_cpu.lj_row`).
 
 What CuPy does as well in one or two of its own kernels is left to it (the
@@ -22,9 +24,9 @@ import math
 
 from numba import cuda
 
-from pympi_gpu.nbody.lj.kernels_cpu import lj_row
+from pympi_gpu.nbody.lj.kernels_cpu import lj_pair, lj_row
 
-__all__ = ["BLOCK", "grid", "forces", "build_lists"]
+__all__ = ["BLOCK", "grid", "forces", "forces_newton", "build_lists"]
 
 BLOCK = 128
 
@@ -60,14 +62,63 @@ def forces(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
 
 
 @cuda.jit
-def build_lists(pos, n, cell, start, atoms, nx, ny, nz, reach, cut2, rc2, own_cnt, own_nbr, gh_cnt, gh_nbr):
-    """Full Verlet lists of the owned atoms [0, n), one thread per atom.
+def forces_newton(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
+    """Half-list LJ forces of atoms [i0, i1): f[i] and f[j] (ghost rows too) by atomic adds.
+
+    ``add``: 0 overwrites e, w (the first list), 1 adds; f must be zeroed first.
+    e and w hold each atom's listed pairs' energy/virial, every pair once.
+    """
+    i = cuda.grid(1) + i0
+    if i >= i1:
+        return
+    xi, yi, zi = pos[i, 0], pos[i, 1], pos[i, 2]
+    fx = 0.0
+    fy = 0.0
+    fz = 0.0
+    ei = 0.0
+    wi = 0.0
+    for k in range(cnt[i]):
+        j = nbr[i, k]
+        dx = xi - pos[j, 0]
+        dy = yi - pos[j, 1]
+        dz = zi - pos[j, 2]
+        r2 = dx * dx + dy * dy + dz * dz
+        if r2 < rc2:
+            fpair, u = lj_pair(r2)
+            fx += dx * fpair
+            fy += dy * fpair
+            fz += dz * fpair
+            cuda.atomic.add(f, (j, 0), -dx * fpair)
+            cuda.atomic.add(f, (j, 1), -dy * fpair)
+            cuda.atomic.add(f, (j, 2), -dz * fpair)
+            ei += u
+            wi += r2 * fpair
+    cuda.atomic.add(f, (i, 0), fx)
+    cuda.atomic.add(f, (i, 1), fy)
+    cuda.atomic.add(f, (i, 2), fz)
+    if add:
+        e[i] += ei
+        w[i] += wi
+    else:
+        e[i] = ei
+        w[i] = wi
+
+
+@cuda.jit
+def build_lists(pos, n, gid, cell, start, atoms, nx, ny, nz, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt,
+                gh_nbr):
+    """Verlet lists of the owned atoms [0, n), one thread per atom.
+
+    Full lists, or with ``half`` each pair once: owned neighbours j > i, and
+    ghost neighbours whose global id ``gid[j]`` exceeds ``gid[i]`` (the rule
+    of the CPU's half lists, exact whatever the round-off of the ghosts'
+    shifted positions).
 
     The atoms of cell c are ``atoms[start[c]:start[c + 1]]`` in increasing
     index; the cells within ``reach`` of atom i's are searched, a z-row of
     cells as one run of ``atoms``.  Row i lists its neighbours within ``rc2``
     (at these positions) first, then those in the skin (within ``cut2``), in
-    the order of the search: the CPU's full lists, row for row.  Counts go
+    the order of the search: the CPU's lists, row for row.  Counts go
     beyond the capacity (the rows' width) when it is short; only what fits is
     written, and the caller retries wider.
     """
@@ -97,7 +148,11 @@ def build_lists(pos, n, cell, start, atoms, nx, ny, nz, reach, cut2, rc2, own_cn
                     dy = yi - pos[j, 1]
                     dz = zi - pos[j, 2]
                     r2 = dx * dx + dy * dy + dz * dz
-                    if j != i and r2 < cut2 and (r2 < rc2) == (inside == 0):
+                    if half:
+                        keep = j > i if j < n else gid[j] > gid[i]
+                    else:
+                        keep = j != i
+                    if keep and r2 < cut2 and (r2 < rc2) == (inside == 0):
                         if j < n:
                             if no < cap_own:
                                 own_nbr[i, no] = j
