@@ -23,11 +23,13 @@ core its ranks got: what a shared machine measures better).
 
 GPU (``--mode gpu``, when a CUDA GPU is usable): ``pympi-nbody 1000188
 --model lj --backend gpu`` on one rank (atom-steps/s, and the atom arrays
-copied to the host per step, which must be 0); then the share of the step
-in each phase (forces, list build, halo, integrate, thermo) from a run in a
-process of its own (``--mode gpu-profile``) whose stream is synchronised
-around each phase, so that a phase's time is its own (it serialises what the
-timed run overlaps: the rate comes from the untimed run).  HOOMD-blue's
+copied to the host per step, which must be 0); then, in a process of its own
+(``--mode gpu-profile``), full lists against half lists with Newton's third
+law (the issue's "keep the faster": the command runs full lists until this
+says otherwise), each with its rate and the share of the step in each phase
+(forces, list build, halo, integrate, thermo) from steps whose stream is
+synchronised around each phase, so that a phase's time is its own (that
+serialises what the plain steps overlap: the rates come from the plain ones).  HOOMD-blue's
 published LJ figure for the same GPU class can be given with
 ``--hoomd-rate`` to be shown beside it.  No GPU was lent when this script
 was written: the GPU figures are still to be measured (``python
@@ -288,12 +290,15 @@ def profile(atoms: int, steps: int) -> dict:
 
 
 def gpu_profile(atoms: int, steps: int) -> dict:
-    """Seconds per step in each phase of the GPU path on this process's ranks (rank 0's dict; None elsewhere).
+    """Both kinds of GPU lists on this process's ranks: rate, and seconds per step in each phase.
 
-    :class:`~pympi_gpu.nbody.lj.gpu_system.GpuLjSystem` with ``profile``: the
-    stream is synchronised around each phase (forces, list build, halo,
-    integrate, thermo); ``other`` is the rest of the step (the ranks' rebuild
-    test and Python).  Shares are of the wall time per step.
+    For full lists and for half lists with Newton's third law
+    (:class:`~pympi_gpu.nbody.lj.gpu_system.GpuLjSystem`, ``config.newton``):
+    ``steps`` steps timed as the command runs them (``rate``, atom-steps/s),
+    then ``steps`` more with ``profile``, the stream synchronised around each
+    phase (forces, list build, halo, integrate, thermo; ``other``: the rest,
+    the ranks' rebuild test and Python).  Shares are of the wall time per
+    step of the synchronised run.  Rank 0's dict; None elsewhere.
     """
     import time
 
@@ -302,38 +307,49 @@ def gpu_profile(atoms: int, steps: int) -> dict:
     from pympi_gpu.device.gpu import bind_device
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
     from pympi_gpu.nbody.lj.driver import LjConfig, initial_arrays
-    from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
+    from pympi_gpu.nbody.lj.gpu_system import PHASES, GpuLjSystem
     from pympi_gpu.nbody.lj.lattice import cells_for
 
     bind_device(MPI.COMM_WORLD)
-    config = LjConfig(cells=cells_for(atoms), steps=steps, newton=False)
     cart = make_cart(MPI.COMM_WORLD)
+    out = {}
     try:
-        brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
-        system = GpuLjSystem(cart, config, *initial_arrays(config, brick), transport="host", profile=True)
-        system.start()
-        for _ in range(5):  # warm: kernels compiled, memory pool filled
-            system.step()
-        system.dev.sync()
-        system.phase_seconds = dict.fromkeys(system.phase_seconds, 0.0)
-        rebuilds = system.rebuilds
-        cart.Barrier()
-        t0 = time.perf_counter()
-        for k in range(steps):
-            system.step(eflag=k == steps - 1)
-        system.local_sums()
-        system.dev.sync()
-        wall = time.perf_counter() - t0
-        per = {k: v / steps for k, v in system.phase_seconds.items()}
-        per["other"] = max(0.0, wall / steps - sum(per.values()))
-        mine = {"rank": cart.Get_rank(), "atoms_owned": system.nlocal, "ghosts": system.halo.ghosts,
-                "wall_per_step_s": wall / steps, "phases_per_step_s": per,
-                "phase_shares": {k: v * steps / wall for k, v in per.items()},
-                "host_copies": system.host_copies}
-        ranks = cart.gather(mine, root=0)
-        if ranks is None:
+        for lists, newton in (("full", False), ("half", True)):
+            config = LjConfig(cells=cells_for(atoms), steps=steps, newton=newton)
+            brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+            system = GpuLjSystem(cart, config, *initial_arrays(config, brick), transport="host")
+            system.start()
+            for _ in range(5):  # warm: kernels compiled, memory pool filled
+                system.step()
+            system.dev.sync()
+
+            def timed(n):
+                cart.Barrier()
+                t0 = time.perf_counter()
+                for k in range(n):
+                    system.step(eflag=k == n - 1)
+                system.local_sums()
+                system.dev.sync()
+                return time.perf_counter() - t0
+
+            rebuilds = system.rebuilds
+            plain = cart.allreduce(timed(steps), op=MPI.MAX)
+            system.phase_seconds = dict.fromkeys(PHASES, 0.0)  # from here on synchronised per phase
+            wall = timed(steps)
+            per = {k: v / steps for k, v in system.phase_seconds.items()}
+            per["other"] = max(0.0, wall / steps - sum(per.values()))
+            mine = {"rank": cart.Get_rank(), "atoms_owned": system.nlocal, "ghosts": system.halo.ghosts,
+                    "wall_per_step_s": wall / steps, "phases_per_step_s": per,
+                    "phase_shares": {k: v * steps / wall for k, v in per.items()},
+                    "host_copies": system.host_copies}
+            ranks = cart.gather(mine, root=0)
+            out[lists] = {"rate": config.atoms * steps / plain, "step_s": plain / steps,
+                          "rebuilds": system.rebuilds - rebuilds, "ranks": ranks}
+            del system
+        if cart.Get_rank() != 0:
             return None
-        return {"atoms": config.atoms, "steps": steps, "rebuilds": system.rebuilds - rebuilds, "ranks": ranks}
+        faster = max(out, key=lambda k: out[k]["rate"])
+        return {"atoms": config.atoms, "steps": steps, "lists": out, "faster": faster}
     finally:
         cart.Free()
 
@@ -419,10 +435,14 @@ def main() -> int:
     if args.mode == "gpu-profile":
         doc = gpu_profile(args.gpu_atoms, args.steps or 100)
         if doc is not None:  # rank 0
-            for r in doc["ranks"]:
-                shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["phase_shares"].items())
-                print(f"{doc['atoms']:,} atoms, {doc['steps']} steps, {doc['rebuilds']} rebuilds; rank {r['rank']}: "
-                      f"step {1e3 * r['wall_per_step_s']:.3f} ms (synchronised per phase): {shares}")
+            for lists, d in doc["lists"].items():
+                print(f"{lists} lists: {doc['atoms']:,} atoms, {doc['steps']} steps, {d['rebuilds']} rebuilds, "
+                      f"{d['rate']:.4e} atom-steps/s ({1e3 * d['step_s']:.3f} ms/step)")
+                for r in d["ranks"]:
+                    shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["phase_shares"].items())
+                    print(f"  rank {r['rank']}: step {1e3 * r['wall_per_step_s']:.3f} ms synchronised per phase: "
+                          f"{shares}")
+            print(f"faster: {doc['faster']} lists")
             if args.out:
                 Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
         return 0
@@ -447,9 +467,13 @@ def main() -> int:
                 r = run_pympi(1, args.gpu_atoms, args.steps or 200, backend="gpu")
                 result["gpu"] = {"atoms": args.gpu_atoms, "rate": r["rate"], "hoomd_rate": args.hoomd_rate,
                                  "rebuilds": r["rebuilds"], "host_copies_per_step": r["host_copies_per_step"]}
-                prof = run_gpu_profile(args.gpu_atoms, args.steps or 100)["ranks"][0]
-                result["gpu"].update(step_s_synchronised=prof["wall_per_step_s"],
-                                     phases_per_step_s=prof["phases_per_step_s"], phase_shares=prof["phase_shares"])
+                prof = run_gpu_profile(args.gpu_atoms, args.steps or 100)
+                full = prof["lists"]["full"]["ranks"][0]  # the command's lists
+                result["gpu"].update(step_s_synchronised=full["wall_per_step_s"],
+                                     phases_per_step_s=full["phases_per_step_s"], phase_shares=full["phase_shares"],
+                                     lists={k: {"rate": v["rate"], "phase_shares": v["ranks"][0]["phase_shares"]}
+                                            for k, v in prof["lists"].items()},
+                                     faster_lists=prof["faster"])
             except RuntimeError as exc:
                 result["skipped"].append(f"GPU: {exc}")
     result["load_average_after"] = os.getloadavg()
@@ -460,6 +484,8 @@ def main() -> int:
         print(f"GPU, {g['atoms']:,} atoms, 1 rank: {g['rate']:.4e} atom-steps/s{hoomd}; "
               f"{g['host_copies_per_step']} atom arrays to the host per step; share of the step: "
               + ", ".join(f"{k} {100 * v:.1f}%" for k, v in g.get("phase_shares", {}).items()))
+        for k, v in g.get("lists", {}).items():
+            print(f"  {k} lists (in-process run): {v['rate']:.4e} atom-steps/s")
     for s in result["skipped"]:
         print(f"skipped: {s}")
     print(f"load average before {result['load_average_before']}, after {result['load_average_after']}")
