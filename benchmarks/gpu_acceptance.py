@@ -159,7 +159,7 @@ def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path) -> list[Step]:
         Step("benchmarks/pi.py (GPU mode)", [py, str(ROOT / "benchmarks" / "pi.py"), "--quick", "--out",
                                              str(out_dir / "pi-gpu.json")], env=env, timeout=600),
         Step("benchmarks/lj.py --mode gpu", [py, str(ROOT / "benchmarks" / "lj.py"), "--mode", "gpu", "--out",
-                                             str(out_dir / "lj-gpu.json")], env=env, timeout=600),
+                                             str(out_dir / "lj-gpu.json")], env=env, timeout=600, check="lj-bench"),
         Step("benchmarks/nbody.py --mode gpu", [py, str(ROOT / "benchmarks" / "nbody.py"), "--mode", "gpu",
                                                 "--quick", "--cuda-samples", str(nbody_bin), "--out",
                                                 str(out_dir / "nbody-gpu.json")], env=env, timeout=600),
@@ -214,7 +214,8 @@ def check_lj(doc: dict) -> dict:
     """The figures of a ``pympi-nbody --model lj --json`` run: rate, communication, last thermo line."""
     return {"backend": doc["backend"], "transport": doc["transport"], "ranks": doc["ranks"], "atoms": doc["atoms"],
             "atom_steps_per_s": doc["rate"], "comm_per_step_s": doc["comm_per_step"],
-            "median_step_s": doc["median_step_time"], "thermo": doc["thermo"][-1]}
+            "median_step_s": doc["median_step_time"], "thermo": doc["thermo"][-1],
+            "host_copies_per_step": doc.get("host_copies_per_step")}
 
 
 def judge(step: Step, rc: int, stdout: str, stderr: str) -> None:
@@ -233,6 +234,12 @@ def judge(step: Step, rc: int, stdout: str, stderr: str) -> None:
                 return
         elif step.check == "lj":
             step.figures = check_lj(json.loads(stdout))
+        elif step.check == "lj-bench":  # the benchmark's JSON: rate at 1e6 atoms, phase shares
+            doc = json.loads(Path(step.argv[step.argv.index("--out") + 1]).read_text())
+            if "gpu" not in doc:
+                step.status, step.detail = "failed", "no GPU figures: " + "; ".join(doc.get("skipped", []))
+                return
+            step.figures = doc["gpu"]
         elif step.check == "cuda-samples":
             step.figures = parse_cuda_samples(stdout)
         elif step.check == "pytest":
@@ -287,8 +294,10 @@ def compare(steps: list[Step], out_dir: Path) -> list[dict]:
         elif group == "lj-rate":
             rates = {f"{s.figures['ranks']}r {s.figures['transport']}": (s.figures["atom_steps_per_s"],
                                                                         s.figures["comm_per_step_s"]) for s in ran}
-            out.append({"check": f"LJ GPU atom-steps/s and comm s/step at {LJ_BENCH_ATOMS} atoms", "status": "passed",
-                        "detail": json.dumps(rates)})
+            copies = {s.figures.get("host_copies_per_step") for s in ran}
+            out.append({"check": f"LJ GPU atom-steps/s and comm s/step at {LJ_BENCH_ATOMS} atoms; no atom arrays "
+                                 f"to the host", "status": "passed" if copies == {0} else "failed",
+                        "detail": json.dumps(rates) + f"; host_copies_per_step {sorted(copies, key=str)}"})
         elif group == "transport":
             t = {s.figures["transport"]: s.figures["median_step_s"] for s in ran}
             out.append({"check": "device vs host transport, 2 ranks, 2^20 bodies, s/step", "status": "passed",

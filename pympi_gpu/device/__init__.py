@@ -2,7 +2,8 @@
 
 ``gpu``             finding a usable GPU, the node-local rank, binding before and after MPI_Init
 ``backend_choice``  ``--backend auto``: the GPU only if every rank has one (collective)
-``buffers``         device arrays on one stream, pinned staging, what mpi4py takes (numba.cuda)
+``buffers``         device arrays on one stream, pinned staging, what mpi4py takes (numba.cuda);
+                    the array namespace (CuPy on a GPU, imported there only) and the copy counter
 ``jitcache``        numba's kernel cache and CPU tuning, set before numba is imported
 
 May import: the standard library, NumPy, numba (``buffers`` at import, the

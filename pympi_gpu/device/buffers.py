@@ -3,7 +3,9 @@
 :class:`DeviceBuffers` allocates, copies and synchronises on its own stream
 and says what to hand mpi4py for a device array (:func:`mpi_buffer`).  The
 gravity model's GPU backend builds on it; the CUDA-aware MPI check
-(:func:`pympi_gpu.mpi.cuda_aware.round_trip`) takes one.  Importing this
+(:func:`pympi_gpu.mpi.cuda_aware.round_trip`) takes one.  :class:`DeviceArrays`
+holds the LJ model's device-resident arrays in an array namespace (CuPy on a
+GPU, NumPy under the simulator) and counts every copy to the host.  Importing this
 module imports numba.cuda: import it on GPU paths (or under the simulator) only.
 """
 
@@ -14,7 +16,7 @@ from numba import cuda
 
 from pympi_gpu.device.gpu import simulator
 
-__all__ = ["DeviceBuffers", "mpi_buffer"]
+__all__ = ["DeviceBuffers", "DeviceArrays", "array_namespace", "mpi_buffer", "COPY_KINDS"]
 
 
 def mpi_buffer(a):
@@ -68,3 +70,125 @@ class DeviceBuffers:
     def h2d(self, host, dev) -> None:
         if dev.shape[0]:
             dev.copy_to_device(host, stream=self.stream)
+
+
+def array_namespace():
+    """The array namespace of device arrays: NumPy under the simulator, else CuPy.
+
+    CuPy is imported here and only here, when a real GPU is in use, so that a
+    CPU-only path (and the simulator in CI) never imports it.
+    """
+    if simulator():
+        return np
+    import cupy
+
+    return cupy
+
+
+#: what a device-to-host copy carries: a row per atom (positions, velocities, forces, ids), a halo or
+#: migration message staged for a host-transport MPI, or a few numbers (reductions, counts)
+COPY_KINDS = ("atoms", "message", "sums")
+
+
+class DeviceArrays:
+    """Device arrays in an array namespace (:attr:`xp`), on one stream that CuPy and numba.cuda share.
+
+    On a GPU, :attr:`xp` is CuPy: its operations (sorts, scans, compaction,
+    reductions; CUB behind them) and its memory pool serve the device
+    arrays, and numba.cuda kernels launched on :attr:`stream` take the same
+    arrays through ``__cuda_array_interface__`` (:meth:`view`, which skips
+    numba's synchronisation on the array's stream: both libraries queue on
+    one stream, so they are ordered without it).  Under numba's simulator
+    :attr:`xp` is NumPy and the "device" is the host, so the same code is
+    tested in CI.
+
+    Every device-to-host copy goes through :meth:`to_host` (or
+    :meth:`scalar`), which counts it in :attr:`copies` by kind
+    (:data:`COPY_KINDS`): the count of ``"atoms"`` copies is the run's
+    ``host_copies_per_step``.
+    """
+
+    def __init__(self):
+        self.xp = array_namespace()
+        self.simulated = self.xp is np
+        if self.simulated:
+            self.stream = cuda.stream()
+            self._stream = None
+        else:
+            import cupy
+
+            cupy.cuda.Device(cuda.get_current_device().id).use()  # the GPU this rank was bound to (numba)
+            self._stream = cupy.cuda.Stream(non_blocking=True)
+            self._stream.use()  # CuPy's work of this thread goes on it
+            self.stream = cuda.external_stream(self._stream.ptr)  # and numba's kernels too
+        #: device-to-host copies so far, by kind
+        self.copies = dict.fromkeys(COPY_KINDS, 0)
+        #: bytes of those copies, by kind
+        self.copied_bytes = dict.fromkeys(COPY_KINDS, 0)
+
+    def view(self, a):
+        """``a`` as a numba.cuda kernel argument (no copy)."""
+        if self.simulated:  # wrapped, so that the simulator neither copies it in nor back
+            from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+            return FakeCUDAArray(a)
+        return cuda.as_cuda_array(a, sync=False)
+
+    def sync(self) -> None:
+        """Wait for the stream: before MPI reads or writes a device buffer, and before host timers."""
+        if self.simulated:
+            self.stream.synchronize()
+        else:
+            self._stream.synchronize()
+
+    def from_host(self, a, dtype=None):
+        """A device copy of host array ``a`` (on the stream)."""
+        a = np.ascontiguousarray(a, dtype=dtype)
+        if self.simulated:
+            return a.copy()
+        out = self.xp.empty(a.shape, a.dtype)
+        out.set(a, stream=self._stream)
+        return out
+
+    def into_device(self, host, dev) -> None:
+        """``dev[...] = host`` (host array, e.g. a pinned receive buffer, into a device array)."""
+        if dev.size:
+            if self.simulated:
+                dev[...] = host
+            else:
+                dev.set(host, stream=self._stream)
+
+    def to_host(self, a, what: str, out=None) -> np.ndarray:
+        """A host copy of device array ``a`` (into ``out`` if given, e.g. pinned), counted as ``what``.
+
+        Waits for the copy: the result can be read (or handed to MPI) at once.
+        """
+        if what not in COPY_KINDS:
+            raise ValueError(f"unknown kind of copy {what!r}; one of {COPY_KINDS}")
+        self.copies[what] += 1
+        self.copied_bytes[what] += a.nbytes
+        if self.simulated:
+            if out is None:
+                return np.array(a)
+            out[...] = a
+            return out
+        res = a.get(stream=self._stream, out=out)
+        self._stream.synchronize()
+        return res
+
+    def scalar(self, a) -> float:
+        """A device 0-d array (a reduction) as a Python number, counted as ``"sums"``."""
+        return self.to_host(self.xp.asarray(a), "sums").item()
+
+    def pinned(self, shape, dtype=np.float64) -> np.ndarray:
+        """A page-locked host array (a plain one under the simulator) to stage messages through."""
+        if self.simulated:
+            return np.empty(shape, dtype)
+        import cupyx
+
+        return cupyx.empty_pinned(shape, dtype)
+
+    def mpi_buffer(self, a):
+        """What mpi4py takes for device array ``a``: the array itself (CuPy arrays expose
+        ``__cuda_array_interface__``; under the simulator they are host arrays).  Call :meth:`sync` first."""
+        return a

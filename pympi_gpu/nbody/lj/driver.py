@@ -103,6 +103,9 @@ class LjSystem:
     f : ``(n, 3)`` forces at ``x``, or None to compute them
     """
 
+    #: atom arrays copied from a device to the host so far (None: the atoms live on the host)
+    host_copies: int | None = None
+
     def __init__(self, cart, config: LjConfig, x, v, ids, f=None):
         self.cart = cart
         self.config = config
@@ -396,6 +399,7 @@ def _simulate(comm, config, system, step, *, initial, backend, backend_reason, t
     from pympi_gpu.nbody.lj import checkpoint as ckpt
 
     volume = config.box ** 3
+    copies0 = system.host_copies
     system.at_step = step
     force = system.start()
     rows = [_checked_thermo(comm, step, system, config, volume, on_thermo)]
@@ -471,6 +475,9 @@ def _simulate(comm, config, system, step, *, initial, backend, backend_reason, t
             ckpt.save(comm, path, system.owned(), _meta(config, step, initial))
         written += 1
     phases, traffic = summarise(comm, clock, step - first)
+    copies = None
+    if copies0 is not None:  # the most any rank copied, over the whole run, checkpoints and frames included
+        copies = comm.allreduce(system.host_copies - copies0, op=MPI.MAX)
     timing = np.array([wall, system.halo.comm_time, cpu])
     comm.Allreduce(MPI.IN_PLACE, timing, op=MPI.MAX)
     wall, comm_time, cpu = float(timing[0]), float(timing[1]), float(timing[2])
@@ -493,4 +500,5 @@ def _simulate(comm, config, system, step, *, initial, backend, backend_reason, t
         rebuilds=system.rebuilds - rebuilds0, neighbors_per_atom=pairs / config.atoms,
         ghosts_per_rank=ghosts / comm.Get_size(), atoms_per_rank=counts, thermo=tuple(rows),
         energy_drift=drift, momentum_change=dp, checkpoint=path, checkpoints_written=written,
-        restarted_from=restarted_from, stopped_by=stopped, provenance=provenance, phases=phases, traffic=traffic)
+        restarted_from=restarted_from, stopped_by=stopped, provenance=provenance, phases=phases, traffic=traffic,
+        host_copies_per_step=None if copies is None else (copies / steps if steps else float(copies)))

@@ -1,45 +1,47 @@
-"""The LJ model on a GPU (numba.cuda): forces, kicks and halo packing on the device.
+"""CUDA kernels of the LJ model (numba.cuda): the Verlet-list build and the forces.
 
-:class:`GpuLjSystem` keeps the atoms in device memory and runs every step
-there: kick, drift, the displacement check (a device reduction), the
-ghost-position refresh and the forces.  The halo buffers are packed on the
-device (``pack``: rows of ``pos`` plus the periodic shift) and handed to MPI
-as device arrays when MPI is CUDA-aware (``transport="device"``; the stream is
-synchronised before every MPI call), else copied through pinned host buffers
-(``transport="host"``).  The owned-owned forces of each third of the atoms
-run on the stream while a stage's messages travel.  Forces use one-sided
-(full) lists, one thread per atom, so no two threads write the same row.
+The kernels take device arrays of any library that exposes
+``__cuda_array_interface__`` (CuPy's, on a GPU) or, under the simulator, NumPy
+arrays; :class:`~pympi_gpu.nbody.lj.gpu_system.GpuLjSystem` launches them on
+the stream its CuPy work runs on.  One thread per atom throughout.  With full lists
+(each pair listed from both sides) a thread writes only its own atom's rows
+and no two threads write the same memory; with half lists (Newton's third
+law, each pair once) a thread adds the reaction to its neighbours' rows
+with atomic adds.  The LJ pair term and a
+list row's force are the CPU kernels' (:func:`~pympi_gpu.nbody.lj.kernels_cpu.lj_row`).
 
-At a rebuild (every ~10 steps) the owned atoms come to the host, where the
-CPU path migrates them, sorts them and builds the ghosts and lists, which go
-back to the device; building the cell and Verlet lists on the device is left
-for later.  Importing this module imports numba.cuda: do it only for
-``--backend gpu``.
+What CuPy does as well in one or two of its own kernels is left to it (the
+caller): the cell keys, their sort, the cell starts (a scan), compaction,
+gathers (halo packing), the kicks and drifts, reductions.  What it cannot
+express without a loop per neighbour (the cell search and the pair loops) is
+here.
+Importing this module imports numba.cuda: do it only for ``--backend gpu``.
 """
 
 from __future__ import annotations
 
 import math
-import time
 
-import numpy as np
 from numba import cuda
 
-from pympi_gpu.device.buffers import mpi_buffer
-from pympi_gpu.nbody.lj.driver import LjSystem
-from pympi_gpu.nbody.lj.kernels_cpu import lj_row
+from pympi_gpu.nbody.lj.kernels_cpu import lj_pair, lj_row
 
-__all__ = ["GpuLjSystem"]
+__all__ = ["BLOCK", "grid", "forces", "forces_newton", "build_lists"]
 
 BLOCK = 128
 
 
+def grid(n: int) -> int:
+    """Blocks of :data:`BLOCK` threads for ``n`` threads (at least one)."""
+    return max(1, math.ceil(n / BLOCK))
+
+
 @cuda.jit
-def _forces(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
+def forces(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
     """One-sided LJ forces of atoms [i0, i1) over their listed neighbours.
 
     ``add``: 0 overwrites f, e, w (the first list), 1 adds (the ghost list).
-    e and w hold each pair's full energy/virial (halved by the caller's sum).
+    e and w hold each atom's pairs' full energy/virial (halved by the caller's sum).
     """
     i = cuda.grid(1) + i0
     if i >= i1:
@@ -60,223 +62,104 @@ def _forces(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
 
 
 @cuda.jit
-def _pack(pos, idx, sx, sy, sz, buf):
-    """buf[k] = pos[idx[k]] + shift: a halo message packed on the device."""
-    k = cuda.grid(1)
-    if k < idx.shape[0]:
-        j = idx[k]
-        buf[k, 0] = pos[j, 0] + sx
-        buf[k, 1] = pos[j, 1] + sy
-        buf[k, 2] = pos[j, 2] + sz
+def forces_newton(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
+    """Half-list LJ forces of atoms [i0, i1): f[i] and f[j] (ghost rows too) by atomic adds.
 
-
-@cuda.jit
-def _kick(v, f, h, n):
-    i = cuda.grid(1)
-    if i < n:
-        for d in range(3):
-            v[i, d] += h * f[i, d]
-
-
-@cuda.jit
-def _drift_disp(x, v, dt, x0, d2, n):
-    """x += dt v; d2 = squared displacement since the last rebuild, infinite where not finite."""
-    i = cuda.grid(1)
-    if i < n:
-        s = 0.0
-        for d in range(3):
-            x[i, d] += dt * v[i, d]
-            dd = x[i, d] - x0[i, d]
-            s += dd * dd
-        d2[i] = s if s == s else math.inf  # the max reduction would pass a NaN over
-
-
-_max = cuda.reduce(lambda a, b: max(a, b))
-_sum = cuda.reduce(lambda a, b: a + b)
-
-
-def _grid(n: int) -> int:
-    return max(1, math.ceil(n / BLOCK))
-
-
-class GpuLjSystem(LjSystem):
-    """:class:`~pympi_gpu.nbody.lj.driver.LjSystem` with its atoms in GPU memory.
-
-    ``transport``: ``"device"`` (CUDA-aware MPI gets device buffers) or
-    ``"host"`` (staged through pinned host memory).  Needs full lists
-    (``config.newton`` False).
+    ``add``: 0 overwrites e, w (the first list), 1 adds; f must be zeroed first.
+    e and w hold each atom's listed pairs' energy/virial, every pair once.
     """
-
-    def __init__(self, cart, config, x, v, ids, f=None, transport: str = "host"):
-        if config.newton:
-            raise ValueError("the GPU path uses full neighbour lists: config.newton must be False")
-        super().__init__(cart, config, x, v, ids, f)
-        if transport not in ("device", "host"):
-            raise ValueError(f"transport must be 'device' or 'host', got {transport!r}")
-        self.transport = transport
-        self.stream = cuda.stream()
-        self.on_device = False
-
-    # -- moving the atoms between host (rebuilds) and device (steps) ------
-    def _to_host(self) -> None:
-        if self.on_device:
-            n = self.nlocal
-            self.stream.synchronize()
-            self.pos = self.d_pos.copy_to_host()
-            self.v = self.d_v.copy_to_host()
-            self.f = self.d_f.copy_to_host()
-            assert self.pos.shape[0] >= n
-            self.on_device = False
-
-    def _to_device(self) -> None:
-        s = self.stream
-        self.d_pos = cuda.to_device(self.pos, stream=s)
-        self.d_v = cuda.to_device(self.v, stream=s)
-        self.d_f = cuda.to_device(self.f, stream=s)
-        self.d_x0 = cuda.to_device(self.x0, stream=s)
-        self.d_lists = [cuda.to_device(a, stream=s) for a in self.lists]
-        n = self.nlocal
-        self.d_e = cuda.device_array(max(n, 1), np.float64, stream=s)
-        self.d_w = cuda.device_array(max(n, 1), np.float64, stream=s)
-        self.d_d2 = cuda.device_array(max(n, 1), np.float64, stream=s)
-        self.d_plan = []
-        for (_, idx, shift, dest, source, start, count) in self.halo.plan:
-            d_idx = cuda.to_device(idx.astype(np.int64), stream=s)
-            d_buf = cuda.device_array((max(idx.size, 1), 3), np.float64, stream=s)
-            host = (cuda.pinned_array((max(idx.size, 1), 3), np.float64),
-                    cuda.pinned_array((max(count, 1), 3), np.float64)) if self.transport == "host" else None
-            self.d_plan.append((d_idx, tuple(float(c) for c in shift), dest, source, start, count, d_buf, host))
-        self.on_device = True
-
-    def rebuild(self) -> None:
-        self._to_host()
-        super().rebuild()
-        self._to_device()
+    i = cuda.grid(1) + i0
+    if i >= i1:
+        return
+    xi, yi, zi = pos[i, 0], pos[i, 1], pos[i, 2]
+    fx = 0.0
+    fy = 0.0
+    fz = 0.0
+    ei = 0.0
+    wi = 0.0
+    for k in range(cnt[i]):
+        j = nbr[i, k]
+        dx = xi - pos[j, 0]
+        dy = yi - pos[j, 1]
+        dz = zi - pos[j, 2]
+        r2 = dx * dx + dy * dy + dz * dz
+        if r2 < rc2:
+            fpair, u = lj_pair(r2)
+            fx += dx * fpair
+            fy += dy * fpair
+            fz += dz * fpair
+            cuda.atomic.add(f, (j, 0), -dx * fpair)
+            cuda.atomic.add(f, (j, 1), -dy * fpair)
+            cuda.atomic.add(f, (j, 2), -dz * fpair)
+            ei += u
+            wi += r2 * fpair
+    cuda.atomic.add(f, (i, 0), fx)
+    cuda.atomic.add(f, (i, 1), fy)
+    cuda.atomic.add(f, (i, 2), fz)
+    if add:
+        e[i] += ei
+        w[i] += wi
+    else:
+        e[i] = ei
+        w[i] = wi
 
 
-    # -- the step on the device -------------------------------------------
-    def forward_device(self, work) -> None:
-        """Refresh the ghost rows of ``d_pos`` stage by stage; ``work(stage)`` runs meanwhile."""
-        from mpi4py import MPI
+@cuda.jit
+def build_lists(pos, n, gid, cell, start, atoms, nx, ny, nz, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt,
+                gh_nbr):
+    """Verlet lists of the owned atoms [0, n), one thread per atom.
 
-        s = self.stream
-        clock = self.halo.clock
-        t0 = time.perf_counter()
-        busy = waited = 0.0
-        for d in range(3):
-            reqs, unstage = [], []
-            for k, (d_idx, (sx, sy, sz), dest, source, start, count, d_buf, host) in \
-                    enumerate(self.d_plan[2 * d:2 * d + 2]):
-                n = d_idx.shape[0]
-                if n:
-                    _pack[_grid(n), BLOCK, s](self.d_pos, d_idx, sx, sy, sz, d_buf)
-                tag = 0x4C20 + 2 * d + k
-                if self.transport == "device":
-                    s.synchronize()  # MPI reads what the kernel wrote
-                    reqs.append(self.cart.Irecv(mpi_buffer(self.d_pos[start:start + count]), source, tag))
-                    reqs.append(self.cart.Isend(mpi_buffer(d_buf[:n]), dest, tag))
-                else:
-                    hsend, hrecv = host
-                    if n:
-                        d_buf[:n].copy_to_host(hsend[:n], stream=s)
-                    s.synchronize()
-                    reqs.append(self.cart.Irecv(hrecv[:count], source, tag))
-                    reqs.append(self.cart.Isend(hsend[:n], dest, tag))
-                    unstage.append((hrecv, start, count))
-                clock.sent(n * 3 * 8)
-            tw = time.perf_counter()
-            work(d)  # launched on the stream: runs while the messages travel
-            busy += time.perf_counter() - tw
-            tw = time.perf_counter()
-            MPI.Request.Waitall(reqs)
-            waited += time.perf_counter() - tw
-            for hrecv, start, count in unstage:
-                if count:
-                    self.d_pos[start:start + count].copy_to_device(hrecv[:count], stream=s)
-        tw = time.perf_counter()
-        s.synchronize()  # the kernels launched by work(): compute
-        busy += time.perf_counter() - tw
-        self.halo.comm_time += time.perf_counter() - t0 - busy
-        clock.add("waiting", waited)
-        clock.add("communication", time.perf_counter() - t0 - busy - waited)
+    Full lists, or with ``half`` each pair once: owned neighbours j > i, and
+    ghost neighbours whose global id ``gid[j]`` exceeds ``gid[i]`` (the rule
+    of the CPU's half lists, exact whatever the round-off of the ghosts'
+    shifted positions).
 
-    def compute_forces(self, forward: bool) -> None:
-        if not self.on_device:
-            return super().compute_forces(forward)
-        s = self.stream
-        oc, on, gc, gn = self.d_lists
-        rc2 = self.config.cutoff ** 2
-        n = self.nlocal
-        bounds = [0, n // 3, (2 * n) // 3, n]
-
-        def work(stage):
-            a, b = bounds[stage], bounds[stage + 1]
-            if b > a:
-                _forces[_grid(b - a), BLOCK, s](self.d_pos, self.d_f, self.d_e, self.d_w, a, b, oc, on, rc2, 0)
-
-        if forward:
-            self.forward_device(work)
-        else:
-            for st in range(3):
-                work(st)
-        if n:
-            _forces[_grid(n), BLOCK, s](self.d_pos, self.d_f, self.d_e, self.d_w, 0, n, gc, gn, rc2, 1)
-        self.energy = self.virial = None  # summed on demand (local_sums)
-
-    def step(self, force_rebuild: bool = False, eflag: bool = False) -> None:
-        if not self.on_device:
-            return super().step(force_rebuild, eflag)
-        s = self.stream
-        n = self.nlocal
-        h = 0.5 * self.config.dt
-        d2 = 0.0
-        if n:
-            _kick[_grid(n), BLOCK, s](self.d_v, self.d_f, h, n)
-            _drift_disp[_grid(n), BLOCK, s](self.d_pos, self.d_v, self.config.dt, self.d_x0, self.d_d2, n)
-            s.synchronize()  # the reduction runs on the default stream
-            d2 = float(_max(self.d_d2[:n], init=0.0))
-        if self.agree_displacement(d2) or force_rebuild:  # collective; a blow-up raises on every rank
-            self.rebuild()
-            self.compute_forces(forward=False)
-        else:
-            self.compute_forces(forward=True)
-        n = self.nlocal  # a rebuild migrates atoms
-        if n:
-            _kick[_grid(n), BLOCK, s](self.d_v, self.d_f, h, n)
-
-    def start(self) -> bool:
-        had = self.have_forces
-        self.rebuild()  # the CPU rebuild (which carries the loaded forces along), then to the device
-        keep = self.f.copy()
-        self.compute_forces(forward=False)
-        if had:  # a restart: keep the checkpoint's forces (bit-identical continuation)
-            self.f = keep
-            self.d_f = cuda.to_device(keep, stream=self.stream)
-        return had
-
-    def local_sums(self) -> np.ndarray:
-        s = self.stream
-        n = self.nlocal
-        v = self.d_v.copy_to_host(stream=s)
-        s.synchronize()
-        e = 0.5 * _sum(self.d_e[:n], init=0.0) if n else 0.0
-        w = 0.5 * _sum(self.d_w[:n], init=0.0) if n else 0.0
-        vv = v[:n]
-        return np.array([float(np.sum(vv * vv)), *vv.sum(axis=0), e, w])
-
-    def wrap(self) -> None:
-        self._to_host()
-        super().wrap()
-        self.pos = np.ascontiguousarray(self.pos)
-        self.d_pos = cuda.to_device(self.pos, stream=self.stream)
-        self.d_v = cuda.to_device(self.v, stream=self.stream)
-        self.d_f = cuda.to_device(self.f, stream=self.stream)
-        self.d_x0 = cuda.to_device(self.x0, stream=self.stream)
-        self.on_device = True
-
-    def owned(self) -> dict[str, np.ndarray]:
-        s = self.stream
-        n = self.nlocal
-        s.synchronize()
-        return {"x": self.d_pos[:n].copy_to_host(), "v": self.d_v.copy_to_host()[:n],
-                "f": self.d_f.copy_to_host()[:n], "id": self.ids.copy()}
+    The atoms of cell c are ``atoms[start[c]:start[c + 1]]`` in increasing
+    index; the cells within ``reach`` of atom i's are searched, a z-row of
+    cells as one run of ``atoms``.  Row i lists its neighbours within ``rc2``
+    (at these positions) first, then those in the skin (within ``cut2``), in
+    the order of the search: the CPU's lists, row for row.  Counts go
+    beyond the capacity (the rows' width) when it is short; only what fits is
+    written, and the caller retries wider.
+    """
+    i = cuda.grid(1)
+    if i >= n:
+        return
+    cap_own = own_nbr.shape[1]
+    cap_gh = gh_nbr.shape[1]
+    c = cell[i]
+    cz = c % nz
+    cy = (c // nz) % ny
+    cx = c // (ny * nz)
+    xi = pos[i, 0]
+    yi = pos[i, 1]
+    zi = pos[i, 2]
+    no = 0
+    ng = 0
+    for inside in range(2):  # pass 0: within rc; pass 1: in the skin
+        for ax in range(max(cx - reach, 0), min(cx + reach + 1, nx)):
+            for ay in range(max(cy - reach, 0), min(cy + reach + 1, ny)):
+                base = (ax * ny + ay) * nz
+                k0 = start[base + max(cz - reach, 0)]
+                k1 = start[base + min(cz + reach + 1, nz)]
+                for k in range(k0, k1):
+                    j = atoms[k]
+                    dx = xi - pos[j, 0]
+                    dy = yi - pos[j, 1]
+                    dz = zi - pos[j, 2]
+                    r2 = dx * dx + dy * dy + dz * dz
+                    if half:
+                        keep = j > i if j < n else gid[j] > gid[i]
+                    else:
+                        keep = j != i
+                    if keep and r2 < cut2 and (r2 < rc2) == (inside == 0):
+                        if j < n:
+                            if no < cap_own:
+                                own_nbr[i, no] = j
+                            no += 1
+                        else:
+                            if ng < cap_gh:
+                                gh_nbr[i, ng] = j
+                            ng += 1
+    own_cnt[i] = no
+    gh_cnt[i] = ng

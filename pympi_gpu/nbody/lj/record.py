@@ -36,6 +36,10 @@ class LjRun:
     Times in seconds (maximum over ranks); ``comm_time`` is halo and
     migration time not hidden behind force work, summed over the steps,
     ``comm_per_step`` its mean; ``rate`` is atom-steps per second.
+    ``host_copies_per_step``: on a GPU, the atom arrays copied from the device
+    to the host over the run (checkpoints, frames; the most of any rank)
+    divided by the steps, 0 when nothing but sums and messages left the
+    device; None on the CPU.
     """
 
     atoms: int
@@ -79,3 +83,4 @@ class LjRun:
     provenance: Provenance | None = None
     phases: Phases | None = None
     traffic: Traffic | None = None
+    host_copies_per_step: float | None = None
