@@ -163,7 +163,7 @@ def test_an_imbalanced_run_shows_the_waiting_on_its_fast_ranks():
         pytest.skip("needs 2 CPUs and taskset")
     cpus = sorted(os.sched_getaffinity(0))[:2]
     argv = mpiexec_argv(1)[:-2]
-    common = [PI, "4e8", "--method", "mc", "--backend", "numba", "--threads", "1", "--json"]
+    common = [PI, "2e9", "--method", "mc", "--backend", "numba", "--threads", "1", "--json"]
     out = run([*argv, "-n", "2", "taskset", "-c", str(cpus[0]), *common, ":",
                "-n", "1", "taskset", "-c", str(cpus[1]), *common], timeout=300, env=clean_env())
     assert out.returncode == 0, out.stderr

@@ -32,10 +32,12 @@ RUNS = {
     "gravity": (["2000", "--steps", "1000000"], gravity_ckpt.read_file),
     "lj": (["4000", "--model", "lj", "--steps", "1000000"], lj_ckpt.read_file),
 }
-#: runs whose every step takes seconds here, so that a second Ctrl-C lands inside one
+#: runs whose steps (and, for LJ, whose checkpoint write) outlast the half second between two Ctrl-Cs
+#: on Zen 2 and Zen 4 alike (LJ at 4,000,000 atoms: 0.5 s a step at 3 ranks on 2 Zen 4 cores, and
+#: a 320 MB checkpoint after the first Ctrl-C); many steps, so that no job ends before it is interrupted
 LONG_STEPS = {
-    "gravity": ["120000", "--steps", "3"],
-    "lj": ["2048000", "--model", "lj", "--steps", "3"],
+    "gravity": ["120000", "--steps", "1000000"],
+    "lj": ["4000000", "--model", "lj", "--steps", "1000000"],
 }
 
 
@@ -80,7 +82,8 @@ def test_ctrl_c_stops_after_the_step_and_writes_the_checkpoint(tmp_path, model):
 
 
 def test_ctrl_c_on_pi_reports_the_finished_estimate():
-    argv = mpiexec_argv(RANKS) + [PI, "3e9", "--threads", "1", "--backend", "numba"]
+    # sampling that outlasts start-up and one CPU-second on a fast core (2.8e9 samples/s on Zen 4)
+    argv = mpiexec_argv(RANKS) + [PI, "1.5e10", "--threads", "1", "--backend", "numba"]
     with job(argv) as proc:
         wait_busy(wait_for_rank(proc.pid, 0), cpu=1.0)
         os.killpg(proc.pid, signal.SIGINT)
