@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "baselines"))
 import checkpoint_gather as old  # noqa: E402
 
-from pympi_gpu.mpi.decomposition import block_counts, block_starts  # noqa: E402
+from pympi_gpu.mpi.decomposition import block_counts  # noqa: E402
 from pympi_gpu.nbody.gravity import checkpoint as gravity_ckpt  # noqa: E402
 from pympi_gpu.nbody.lj import checkpoint as lj_ckpt  # noqa: E402
 from pympi_gpu.nbody.lj.domain import make_cart, owner_coords  # noqa: E402
@@ -63,7 +63,7 @@ def peak(comm, fn) -> int:
 
 def gravity_case(comm, n, directory):
     size, rank = comm.Get_size(), comm.Get_rank()
-    counts, starts = block_counts(n, size), block_starts(n, size)
+    counts = block_counts(n, size)
     rng = np.random.default_rng(rank)
     local = {f: rng.normal(size=counts[rank]) for f in gravity_ckpt.FIELDS}
     meta = {"step": 1, "time": 0.01, "seed": 1, "init": "plummer", "precision": "fp64", "dt": 0.01,

@@ -142,22 +142,11 @@ class LjSystem:
         rank holds non-finite velocities or forces, or where the migration
         left more or fewer atoms than the system has.
         """
-        from mpi4py import MPI
-
         x = self.pos[:self.nlocal]
         finite = finite_rows(self.v, self.f[:self.nlocal])
         rows = np.hstack([self.v, self.f[:self.nlocal], self.ids[:, None].astype(np.float64)])
         x, rows = self.halo.migrate(x, rows)
-        tally = np.array([x.shape[0], 0 if finite else 1], np.int64)  # [atoms owned, ranks not finite]
-        with self.halo.clock.phase("waiting"):
-            self.cart.Allreduce(MPI.IN_PLACE, tally, op=MPI.SUM)
-        self.halo.clock.sent(tally.nbytes)
-        if tally[1]:
-            raise BlowUp(None, "non-finite velocities or forces", "the forces overflowed: reduce --dt or --temperature")
-        if tally[0] != self.config.atoms:
-            what = "lost" if tally[0] < self.config.atoms else "duplicated"
-            raise BlowUp(None, f"{abs(int(tally[0]) - self.config.atoms)} atoms {what} in the migration to their bricks",
-                         "atoms moved too far between list builds: reduce --dt or --temperature")
+        self.agree_migration(x.shape[0], finite)
         cell_of, _, _ = kc.bin_atoms(x, x.shape[0], self.cell_lo, self.cell_inv, self.ncell)
         ids = rows[:, 6].astype(np.int64)
         order = np.lexsort((ids, cell_of))
@@ -184,6 +173,24 @@ class LjSystem:
         # distinct pairs within cutoff + skin (without newton each is listed from both sides)
         self.pairs = (1.0 if self.config.newton else 0.5) * (int(lists[0].sum()) + int(lists[2].sum()))
         self.rebuilds += 1
+
+    def agree_migration(self, owned: int, finite: bool) -> None:
+        """After a migration: do the ranks' owned atoms sum to N, and were all forces finite? Collective.
+
+        Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank if not.
+        """
+        from mpi4py import MPI
+
+        tally = np.array([owned, 0 if finite else 1], np.int64)  # [atoms owned, ranks not finite]
+        with self.halo.clock.phase("waiting"):
+            self.cart.Allreduce(MPI.IN_PLACE, tally, op=MPI.SUM)
+        self.halo.clock.sent(tally.nbytes)
+        if tally[1]:
+            raise BlowUp(None, "non-finite velocities or forces", "the forces overflowed: reduce --dt or --temperature")
+        if tally[0] != self.config.atoms:
+            what = "lost" if tally[0] < self.config.atoms else "duplicated"
+            raise BlowUp(None, f"{abs(int(tally[0]) - self.config.atoms)} atoms {what} in the migration to their bricks",
+                         "atoms moved too far between list builds: reduce --dt or --temperature")
 
     @property
     def move_limit(self) -> float:

@@ -140,24 +140,13 @@ class GpuLjSystem(LjSystem):
 
         Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` as the CPU's :meth:`LjSystem.rebuild` does.
         """
-        from mpi4py import MPI
-
         dev, xp = self.dev, self.dev.xp
         n = self.nlocal
         with self._phase("halo"):
             finite = dev.scalar(xp.all(xp.isfinite(self.v)) & xp.all(xp.isfinite(self.f[:n])))
             rows = xp.concatenate([self.v, self.f[:n], self.ids[:, None].astype(np.float64)], axis=1)
             x, rows = self.halo.migrate(self.pos[:n], rows)
-            tally = np.array([x.shape[0], 0 if finite else 1], np.int64)  # [atoms owned, ranks not finite]
-            with self.halo.clock.phase("waiting"):
-                self.cart.Allreduce(MPI.IN_PLACE, tally, op=MPI.SUM)
-            self.halo.clock.sent(tally.nbytes)
-        if tally[1]:
-            raise BlowUp(None, "non-finite velocities or forces", "the forces overflowed: reduce --dt or --temperature")
-        if tally[0] != self.config.atoms:
-            what = "lost" if tally[0] < self.config.atoms else "duplicated"
-            raise BlowUp(None, f"{abs(int(tally[0]) - self.config.atoms)} atoms {what} in the migration to their "
-                         "bricks", "atoms moved too far between list builds: reduce --dt or --temperature")
+            self.agree_migration(x.shape[0], finite)
         with self._phase("list build"):
             ids = rows[:, 6].astype(np.int64)
             cell, _, _ = self._cells(x)
