@@ -97,8 +97,7 @@ class _NpzWriter:
         try:
             self._member = self._zip.open(f"{name}.npy", "w", force_zip64=True)
             header = {"descr": npy.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
-            npy.write_array_header_2_0(self._member, header) if _needs_v2(header) else \
-                npy.write_array_header_1_0(self._member, header)
+            npy.write_array_header_1_0(self._member, header)  # a shape's header is far below 1.0's 64 KiB
         except OSError as exc:
             self._fail(exc)
 
@@ -128,10 +127,6 @@ class _NpzWriter:
             except OSError as exc:
                 self._fail(exc)
         return self.error
-
-
-def _needs_v2(header: dict) -> bool:
-    return len(repr(header)) > 65000
 
 
 def save_rows(comm, path: str, key: np.ndarray, local: dict[str, np.ndarray], total: int, meta: dict,

@@ -110,10 +110,10 @@ def load(comm, path: str, box_of, dims, block: int = BLOCK_ROWS) -> tuple[dict, 
     """
     size, rank = comm.Get_size(), comm.Get_rank()
     meta = counts = error = f = None
-    ranks_of = np.empty(tuple(int(d) for d in dims), np.int64)  # brick coordinates -> rank
-    for c in np.ndindex(*ranks_of.shape):
-        ranks_of[c] = comm.Get_cart_rank(list(c))
     if rank == 0:
+        ranks_of = np.empty(tuple(int(d) for d in dims), np.int64)  # brick coordinates -> rank
+        for c in np.ndindex(*ranks_of.shape):
+            ranks_of[c] = comm.Get_cart_rank(list(c))
         try:
             with NpzRows(path) as f:  # a first pass over x: how many atoms each brick gets
                 _validate_header(f)
