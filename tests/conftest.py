@@ -91,3 +91,17 @@ def mpirun():
     def _run(n: int, *argv: str, timeout: float = 300, **kw):
         return run(mpiexec_argv(n) + list(argv), timeout=timeout, **kw)
     return _run
+
+
+#: The tiers that build container images run last.  In CI those images are made in the
+#: background meanwhile (``.ci/run`` starts ``tests/system/containers.py prebuild``), and
+#: these tests wait only for what is not made yet.
+CONTAINER_TIERS = ("test_apptainer.py", "test_containers.py", "test_cuda_image.py")
+
+
+def pytest_collection_modifyitems(items):
+    def tier(item) -> int:  # the others first, in their order; then these, in the prebuild's
+        if item.path.parent.name == "system" and item.path.name in CONTAINER_TIERS:
+            return 1 + CONTAINER_TIERS.index(item.path.name)
+        return 0
+    items.sort(key=tier)

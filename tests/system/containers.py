@@ -11,15 +11,23 @@ mount namespace (Apptainer refuses a plain chroot).
 Everything here is plain functions of paths and tags, used by the session
 fixtures of tests/system/test_containers.py and test_apptainer.py, and usable by
 hand: ``python -m tests.system.containers bases`` makes the bases.
+
+Each image is made under a file lock (:func:`building`), so that CI can make
+them all in the background while the other tiers run (``prebuild --background``,
+started by ``.ci/run``): a fixture then waits for the image it needs, and
+podman's layer cache makes its own build of it instant.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -143,6 +151,44 @@ def sh(argv: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
         tail = (proc.stdout + proc.stderr)[-6000:]
         raise ContainerError(f"{argv[:6]} failed (rc {proc.returncode}):\n{tail}")
     return proc
+
+
+# ---------------------------------------------------------------- build locks
+
+LOCKS = CACHE / "locks"
+
+
+@contextlib.contextmanager
+def building(name: str, wait: float = 3600):
+    """Hold the build lock of ``name`` (an image or root made here) while it is made.
+
+    A background ``prebuild`` holds every lock from its start and lets each go
+    when its image is made; whoever asks for one meanwhile waits here, then finds
+    it done.  A lock lets go when its holder dies, so a killed prebuild only means
+    the build is done again here.
+    """
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    with open(LOCKS / f"{name}.lock", "a") as fh:
+        t0 = time.monotonic()
+        waited = False
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - t0 >= wait:
+                    raise ContainerError(f"{name}: still being built in the background after {wait:.0f} s; "
+                                         f"see {PREBUILD_LOG}") from None
+                if not waited:
+                    log(f"{name}: waiting for its background build ({PREBUILD_LOG})")
+                    waited = True
+                time.sleep(1)
+        if waited:
+            log(f"{name}: waited {time.monotonic() - t0:.0f} s for its background build")
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def ulimits() -> list[str]:
@@ -385,6 +431,11 @@ IMAGES = {
 @functools.cache
 def ensure_image(which: str) -> Built:
     """Build one recipe on its locally made base, once per process."""
+    with building(which):
+        return _make_image(which)
+
+
+def _make_image(which: str) -> Built:
     recipe, tag, base, containerfile = IMAGES[which]
     t0 = time.monotonic()
     build_base(base, containerfile)
@@ -480,6 +531,19 @@ class ApptainerRoot:
 
 def apptainer_root(work: Path) -> ApptainerRoot:
     """Debootstrap Debian unstable with apptainer once; ``work`` becomes /work inside."""
+    with building("apptainer-root"):
+        root = _make_apptainer_root()
+    inroot = root.parent / "inroot"
+    inroot.write_text(INROOT)
+    inroot.chmod(0o755)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "tmp").mkdir(exist_ok=True)
+    for p in (work, work / "tmp"):
+        p.chmod(0o1777)
+    return ApptainerRoot(root, work)
+
+
+def _make_apptainer_root() -> Path:
     root = CACHE / "rootfs-sid"
     ready = root / ".pympi-apptainer"
     if not ready.exists():
@@ -498,14 +562,7 @@ def apptainer_root(work: Path) -> ApptainerRoot:
         sh(["chroot", str(root), "sh", "-c",
             f"getent passwd tester || useradd -m -u {APPTAINER_USER_UID} tester"], timeout=60)
         ready.touch()
-    inroot = root.parent / "inroot"
-    inroot.write_text(INROOT)
-    inroot.chmod(0o755)
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "tmp").mkdir(exist_ok=True)
-    for p in (work, work / "tmp"):
-        p.chmod(0o1777)
-    return ApptainerRoot(root, work)
+    return root
 
 
 # ---------------------------------------------------------------- CUDA base (Dockerfile.cuda)
@@ -568,6 +625,11 @@ def build_cuda_base(timeout: float = 1800) -> str:
 @functools.cache
 def ensure_cuda_image(mpi: str = "openmpi") -> Built:
     """docker/Dockerfile.cuda built on the CUDA stand-in base, once per process."""
+    with building(f"cuda-{mpi}"):
+        return _make_cuda_image(mpi)
+
+
+def _make_cuda_image(mpi: str) -> Built:
     t0 = time.monotonic()
     base = build_cuda_base()
     tag = CUDA_IMAGE if mpi == "openmpi" else f"{CUDA_IMAGE}-{mpi}"
@@ -579,7 +641,96 @@ def ensure_cuda_image(mpi: str = "openmpi") -> Built:
     return built
 
 
+# ---------------------------------------------------------------- background prebuild
+
+#: What ``prebuild`` makes, in the order the last tests ask for them: test_apptainer
+#: (impi, the Apptainer root), test_containers (local, mvapich), test_cuda_image.
+PREBUILD = ("impi", "apptainer-root", "local", "mvapich", "cuda-openmpi")
+PREBUILD_LOG = CACHE / "prebuild.log"
+PREBUILD_PID = LOCKS / "prebuild.pid"
+
+
+def _make(name: str) -> None:
+    if name == "apptainer-root":
+        _make_apptainer_root()
+    elif name.startswith("cuda-"):
+        _make_cuda_image(name.removeprefix("cuda-"))
+    else:
+        _make_image(name)
+
+
+def prebuild() -> int:
+    """Make every :data:`PREBUILD` image, holding all their locks from the start.
+
+    Each lock lets go as its image is made, or fails: a failure is logged and the
+    next image made; the test that needs the failed one builds it again and
+    reports why.  Returns the number of failures.
+    """
+    failures = 0
+    locks = {}
+    for name in PREBUILD:  # all at once: no test may start one of these builds meanwhile
+        cm = building(name, wait=0)
+        try:
+            cm.__enter__()
+        except ContainerError:
+            log(f"{name}: already being built by another process; not prebuilt")
+            continue
+        locks[name] = cm
+    PREBUILD_PID.write_text(f"{os.getpid()}\n")
+    for name, cm in locks.items():  # a killed prebuild's locks are let go by the kernel
+        t0 = time.monotonic()
+        try:
+            _make(name)
+            log(f"prebuild {name}: made in {time.monotonic() - t0:.0f} s")
+        except Exception as exc:  # noqa: BLE001  (the test that needs it says why)
+            failures += 1
+            log(f"prebuild {name}: FAILED after {time.monotonic() - t0:.0f} s: {exc}")
+        finally:
+            cm.__exit__(None, None, None)
+    return failures
+
+
+def prebuild_background(timeout: float = 120) -> int:
+    """Start :func:`prebuild` in its own session at the lowest CPU priority; return once
+    it holds its locks (so that no test can start one of its builds first)."""
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    PREBUILD_PID.unlink(missing_ok=True)
+    with open(PREBUILD_LOG, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "tests.system.containers", "prebuild"],
+                                cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=lambda: os.nice(19))
+    t0 = time.monotonic()
+    while not PREBUILD_PID.exists():
+        if proc.poll() is not None or time.monotonic() - t0 > timeout:
+            print(f"prebuild did not start; {PREBUILD_LOG}:\n{PREBUILD_LOG.read_text()[-2000:]}", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+    print(f"prebuild: pid {proc.pid} making {', '.join(PREBUILD)} at nice 19; log {PREBUILD_LOG}")
+    return 0
+
+
+def prebuild_stop() -> int:
+    """End a background prebuild still running (its builds included) and show its log's end."""
+    try:
+        pid = int(PREBUILD_PID.read_text())
+        os.killpg(pid, signal.SIGTERM)
+        print(f"prebuild: stopped pid {pid}, still running")
+    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+        pass
+    PREBUILD_PID.unlink(missing_ok=True)
+    if PREBUILD_LOG.exists():
+        made = [line for line in PREBUILD_LOG.read_text().splitlines() if "prebuild " in line]
+        print("\n".join(made))
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["prebuild"]:
+        if argv[1:2] == ["--background"]:
+            return prebuild_background()
+        if argv[1:2] == ["--stop"]:
+            return prebuild_stop()
+        return 1 if prebuild() else 0
     if argv[:1] == ["bases"]:
         for which in ("local", "impi", "mvapich"):
             _, _, tag, text = IMAGES[which]
@@ -591,7 +742,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["python-source"]:
         print(debian_cpython_source())
         return 0
-    print("usage: python -m tests.system.containers bases|cuda [openmpi|mpich]|python-source", file=sys.stderr)
+    print("usage: python -m tests.system.containers bases|cuda [openmpi|mpich]|python-source|"
+          "prebuild [--background|--stop]", file=sys.stderr)
     return 2
 
 

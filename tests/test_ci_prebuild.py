@@ -1,0 +1,103 @@
+"""CI's background prebuild of the container images: its locks, its order, the tiers that wait.
+
+``.ci/run`` starts ``tests/system/containers.py prebuild --background`` before the tests; each
+image is made under a file lock that the prebuild takes for all of them at its start, so a
+container test arriving early waits for its image instead of building it a second time.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import CONTAINER_TIERS, ROOT
+
+from system import containers as c
+
+#: A prebuild of two fake images: "slow" takes a while, "broken" fails.
+FAKE_PREBUILD = """
+import sys, time
+sys.path[:0] = [{tests!r}, {root!r}]
+from system import containers as c
+c.PREBUILD = ("slow", "broken")
+def make(name):
+    if name == "broken":
+        raise c.ContainerError("no base image")
+    time.sleep(3)
+c._make = make
+sys.exit(c.prebuild())
+"""
+
+
+@pytest.fixture
+def locks(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYMPI_CONTAINER_CACHE", str(tmp_path))
+    monkeypatch.setattr(c, "LOCKS", tmp_path / "locks")
+    monkeypatch.setattr(c, "PREBUILD_PID", tmp_path / "locks" / "prebuild.pid")
+    return tmp_path / "locks"
+
+
+def test_a_held_build_lock_makes_the_next_asker_wait_then_lets_go(locks):
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import sys, time
+sys.path[:0] = [{str(ROOT / 'tests')!r}, {str(ROOT)!r}]
+from system import containers as c
+c.LOCKS = __import__('pathlib').Path({str(locks)!r})
+with c.building("impi"):
+    print("held", flush=True)
+    time.sleep(2)
+"""], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(c.ContainerError, match="impi: still being built in the background"):
+        with c.building("impi", wait=0.5):
+            pass
+    t0 = time.monotonic()
+    with c.building("impi", wait=30):  # waits for the holder, then holds it
+        waited = time.monotonic() - t0
+    assert holder.wait(timeout=30) == 0
+    assert 0.5 < waited < 10
+
+
+def test_the_prebuild_holds_every_lock_from_its_start_and_survives_a_failure(locks):
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_PREBUILD.format(tests=str(ROOT / "tests"),
+                                                                         root=str(ROOT))],
+                            env={**__import__("os").environ, "PYMPI_CONTAINER_CACHE": str(locks.parent)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 30
+    while not (locks / "prebuild.pid").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+        time.sleep(0.05)
+    # "broken" comes after "slow", yet it is already held: nobody else may start it
+    with pytest.raises(c.ContainerError):
+        with c.building("broken", wait=0):
+            pass
+    with c.building("broken", wait=30):  # let go once its build failed
+        pass
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 1, out  # one failure
+    assert "prebuild slow: made" in out and "prebuild broken: FAILED" in out and "no base image" in out
+
+
+def test_the_container_tiers_run_last():
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "tests/system/test_cuda_image.py", "tests/system/test_slurm.py", "tests/test_rng.py",
+                           "tests/system/test_apptainer.py"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    files = [line.split("::")[0] for line in proc.stdout.splitlines() if "::" in line]
+    assert files, proc.stdout + proc.stderr
+    order = list(dict.fromkeys(files))
+    containers = [f for f in order if f.rsplit("/", 1)[-1] in CONTAINER_TIERS]
+    assert containers == ["tests/system/test_apptainer.py", "tests/system/test_cuda_image.py"]
+    assert order[-2:] == containers, order
+
+
+def test_ci_starts_the_prebuild_before_the_tests_and_stops_it_at_exit():
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "containers prebuild --background" in line)
+    stop = next(i for i, line in enumerate(lines) if line.startswith("trap") and "prebuild --stop" in line)
+    tests = next(i for i, line in enumerate(lines) if "python -m pytest" in line)
+    setup = next(i for i, line in enumerate(lines) if "setup.d" in line and line.startswith("for"))
+    assert setup < start < stop < tests
