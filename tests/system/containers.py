@@ -691,13 +691,19 @@ def prebuild() -> int:
 
 
 def _lowest_priority() -> None:
-    """In the child: its own process group (to be stopped as one), nice 19.
+    """In the child: a session of its own (to be stopped as one) at nice 19, and its
+    scheduling group at nice 19 too.
 
-    Not its own session: with the kernel's autogroup scheduling (on by default) a new
-    session is a new scheduling group, which gets the same CPU share as the tests'
-    session whatever its nice value; in the tests' group, nice 19 yields to them."""
-    os.setpgid(0, 0)
+    With the kernel's autogroup scheduling (on by default) each session is a scheduling
+    group, and groups share the CPU by their own nice value, not their processes': so do
+    the MPI ranks, which mpiexec starts in sessions of their own.  A nice 19 process in a
+    nice 0 group would take half the machine from them."""
+    os.setsid()
     os.nice(19)
+    try:
+        Path("/proc/self/autogroup").write_text("19")
+    except OSError:  # no autogroup scheduling: the process's nice value is what counts
+        pass
 
 
 def prebuild_background(timeout: float = 120) -> int:
