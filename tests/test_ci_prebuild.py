@@ -7,6 +7,7 @@ container test arriving early waits for its image instead of building it a secon
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -64,7 +65,7 @@ with c.building("impi"):
 def test_the_prebuild_holds_every_lock_from_its_start_and_survives_a_failure(locks):
     proc = subprocess.Popen([sys.executable, "-c", FAKE_PREBUILD.format(tests=str(ROOT / "tests"),
                                                                          root=str(ROOT))],
-                            env={**__import__("os").environ, "PYMPI_CONTAINER_CACHE": str(locks.parent)},
+                            env=os.environ,  # the fixture's PYMPI_CONTAINER_CACHE
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 30
     while not (locks / "prebuild.pid").exists():

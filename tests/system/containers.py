@@ -158,6 +158,30 @@ def sh(argv: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
 LOCKS = CACHE / "locks"
 
 
+def _lock(name: str, wait: float):
+    """The open lock file of ``name``, locked (closing it lets go); waits up to ``wait`` s."""
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    fh = open(LOCKS / f"{name}.lock", "a")
+    t0 = time.monotonic()
+    waited = False
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() - t0 >= wait:
+                fh.close()
+                raise ContainerError(f"{name}: still being built in the background after {wait:.0f} s; "
+                                     f"see {PREBUILD_LOG}") from None
+            if not waited:
+                log(f"{name}: waiting for its background build ({PREBUILD_LOG})")
+                waited = True
+            time.sleep(1)
+    if waited:
+        log(f"{name}: waited {time.monotonic() - t0:.0f} s for its background build")
+    return fh
+
+
 @contextlib.contextmanager
 def building(name: str, wait: float = 3600):
     """Hold the build lock of ``name`` (an image or root made here) while it is made.
@@ -167,28 +191,8 @@ def building(name: str, wait: float = 3600):
     it done.  A lock lets go when its holder dies, so a killed prebuild only means
     the build is done again here.
     """
-    LOCKS.mkdir(parents=True, exist_ok=True)
-    with open(LOCKS / f"{name}.lock", "a") as fh:
-        t0 = time.monotonic()
-        waited = False
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() - t0 >= wait:
-                    raise ContainerError(f"{name}: still being built in the background after {wait:.0f} s; "
-                                         f"see {PREBUILD_LOG}") from None
-                if not waited:
-                    log(f"{name}: waiting for its background build ({PREBUILD_LOG})")
-                    waited = True
-                time.sleep(1)
-        if waited:
-            log(f"{name}: waited {time.monotonic() - t0:.0f} s for its background build")
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with _lock(name, wait):
+        yield
 
 
 def ulimits() -> list[str]:
@@ -667,17 +671,14 @@ def prebuild() -> int:
     reports why.  Returns the number of failures.
     """
     failures = 0
-    locks = {}
+    held = {}
     for name in PREBUILD:  # all at once: no test may start one of these builds meanwhile
-        cm = building(name, wait=0)
         try:
-            cm.__enter__()
+            held[name] = _lock(name, wait=0)
         except ContainerError:
             log(f"{name}: already being built by another process; not prebuilt")
-            continue
-        locks[name] = cm
     PREBUILD_PID.write_text(f"{os.getpid()}\n")
-    for name, cm in locks.items():  # a killed prebuild's locks are let go by the kernel
+    for name, lock in held.items():  # a killed prebuild's locks are let go by the kernel
         t0 = time.monotonic()
         try:
             _make(name)
@@ -686,7 +687,7 @@ def prebuild() -> int:
             failures += 1
             log(f"prebuild {name}: FAILED after {time.monotonic() - t0:.0f} s: {exc}")
         finally:
-            cm.__exit__(None, None, None)
+            lock.close()
     return failures
 
 
