@@ -84,7 +84,7 @@ def lj_case(comm, atoms: int, steps: int) -> dict:
     from pympi_gpu.nbody.lj.record import Thermo
 
     kc.warmup()
-    config = LjConfig(cells=cells_for(atoms), steps=steps)
+    config = LjConfig(cells=cells_for(atoms))
     cart = make_cart(comm)
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
@@ -128,7 +128,7 @@ def gravity_case(comm, bodies: int, steps: int) -> dict:
 
     be = make_backend("numba", "fp32")
     be.warmup()
-    config = NbodyConfig(bodies=bodies, steps=steps)
+    config = NbodyConfig(bodies=bodies)
     ex = make_exchange(comm, be, bodies, "ring", "host")
     state = initial_state(comm, be, config)
     ex.set_masses(state.mass)

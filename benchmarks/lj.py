@@ -103,7 +103,7 @@ def write_data(path: Path, cells: int) -> None:
     from pympi_gpu.nbody.lj.driver import LjConfig
     from pympi_gpu.nbody.lj.lattice import fcc_positions, velocities
 
-    cfg = LjConfig(cells=cells, steps=0, seed=SEED)
+    cfg = LjConfig(cells=cells, seed=SEED)
     x = fcc_positions(cells, cfg.density)
     v = velocities(cfg.atoms, cfg.temperature, cfg.seed)
     ids = np.arange(1, cfg.atoms + 1)
@@ -265,7 +265,7 @@ def profile(atoms: int, steps: int) -> dict:
         if hasattr(halo.Halo, name):  # (reverse: only since Newton across bricks)
             setattr(halo.Halo, name, timed(getattr(halo.Halo, name), f"halo.{name}"))
     kc.warmup()
-    config = LjConfig(cells=cells_for(atoms), steps=steps)
+    config = LjConfig(cells=cells_for(atoms))
     cart = make_cart(MPI.COMM_WORLD)
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
@@ -315,7 +315,7 @@ def gpu_profile(atoms: int, steps: int) -> dict:
     out = {}
     try:
         for lists, newton in (("full", False), ("half", True)):
-            config = LjConfig(cells=cells_for(atoms), steps=steps, newton=newton)
+            config = LjConfig(cells=cells_for(atoms), newton=newton)
             brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
             system = GpuLjSystem(cart, config, *initial_arrays(config, brick), transport="host")
             system.start()

@@ -102,7 +102,7 @@ from pympi_gpu.nbody.lj.domain import brick_of, make_cart
 from pympi_gpu.nbody.lj.driver import LjConfig, initial_arrays
 from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
 
-config = LjConfig(cells=4, steps=0, temperature=3.0, newton=False)
+config = LjConfig(cells=4, temperature=3.0, newton=False)
 cart = make_cart(MPI.COMM_WORLD)
 brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
 x, v, ids = initial_arrays(config, brick)
@@ -152,7 +152,7 @@ from pympi_gpu.nbody.lj.domain import brick_of, make_cart
 from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
 from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
 
-config = LjConfig(cells=4, steps=0, temperature=3.0, newton=False)
+config = LjConfig(cells=4, temperature=3.0, newton=False)
 cart = make_cart(MPI.COMM_WORLD)
 brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
 init = initial_arrays(config, brick)
@@ -207,7 +207,7 @@ from pympi_gpu.nbody.lj.domain import brick_of, make_cart
 from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
 from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
 
-config = LjConfig(cells=int(sys.argv[2]), steps=0, temperature=3.0, newton=True)
+config = LjConfig(cells=int(sys.argv[2]), temperature=3.0, newton=True)
 cart = make_cart(MPI.COMM_WORLD)
 brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
 init = initial_arrays(config, brick)

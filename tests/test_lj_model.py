@@ -144,13 +144,14 @@ def test_lammps_bench_step_zero():
     from mpi4py import MPI
 
     from pympi_gpu.nbody.lj.domain import make_cart
-    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays, simulate
+    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+    from pympi_gpu.nbody.loop import RunOptions, simulate
 
-    config = LjConfig(cells=20, steps=0)
+    config = LjConfig(cells=20)
     cart = make_cart(MPI.COMM_SELF)
     try:
         system = LjSystem(cart, config, *initial_arrays(config, brick_of(config.box, (1, 1, 1), (0, 0, 0))))
-        run = simulate(MPI.COMM_SELF, config, system, 0)
+        run = simulate(cart, system, RunOptions(steps=0))
     finally:
         cart.Free()
     t = run.thermo[0]
@@ -168,13 +169,14 @@ def test_small_box_several_images_of_a_neighbour(newton):
     from mpi4py import MPI
 
     from pympi_gpu.nbody.lj.domain import make_cart
-    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays, simulate
+    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+    from pympi_gpu.nbody.loop import RunOptions, simulate
 
-    config = LjConfig(cells=3, steps=20, newton=newton)
+    config = LjConfig(cells=3, newton=newton)
     cart = make_cart(MPI.COMM_SELF)
     try:
         system = LjSystem(cart, config, *initial_arrays(config, brick_of(config.box, (1, 1, 1), (0, 0, 0))))
-        simulate(MPI.COMM_SELF, config, system, 0)
+        simulate(cart, system, RunOptions(steps=20))
         system.compute_forces(forward=True)
         got = system.owned()
     finally:

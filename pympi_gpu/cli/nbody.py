@@ -8,10 +8,17 @@ command: :mod:`pympi_gpu.cli.nbody_gravity` (all-pairs gravity) or
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, fail, given,
                                   version_option)
+from pympi_gpu.nbody.gravity.config import DEFAULT_SEED as GRAVITY_SEED
+from pympi_gpu.nbody.gravity.config import NbodyConfig
+from pympi_gpu.nbody.lj.config import DEFAULT_SEED as LJ_SEED
+from pympi_gpu.nbody.lj.config import LjConfig
+from pympi_gpu.nbody.loop import RunOptions
 
 MAX_BODIES = 2**31 - 1
 MODELS = ("gravity", "lj")
@@ -53,13 +60,13 @@ def lj_options(f):
         click.option("--model", type=click.Choice(MODELS), default="gravity", show_default=True,
                      help="gravity: all-pairs softened gravity over a ring; lj: Lennard-Jones 12-6 with "
                           "cutoff over a 3-D domain decomposition (LAMMPS bench/in.lj)."),
-        click.option("--density", type=_float(), default=0.8442, show_default=True,
+        click.option("--density", type=_float(), default=LjConfig.density, show_default=True,
                      help="lj: reduced number density of the fcc lattice."),
-        click.option("--temperature", type=_float(allow_zero=True), default=1.44, show_default=True,
+        click.option("--temperature", type=_float(allow_zero=True), default=LjConfig.temperature, show_default=True,
                      help="lj: initial temperature (zero total momentum)."),
-        click.option("--cutoff", type=_float(), default=2.5, show_default=True,
+        click.option("--cutoff", type=_float(), default=LjConfig.cutoff, show_default=True,
                      help="lj: pair cutoff (sigma)."),
-        click.option("--skin", type=_float(allow_zero=True), default=0.3, show_default=True,
+        click.option("--skin", type=_float(allow_zero=True), default=LjConfig.skin, show_default=True,
                      help="lj: Verlet-list skin (sigma); lists are rebuilt when an atom moves skin/2."),
     ]
     for opt in reversed(opts):
@@ -81,10 +88,10 @@ def check_model_options(ctx, model: str) -> None:
 @click.option("--steps", type=_Count(minimum=0, maximum=10**12), default=10, show_default=True,
               help="Leapfrog steps; with --restart, the step to reach.")
 @click.option("--dt", type=PositiveFloat(), default=None,
-              help="Time step (model units)  [default: 1e-3 gravity, 0.005 lj]")
-@click.option("--softening", type=PositiveFloat(), default=0.01, show_default=True,
+              help=f"Time step (model units)  [default: {NbodyConfig.dt:g} gravity, {LjConfig.dt:g} lj]")
+@click.option("--softening", type=PositiveFloat(), default=NbodyConfig.softening, show_default=True,
               help="Softening length eps (> 0): forces ~ 1/(r^2 + eps^2).")
-@click.option("--precision", type=click.Choice(["fp32", "fp64"]), default="fp32", show_default=True,
+@click.option("--precision", type=click.Choice(["fp32", "fp64"]), default=NbodyConfig.precision, show_default=True,
               help="Floating-point precision of positions, velocities and forces.")
 @click.option("--backend", type=click.Choice(["auto", "gpu", "numba", "numpy"]), default="auto",
               show_default=True, help="Kernels: the GPU if every rank has one, else numba (auto).")
@@ -94,12 +101,12 @@ def check_model_options(ctx, model: str) -> None:
               help="GPU only: device buffers straight to MPI (CUDA-aware) or staged through host memory.")
 @click.option("--seed", type=IntRange(0, 2**64 - 1), default=None,
               help="Seed of the initial conditions (same seed, same bodies at any rank count)  "
-                   "[default: 20240601 gravity, 87287 lj]")
-@click.option("--init", type=click.Choice(["plummer", "uniform"]), default="plummer", show_default=True,
+                   f"[default: {GRAVITY_SEED} gravity, {LJ_SEED} lj]")
+@click.option("--init", type=click.Choice(["plummer", "uniform"]), default=NbodyConfig.init, show_default=True,
               help="Initial conditions: Plummer sphere or cold uniform ball.")
 @click.option("--verify", is_flag=True, help="Check sampled accelerations and the energy drift; exit 1 on failure.")
-@click.option("--energy-tolerance", type=PositiveFloat(), default=1e-3, show_default=True,
-              help="Relative energy drift that --verify accepts.")
+@click.option("--energy-tolerance", type=PositiveFloat(), default=None,
+              help="Relative energy drift that --verify accepts  [default: 1e-3 gravity, 1e-2 lj]")
 @click.option("--benchmark", is_flag=True, help="Time the steps only: skip energy diagnostics (unless --verify).")
 @click.option("--checkpoint", "checkpoint", type=str, default=None, metavar="PATH",
               help="Write the state here at the end (and every K steps, on SIGTERM).")
@@ -129,54 +136,102 @@ def check_model_options(ctx, model: str) -> None:
                    "~10 s, PYMPI_PROGRESS_INTERVAL, when stderr is a file or pipe).")
 @lj_options
 @click.pass_context
-def nbody(ctx, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init, verify,
-          energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, on_blowup, thermo, thermo_file, dump,
-          dump_every, threads, as_json, quiet, model, **lj):
-    """All-pairs gravitational n-body over MPI ranks: BODIES bodies, leapfrog KDK.
+def nbody(ctx, **params):
+    """N-body simulations over MPI ranks: BODIES bodies (or atoms), leapfrog / velocity Verlet.
 
     BODIES is a whole number such as 65536, 1e6 or 2_000_000.
 
-    Bodies are spread over the MPI ranks in contiguous blocks; each rank uses
-    one GPU (--backend gpu) or its share of the node's cores (numba).
+    --model gravity (the default): all-pairs softened gravity; bodies are
+    spread over the ranks in contiguous blocks and travel round a ring.
 
-    With --model lj: Lennard-Jones atoms (LAMMPS bench/in.lj) on an fcc lattice
-    of k^3 cells, 4 k^3 atoms (BODIES is rounded to the nearest such number),
-    over a 3-D domain decomposition with halo exchange.
+    --model lj: Lennard-Jones atoms (LAMMPS bench/in.lj) on an fcc lattice of
+    k^3 cells, 4 k^3 atoms (BODIES is rounded to the nearest such number),
+    over a 3-D domain decomposition with ghost-atom halo exchange.
+
+    Each rank uses one GPU (--backend gpu) or its share of the node's cores (numba).
     """
     from pympi_gpu.device import jitcache
 
+    args = Job(**params)
     simd_note = jitcache.tune_cpu()  # before configure(), which would find it done
     jitcache.configure()
-    check_model_options(ctx, model)
+    check_model_options(ctx, args.model)
+    check_outputs(args)
+    if args.model == "lj":
+        from pympi_gpu.cli.nbody_lj import run_lj
+
+        return run_lj(ctx, args)
+    from pympi_gpu.cli.nbody_gravity import run_gravity
+
+    return run_gravity(ctx, args, simd_note)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What ``pympi-nbody`` was asked, parsed (``None``: the model's default)."""
+
+    bodies: int
+    steps: int
+    dt: float | None
+    softening: float
+    precision: str
+    backend: str
+    exchange: str
+    transport: str
+    seed: int | None
+    init: str
+    verify: bool
+    energy_tolerance: float | None
+    benchmark: bool
+    checkpoint: str | None
+    checkpoint_every: int | None
+    restart: str | None
+    on_blowup: str
+    thermo: int
+    thermo_file: str | None
+    dump: str | None
+    dump_every: int | None
+    threads: int | None
+    as_json: bool
+    quiet: bool
+    model: str
+    density: float
+    temperature: float
+    cutoff: float
+    skin: float
+
+    def run_options(self, *, name: str, thermo: bool = True) -> RunOptions:
+        """The loop's options; ``name`` (``pympi-nbody-N``) names the files a stop and a blow-up write."""
+        from pympi_gpu.nbody.blowup import blowup_path
+
+        return RunOptions(steps=self.steps, thermo=thermo, thermo_every=self.thermo, dump=self.dump,
+                          dump_every=(self.dump_every or 100) if self.dump else 0, checkpoint=self.checkpoint,
+                          checkpoint_every=self.checkpoint_every, stop_checkpoint=f"{name}.ckpt.npz",
+                          blowup_save=(blowup_path(self.checkpoint, f"{name}.blowup.npz")
+                                       if self.on_blowup == "save" else None),
+                          restarted_from=self.restart)
+
+
+def check_outputs(args: Job) -> None:
+    """Refuse output options that cannot work (exit 2), before MPI starts."""
+    import os
+
     from pympi_gpu.cli.simulation import check_thermo_file
+    from pympi_gpu.nbody.checkpoint import check_writable
 
-    check_thermo_file(thermo_file)
-    if dump_every is not None and not dump:
+    check_thermo_file(args.thermo_file)
+    if args.dump_every is not None and not args.dump:
         fail("--dump-every needs --dump PATH")
-    if dump:
-        import os
-
+    if args.checkpoint_every is not None and not args.checkpoint:
+        fail("--checkpoint-every needs --checkpoint PATH")
+    if args.checkpoint and (why := check_writable(args.checkpoint)):
+        fail(why)
+    if args.dump:
         from pympi_gpu.nbody.dump import format_of
 
         try:
-            format_of(dump)
+            format_of(args.dump)
         except ValueError as exc:
             fail(f"--dump: {exc}")
-        if not os.path.isdir(os.path.dirname(dump) or "."):
-            fail(f"--dump: the directory of {dump!r} does not exist")
-    dumps = {"dump": dump, "dump_every": (dump_every or 100) if dump else 0}
-    if model == "lj":
-        from pympi_gpu.cli.nbody_lj import run_lj
-
-        return run_lj(ctx, bodies=bodies, steps=steps, dt=dt, seed=seed, backend=backend, transport=transport,
-                      verify=verify, energy_tolerance=energy_tolerance, checkpoint=checkpoint,
-                      checkpoint_every=checkpoint_every, restart=restart, on_blowup=on_blowup, threads=threads,
-                      as_json=as_json, quiet=quiet, thermo=thermo, thermo_file=thermo_file, **dumps, **lj)
-    from pympi_gpu.cli.nbody_gravity import run_gravity
-
-    return run_gravity(ctx, bodies=bodies, steps=steps, dt=dt, softening=softening, precision=precision,
-                       backend=backend, exchange=exchange, transport=transport, seed=seed, init=init,
-                       verify=verify, energy_tolerance=energy_tolerance, benchmark=benchmark,
-                       checkpoint=checkpoint, checkpoint_every=checkpoint_every, restart=restart,
-                       on_blowup=on_blowup, thermo=thermo, thermo_file=thermo_file, threads=threads,
-                       as_json=as_json, quiet=quiet, simd_note=simd_note, **dumps)
+        if not os.path.isdir(os.path.dirname(args.dump) or "."):
+            fail(f"--dump: the directory of {args.dump!r} does not exist")

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
+import dataclasses
 
-import click
-
-from pympi_gpu.cli.common import configure_threads, fail, given, mpi_world, select_gpu_early
+from pympi_gpu.cli.common import configure_threads, fail, mpi_world, select_gpu_early
 from pympi_gpu.cli.signals import Stop
-from pympi_gpu.cli.simulation import (TWICE, ThermoOutput, choose_devices, clear_stale_temporaries,
-                                      exit_if_stopped, exit_if_unverified, format_tail, open_trajectory, progress,
-                                      simulating)
+from pympi_gpu.cli.simulation import TWICE, choose_devices, execute, format_tail, report, restart_values
+from pympi_gpu.nbody.gravity.config import NbodyConfig
 
 SCHEMA = "pympi_gpu.nbody/1"
 MIN_SOFTENING = 1e-15
@@ -53,106 +49,108 @@ def format_run(run, threads: int, shown: bool = False) -> str:
     return "\n".join(lines)
 
 
-def run_gravity(ctx, *, bodies, steps, dt, softening, precision, backend, exchange, transport, seed, init,
-                verify, energy_tolerance, benchmark, checkpoint, checkpoint_every, restart, on_blowup, threads, as_json,
-                quiet, simd_note, thermo=0, thermo_file=None, dump=None, dump_every=0) -> None:
-    """The gravity run (parameters as ``pympi-nbody``'s)."""
-    dt = 1e-3 if dt is None else dt
-    seed = 20240601 if seed is None else seed
-    from pympi_gpu.nbody.blowup import blowup_path
-    from pympi_gpu.nbody.gravity import checkpoint as ckpt
-    from pympi_gpu.nbody.gravity.backends import make_backend
-    from pympi_gpu.nbody.gravity.driver import NbodyConfig, initial_state, local_arrays, simulate, state_from_arrays
-    from pympi_gpu.nbody.gravity.exchange import make_exchange
-    from pympi_gpu.nbody.gravity.precision import PRECISIONS
-
-    if softening < MIN_SOFTENING:
-        fail(f"--softening {softening:g} is below {MIN_SOFTENING:g}")
-    if checkpoint_every is not None and not checkpoint:
-        fail("--checkpoint-every needs --checkpoint PATH")
-    if checkpoint and (why := ckpt.check_writable(checkpoint)):
-        fail(why)
-    early = select_gpu_early(backend)
+def run_gravity(ctx, args, simd_note: str) -> None:
+    """The gravity run of a parsed ``pympi-nbody`` (:class:`~pympi_gpu.cli.nbody.Job`)."""
+    config = _config(args)
+    early = select_gpu_early(args.backend)
     comm = mpi_world()
-    size = comm.Get_size()
     # From here on SIGTERM only asks for a stop at the end of the current step.
     stop = Stop("pympi-nbody", TWICE).install()
-    if bodies < size:
-        fail(f"BODIES ({bodies}) must be at least the number of ranks ({size})")
-    from pympi_gpu.device.gpu import local_rank
-    from pympi_gpu.nbody.gravity.memory import too_large
+    _check_size(comm, config)
+    restart = _restart(ctx, comm, args, config)
+    config = restart[0] if restart else config
+    from pympi_gpu.nbody.gravity.precision import PRECISIONS
 
-    # Decided together before anything is allocated: one rank short of memory stops them all.
-    verdicts = comm.allgather(too_large(bodies, precision, size, local_rank(comm)[1]))
-    if any(verdicts):
-        fail(next(v for v in verdicts if v))
-
-    meta = local = None
-    if restart:
-        try:
-            meta, local = ckpt.load(comm, restart)
-        except ckpt.CheckpointError as exc:
-            fail(f"--restart: {exc}")
-        if meta["bodies"] != bodies:
-            fail(f"--restart: {restart!r} holds {meta['bodies']} bodies, but BODIES is {bodies}")
-        values = {"dt": dt, "softening": softening, "precision": precision, "seed": seed, "init": init}
-        for name in _FROM_FILE:
-            if given(ctx, name) and values[name] != meta[name]:
-                fail(f"--restart: {restart!r} was run with --{name} {meta[name]}, not {values[name]}")
-        dt, softening, precision, seed, init = (meta[k] for k in ("dt", "softening", "precision", "seed", "init"))
-        if meta["step"] > steps:
-            fail(f"--restart: {restart!r} is at step {meta['step']}, beyond --steps {steps}")
-
-    devices = choose_devices(comm, backend, transport, early, PRECISIONS[precision])
-    be = make_backend(devices.backend, precision)
-    nthreads = configure_threads(comm, threads)
-    be.warmup()
-
-    config = NbodyConfig(bodies=bodies, steps=steps, dt=dt, softening=softening, precision=precision,
-                         init=init, seed=seed, diagnostics=(not benchmark) or verify, thermo_every=thermo,
-                         dump=dump, dump_every=dump_every,
-                         checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                         stop_checkpoint=f"pympi-nbody-{bodies}.ckpt.npz",
-                         blowup_save=(blowup_path(checkpoint, f"pympi-nbody-{bodies}.blowup.npz")
-                                      if on_blowup == "save" else None))
-    ex = make_exchange(comm, be, bodies, exchange, devices.transport)
-    state = state_from_arrays(be, local, meta) if restart else initial_state(comm, be, config)
-
+    devices = choose_devices(comm, args.backend, args.transport, early, PRECISIONS[config.precision])
+    nthreads = configure_threads(comm, args.threads)
+    system = _system(comm, config, args, devices, restart)
     from pympi_gpu.run.provenance import collect
 
     provenance = collect(comm, extra={**devices.provenance(), "threads_per_rank": str(nthreads),
                                       "simd": simd_note})
-    clear_stale_temporaries(comm, [config.checkpoint, config.stop_checkpoint])
-    bar, on_step = progress(comm, not quiet, not as_json and steps - (meta["step"] if meta else 0) >= 20)
+    options = args.run_options(name=f"pympi-nbody-{config.bodies}", thermo=not args.benchmark or args.verify)
     from pympi_gpu.nbody.gravity import thermo as gravity_thermo
 
-    rows = ThermoOutput(comm, gravity_thermo, echo=not as_json and config.diagnostics, path=thermo_file,
-                        title=gravity_title(config, size))
-    rows.start()
-    with simulating(bar, stop), contextlib.closing(rows), open_trajectory(comm, dump, None) as frames:
-        run, state = simulate(comm, config, be, ex, state, backend_reason=devices.backend_reason,
-                              transport_reason=devices.transport_reason, on_step=on_step, stop_requested=stop.requested,
-                              restarted_from=restart, provenance=provenance, on_thermo=rows, dump=frames)
+    run, shown = execute(comm, system, options, devices=devices, provenance=provenance, stop=stop,
+                         thermo_module=gravity_thermo, title=gravity_title(config, comm.Get_size()), args=args,
+                         box=None)
+    if args.verify:
+        run = _verify(comm, system, config, run, args)
+    report(comm, run, as_json=args.as_json, human=lambda: format_run(run, nthreads, shown=shown),
+           document=lambda: _document(run, nthreads, devices))
 
-    if verify:
-        from dataclasses import replace
 
-        from pympi_gpu.nbody.gravity.verify import verify as run_verify
+def _config(args) -> NbodyConfig:
+    """The system the command line asks for (a restart may replace it); refusals before MPI starts."""
+    if args.softening < MIN_SOFTENING:
+        fail(f"--softening {args.softening:g} is below {MIN_SOFTENING:g}")
+    return NbodyConfig(bodies=args.bodies, dt=NbodyConfig.dt if args.dt is None else args.dt,
+                       softening=args.softening, precision=args.precision, init=args.init,
+                       seed=NbodyConfig.seed if args.seed is None else args.seed)
 
-        result = run_verify(comm, local_arrays(be, state), bodies, softening, precision, run.energy_drift,
-                            energy_tolerance)
-        run = replace(run, verification=result)
-    if comm.Get_rank() == 0:
-        if as_json:
-            from pympi_gpu.run.records import to_dict
 
-            doc = to_dict(run, schema=SCHEMA, app="nbody", work_unit="interactions")
-            doc["threads_per_rank"] = nthreads
-            aware = devices.awareness
-            doc["awareness"] = None if aware is None else {"supported": aware.supported, "method": aware.method,
-                                                          "detail": aware.detail}
-            click.echo(json.dumps(doc, indent=2))
-        else:
-            click.echo(format_run(run, nthreads, shown=rows.shown))
-    exit_if_unverified(comm, run.verification)
-    exit_if_stopped(comm, run)
+def _check_size(comm, config: NbodyConfig) -> None:
+    """Refuse fewer bodies than ranks, or more than some rank's memory holds (decided together)."""
+    from pympi_gpu.device.gpu import local_rank
+    from pympi_gpu.nbody.gravity.memory import too_large
+
+    size = comm.Get_size()
+    if config.bodies < size:
+        fail(f"BODIES ({config.bodies}) must be at least the number of ranks ({size})")
+    # Decided together before anything is allocated: one rank short of memory stops them all.
+    verdicts = comm.allgather(too_large(config.bodies, config.precision, size, local_rank(comm)[1]))
+    if any(verdicts):
+        fail(next(v for v in verdicts if v))
+
+
+def _restart(ctx, comm, args, config: NbodyConfig):
+    """``(config, meta, local)`` of ``--restart`` (each rank's block), or None; refusals on every rank."""
+    from pympi_gpu.nbody.gravity import checkpoint as ckpt
+
+    if not args.restart:
+        return None
+    path = args.restart
+    try:
+        meta, local = ckpt.load(comm, path)
+    except ckpt.CheckpointError as exc:
+        fail(f"--restart: {exc}")
+    if meta["bodies"] != config.bodies:
+        fail(f"--restart: {path!r} holds {meta['bodies']} bodies, but BODIES is {config.bodies}")
+    fixed = restart_values(ctx, path, meta, {name: getattr(config, name) for name in _FROM_FILE})
+    if meta["step"] > args.steps:
+        fail(f"--restart: {path!r} is at step {meta['step']}, beyond --steps {args.steps}")
+    return dataclasses.replace(config, **fixed), meta, local
+
+
+def _system(comm, config: NbodyConfig, args, devices, restart):
+    """This rank's :class:`~pympi_gpu.nbody.gravity.driver.GravitySystem`: its backend, exchange and bodies."""
+    from pympi_gpu.nbody.gravity.backends import make_backend
+    from pympi_gpu.nbody.gravity.driver import GravitySystem, initial_state, state_from_arrays
+    from pympi_gpu.nbody.gravity.exchange import make_exchange
+
+    backend = make_backend(devices.backend, config.precision)
+    backend.warmup()
+    exchange = make_exchange(comm, backend, config.bodies, args.exchange, devices.transport)
+    state = state_from_arrays(backend, restart[2], restart[1]) if restart else initial_state(comm, backend, config)
+    return GravitySystem(comm, config, backend, exchange, state)
+
+
+def _verify(comm, system, config: NbodyConfig, run, args):
+    from pympi_gpu.nbody.gravity.driver import local_arrays
+    from pympi_gpu.nbody.gravity.verify import DRIFT_BOUND, verify
+
+    tolerance = DRIFT_BOUND if args.energy_tolerance is None else args.energy_tolerance
+    result = verify(comm, local_arrays(system.backend, system.state), config.bodies, config.softening,
+                    config.precision, run.energy_drift, tolerance)
+    return dataclasses.replace(run, verification=result)
+
+
+def _document(run, nthreads: int, devices) -> dict:
+    from pympi_gpu.run.records import to_dict
+
+    doc = to_dict(run, schema=SCHEMA, app="nbody", work_unit="interactions")
+    doc["threads_per_rank"] = nthreads
+    aware = devices.awareness
+    doc["awareness"] = None if aware is None else {"supported": aware.supported, "method": aware.method,
+                                                  "detail": aware.detail}
+    return doc

@@ -17,15 +17,17 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import fail, prove_device_transport
+from pympi_gpu.cli.common import fail, given, prove_device_transport
 from pympi_gpu.cli.signals import Stop
 from pympi_gpu.nbody.blowup import EXIT_STATUS
+from pympi_gpu.nbody.loop import Labels, RunOptions
 
 #: what a second Ctrl-C says of the run's files
 TWICE = "nothing more written (checkpoints on disk are as they were)"
 
-__all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "open_trajectory", "Devices", "choose_devices", "progress", "simulating", "format_tail", "exit_if_unverified",
-           "exit_if_stopped", "clear_stale_temporaries"]
+__all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "open_trajectory", "Devices", "choose_devices", "progress",
+           "simulating", "format_tail", "exit_if_unverified", "exit_if_stopped", "clear_stale_temporaries",
+           "restart_values", "execute", "report"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +51,11 @@ class Devices:
 
         return {"backend_reason": self.backend_reason,
                 **({"gpu": describe(self.binding)} if self.binding else {})}
+
+    def labels(self, provenance) -> Labels:
+        """What the run's record says of where it ran, and why."""
+        return Labels(backend=self.backend, backend_reason=self.backend_reason, transport=self.transport,
+                      transport_reason=self.transport_reason, provenance=provenance)
 
 
 def choose_devices(comm, backend: str, transport: str, early, dtype) -> Devices:
@@ -277,3 +284,51 @@ def open_trajectory(comm, path: str | None, box: float | None):
 
     writer = open_dump(path, box) if path and comm.Get_rank() == 0 else None
     return contextlib.closing(writer) if writer is not None else contextlib.nullcontext()
+
+
+def restart_values(ctx, restart: str, meta: dict, values: dict) -> dict:
+    """The options a checkpoint fixes, from its ``meta``: an option given that differs is refused (exit 2).
+
+    ``values`` maps each such option's name to what the command line holds.
+    """
+    for name, value in values.items():
+        if given(ctx, name) and value != meta[name]:
+            fail(f"--restart: {restart!r} was run with --{name} {meta[name]}, not {value}")
+    return {name: meta[name] for name in values}
+
+
+def execute(comm, system, options: RunOptions, *, devices: Devices, provenance, stop: Stop, thermo_module,
+            title: str, args, box: float | None):
+    """Run ``system`` through the loop with the command's writers; collective over comm.
+
+    Rank 0 prints the title and each thermo row as it comes (not with
+    ``--json``) and appends them to ``--thermo-file``, shows progress, writes
+    the ``--dump`` frames.  Returns ``(record, shown)``: ``shown`` says the
+    title and rows are on stdout already.
+    """
+    from pympi_gpu.nbody import loop
+
+    clear_stale_temporaries(comm, [options.checkpoint, options.stop_checkpoint])
+    rows = ThermoOutput(comm, thermo_module, echo=not args.as_json and options.thermo, path=args.thermo_file,
+                        title=title)
+    rows.start()
+    bar, on_step = progress(comm, not args.quiet, not args.as_json and options.steps - system.timestep >= 20)
+    with simulating(bar, stop), contextlib.closing(rows), open_trajectory(comm, options.dump, box) as frames:
+        writers = loop.standard_writers(comm, options, on_thermo=[rows], dump=frames, on_step=on_step)
+        run = loop.simulate(comm, system, options, writers, stop_requested=stop.requested,
+                            labels=devices.labels(provenance))
+    return run, rows.shown
+
+
+def report(comm, run, *, as_json: bool, human, document) -> None:
+    """Rank 0 prints the record (``document()`` as JSON, or ``human()``); then the exit status of
+    a failed ``--verify`` (1) or a stop (130 for Ctrl-C)."""
+    if comm.Get_rank() == 0:
+        if as_json:
+            import json
+
+            click.echo(json.dumps(document(), indent=2))
+        else:
+            click.echo(human())
+    exit_if_unverified(comm, run.verification)
+    exit_if_stopped(comm, run)

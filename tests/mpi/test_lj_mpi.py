@@ -13,7 +13,8 @@ import pytest
 
 from pympi_gpu.nbody.lj import checkpoint as ckpt
 from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays, simulate
+from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+from pympi_gpu.nbody.loop import RunOptions, simulate
 
 pytestmark = pytest.mark.mpi(min_size=2)
 
@@ -21,8 +22,8 @@ POS_TOL = 1e-11
 THERMO_TOL = 1e-11
 
 
-def _run(comm, config, drift=(0.0, 0.0, 0.0), restart=None):
-    """Run ``config`` over comm's bricks; return (record, whole system by id on every rank)."""
+def _run(comm, config, options, drift=(0.0, 0.0, 0.0), restart=None):
+    """Run ``config`` with ``options`` over comm's bricks; return (record, whole system by id on every rank)."""
     cart = make_cart(comm)
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
@@ -30,14 +31,14 @@ def _run(comm, config, drift=(0.0, 0.0, 0.0), restart=None):
             x, v, ids = initial_arrays(config, brick)
             v = v + np.array(drift)
             system = LjSystem(cart, config, x, v, ids)
-            run = simulate(cart, config, system, 0)
         else:
             meta, local = ckpt.load(cart, restart, lambda m: config.box, cart.Get_topo()[0])
             from pympi_gpu.nbody.lj.record import Thermo
 
             init = Thermo(**{**meta["initial"], "momentum": tuple(meta["initial"]["momentum"])})
-            system = LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"])
-            run = simulate(cart, config, system, meta["step"], initial=init)
+            system = LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"], timestep=meta["step"],
+                              initial=init)
+        run = simulate(cart, system, options)
         full = ckpt.gather(cart, system.owned())
         return run, cart.bcast(full, root=0)
     finally:
@@ -55,9 +56,10 @@ def test_ranks_agree_with_one_brick(cells):
     """5^3 cells make 2.8-sigma bricks at 3 ranks (the thinnest the halo allows); 6^3 uneven counts."""
     from mpi4py import MPI
 
-    config = LjConfig(cells=cells, steps=60, thermo_every=20)
-    run, full = _run(MPI.COMM_WORLD, config)
-    ref, rfull = _run(MPI.COMM_SELF, config)
+    config = LjConfig(cells=cells)
+    options = RunOptions(steps=60, thermo_every=20)
+    run, full = _run(MPI.COMM_WORLD, config, options)
+    ref, rfull = _run(MPI.COMM_SELF, config, options)
     assert run.grid == tuple(MPI.Compute_dims(MPI.COMM_WORLD.Get_size(), 3))
     assert sum(run.atoms_per_rank) == config.atoms
     assert np.array_equal(full["id"], np.arange(1, config.atoms + 1))
@@ -82,13 +84,13 @@ def test_atoms_cross_several_bricks():
     """
     from mpi4py import MPI
 
-    config = LjConfig(cells=5, steps=60)
+    config, options = LjConfig(cells=5), RunOptions(steps=60)
     drift = (9.0, -7.0, 5.0)  # 60 steps * 0.005 * 9 = 2.7 sigma: across a 2.8-sigma brick and more
-    run, full = _run(MPI.COMM_WORLD, config, drift=drift)
-    ref, rfull = _run(MPI.COMM_SELF, config, drift=drift)
+    run, full = _run(MPI.COMM_WORLD, config, options, drift=drift)
+    ref, rfull = _run(MPI.COMM_SELF, config, options, drift=drift)
     dx, dv = _close(full, rfull, config.box)
     assert dx < POS_TOL and dv < POS_TOL
-    moved = np.array(drift) * config.steps * config.dt
+    moved = np.array(drift) * options.steps * config.dt
     start = initial_arrays(config, brick_of(config.box, (1, 1, 1), (0, 0, 0)))[0]
     shift = full["x"] - start - moved
     shift -= config.box * np.round(shift / config.box)
@@ -102,13 +104,13 @@ def test_restart_continues_bit_for_bit(tmp_path_factory):
 
     comm = MPI.COMM_WORLD
     path = comm.bcast(str(tmp_path_factory.mktemp("lj") / "lj.npz") if comm.Get_rank() == 0 else None)
-    config = LjConfig(cells=5, steps=30, checkpoint=path, checkpoint_every=15)
-    straight, full = _run(comm, LjConfig(cells=5, steps=30, checkpoint=None))
-    with_ckpt, full_c = _run(comm, config)
+    config = LjConfig(cells=5)
+    straight, full = _run(comm, config, RunOptions(steps=30))
+    with_ckpt, full_c = _run(comm, config, RunOptions(steps=30, checkpoint=path, checkpoint_every=15))
     assert with_ckpt.checkpoints_written == 2
     # the last write is the final state; write the step-15 one again
-    _run(comm, LjConfig(cells=5, steps=15, checkpoint=path))
-    resumed, full_r = _run(comm, LjConfig(cells=5, steps=30), restart=path)
+    _run(comm, config, RunOptions(steps=15, checkpoint=path))
+    resumed, full_r = _run(comm, config, RunOptions(steps=30), restart=path)
     assert resumed.first_step == 15 and resumed.last_step == 30
     for k in ("x", "v", "f"):
         assert np.array_equal(full_c[k], full_r[k]), k
@@ -122,7 +124,7 @@ def _state_after(config, steps):
     """The whole system (x, v, ids) after ``steps`` steps on one brick: a lattice that has melted a little."""
     from mpi4py import MPI
 
-    run, full = _run(MPI.COMM_SELF, LjConfig(cells=config.cells, steps=steps))
+    run, full = _run(MPI.COMM_SELF, LjConfig(cells=config.cells), RunOptions(steps=steps))
     return full["x"], full["v"], full["id"]
 
 
@@ -160,11 +162,11 @@ def test_reverse_forces_equal_one_brick(cells):
 
     from pympi_gpu.nbody.lj.verify import reference_forces
 
-    config = LjConfig(cells=cells, steps=0)
+    config = LjConfig(cells=cells)
     x, v, ids = _state_after(config, 30)
     f, pairs, ghost_share, e = _forces_at(MPI.COMM_WORLD, config, x, v, ids)
     f1, pairs1, _, e1 = _forces_at(MPI.COMM_SELF, config, x, v, ids)
-    ffull, pairs_full, ghost_full, e_full = _forces_at(MPI.COMM_WORLD, LjConfig(cells=cells, steps=0, newton=False),
+    ffull, pairs_full, ghost_full, e_full = _forces_at(MPI.COMM_WORLD, LjConfig(cells=cells, newton=False),
                                                        x, v, ids)
     ref, mag = reference_forces(x, config.box, config.cutoff, np.arange(config.atoms))
     assert ghost_share > 1.0  # the ghosts did gather forces, which only the reverse pass brings home
@@ -183,7 +185,7 @@ def test_reverse_sums_every_copy_of_a_ghost():
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    config = LjConfig(cells=5, steps=0)
+    config = LjConfig(cells=5)
     cart = make_cart(comm)
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))

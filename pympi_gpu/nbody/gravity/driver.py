@@ -1,4 +1,4 @@
-"""The n-body run: leapfrog kick-drift-kick over MPI ranks; collective over comm.
+"""The gravity model's system: leapfrog kick-drift-kick over MPI ranks; collective over comm.
 
 Physics: softened Newtonian gravity with G = 1,
 
@@ -10,55 +10,26 @@ accelerations at the end of one step are those at the start of the next, so
 each step costs one force evaluation.  Diagnostics (float64 sums): kinetic
 energy sum m v^2 / 2, potential energy -1/2 sum_{i != j} m_i m_j /
 sqrt(r_ij^2 + eps^2) (the energy the softened forces conserve), and total
-momentum sum m v.
+momentum sum m v.  :class:`GravitySystem` is what the run loop
+(:mod:`pympi_gpu.nbody.loop`) drives.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import statistics
-from collections.abc import Callable
 
 import numpy as np
 
 from pympi_gpu.mpi.decomposition import block_range
 from pympi_gpu.nbody.blowup import BlowUp
 from pympi_gpu.nbody.gravity import checkpoint as ckpt
+from pympi_gpu.nbody.gravity.config import DEFAULT_SEED, NbodyConfig
 from pympi_gpu.nbody.gravity.initial import generate
 from pympi_gpu.nbody.gravity.kernels_cpu import FLOPS_PER_INTERACTION
 from pympi_gpu.nbody.gravity.record import Diagnostics, NbodyRun
-from pympi_gpu.run.phases import summarise
 
-__all__ = ["DEFAULT_SEED", "NbodyConfig", "State", "initial_state", "state_from_arrays",
-           "compute_forces", "diagnostics", "simulate", "local_arrays"]
-
-DEFAULT_SEED = 20240601
-
-
-@dataclasses.dataclass(frozen=True)
-class NbodyConfig:
-    """What to run.  ``steps`` is the step number to reach (restarts count from 0)."""
-
-    bodies: int
-    steps: int
-    dt: float = 1e-3
-    softening: float = 0.01
-    precision: str = "fp32"
-    init: str = "plummer"
-    seed: int = DEFAULT_SEED
-    diagnostics: bool = True
-    #: a thermo row (energies, virial ratio, momentum) every K steps; 0: the first and the last
-    thermo_every: int = 0
-    #: a trajectory frame every K steps (and at the first); 0: none
-    dump_every: int = 0
-    dump: str | None = None
-    checkpoint: str | None = None
-    checkpoint_every: int | None = None
-    #: where a stop (SIGTERM, SIGINT) writes its checkpoint when ``checkpoint`` is None
-    stop_checkpoint: str | None = None
-    #: where a blown-up state is saved for inspection (``--on-blowup save``); None: not saved
-    blowup_save: str | None = None
+__all__ = ["DEFAULT_SEED", "NbodyConfig", "State", "GravitySystem", "initial_state", "state_from_arrays",
+           "compute_forces", "diagnostics", "local_arrays"]
 
 
 @dataclasses.dataclass
@@ -137,162 +108,113 @@ def diagnostics(comm, backend, exchange, state: State, eps2: float) -> Diagnosti
                        momentum=(float(sums[2]), float(sums[3]), float(sums[4])))
 
 
-def _meta(config: NbodyConfig, state: State) -> dict:
-    meta = {"step": state.step, "time": state.step * config.dt, "seed": config.seed,
-            "init": config.init, "precision": config.precision, "dt": config.dt,
-            "softening": config.softening}
-    if state.initial is not None:
-        meta["initial"] = dataclasses.asdict(state.initial)
-    return meta
+class GravitySystem:
+    """This rank's bodies as the run loop drives them (:class:`~pympi_gpu.nbody.loop.System`).
 
-
-def _frame(comm, config: NbodyConfig, backend, state: State, dump) -> None:
-    """One trajectory frame: every body in index order (ids 1..N), positions and velocities; collective."""
-    from pympi_gpu.nbody.dump import write_frame
-
-    full = ckpt.gather(comm, local_arrays(backend, state), fields=("x", "y", "z", "vx", "vy", "vz"))
-    if full is not None:
-        n = full["x"].size
-        full = {"id": np.arange(1, n + 1), "x": np.column_stack([full["x"], full["y"], full["z"]]),
-                "v": np.column_stack([full["vx"], full["vy"], full["vz"]])}
-    write_frame(comm, dump, state.step, state.step * config.dt, full, config.dump)
-
-
-def _blew_up(comm, config: NbodyConfig, backend, state: State) -> None:
-    """Raise the blow-up on every rank, the broken state saved first if asked; collective."""
-    exc = BlowUp(state.step, "non-finite positions or velocities",
-                 f"the integration overflowed: reduce --dt (now {config.dt:g}) or raise --softening "
-                 f"(now {config.softening:g})")
-    if config.blowup_save:
-        ckpt.save(comm, config.blowup_save, local_arrays(backend, state),
-                  dict(_meta(config, state), blowup=f"{exc.check}: {exc.cause}"))
-        exc.saved = config.blowup_save
-    raise exc
-
-
-def simulate(comm, config: NbodyConfig, backend, exchange, state: State, *,
-             backend_reason: str = "", transport_reason: str = "",
-             on_step: Callable[[int, int], None] | None = None,
-             stop_requested: Callable[[], int] | None = None,
-             restarted_from: str | None = None, provenance=None,
-             on_thermo: Callable[[Diagnostics], None] | None = None, dump=None) -> tuple[NbodyRun, State]:
-    """Advance ``state`` to step ``config.steps``; collective over comm.
-
-    ``on_step(step, last)`` is called after every step (progress display);
-    ``stop_requested()`` (a signal number, or 0) is polled after every step on
-    every rank, and if it is set on any rank all ranks stop together, write a
-    checkpoint and return with ``stopped_by`` the signal's name.  The same
-    agreement finds non-finite positions or velocities on any rank: then every
-    rank raises :class:`~pympi_gpu.nbody.blowup.BlowUp`, having written
-    nothing but, with ``config.blowup_save``, the broken state to that file.
-    With ``config.diagnostics`` a thermo row (:class:`Diagnostics`) is made at
-    the first step, every ``config.thermo_every`` steps and at the last, and
-    passed to ``on_thermo`` on every rank as it is computed (each row after
-    the first costs one potential evaluation, as much as a force step).
-    ``dump`` is rank 0's trajectory writer (:func:`pympi_gpu.nbody.dump.open_dump`)
-    for a frame at the first step and every ``config.dump_every`` steps.
-    Returns the record and the final state.
+    Parameters
+    ----------
+    comm : the communicator the bodies are spread over
+    config : :class:`NbodyConfig`
+    backend : the backend holding the bodies (:mod:`pympi_gpu.nbody.gravity.backends`)
+    exchange : the :class:`~pympi_gpu.nbody.gravity.exchange.Exchange` that brings every block
+    state : this rank's :class:`State` (:func:`initial_state`, or :func:`state_from_arrays` for a restart)
     """
-    import signal
 
-    from mpi4py import MPI
+    def __init__(self, comm, config: NbodyConfig, backend, exchange, state: State):
+        self.comm, self.config, self.backend, self.exchange, self.state = comm, config, backend, exchange, state
+        self.eps2 = config.softening ** 2
+        self.dt = config.dt
 
-    eps2 = config.softening ** 2
-    h, dt = 0.5 * config.dt, config.dt
-    exchange.set_masses(state.mass)
-    if state.acc is None:
-        compute_forces(comm, backend, exchange, state, eps2)
-    if config.diagnostics and state.initial is None and state.step == 0:
-        state.initial = diagnostics(comm, backend, exchange, state, eps2)
-    rows = []
+    @property
+    def timestep(self) -> int:
+        return self.state.step
 
-    def emit(row):
-        rows.append(row)
-        if on_thermo is not None:
-            on_thermo(row)
+    @property
+    def initial(self) -> Diagnostics | None:
+        return self.state.initial
 
-    if config.diagnostics:
-        emit(state.initial if state.step == 0 else diagnostics(comm, backend, exchange, state, eps2))
-    if config.dump_every:
-        _frame(comm, config, backend, state, dump)
-    first = state.step
-    written = 0
-    stopped = None
-    step_times = []
-    exchange.comm_time = 0.0
-    clock = exchange.clock
-    clock.reset()
-    flag = np.zeros(2, np.int32)  # [the stop signal, 1 if the state is not finite]; the largest of all ranks
-    backend.sync()
-    comm.Barrier()
-    t0 = MPI.Wtime()
-    while state.step < config.steps:
-        ts = MPI.Wtime()
-        for v, a in zip(state.vel, state.acc):
-            backend.axpy(v, h, a)
-        for x, v in zip(state.pos, state.vel):
-            backend.axpy(x, dt, v)
-        compute_forces(comm, backend, exchange, state, eps2)
-        for v, a in zip(state.vel, state.acc):
-            backend.axpy(v, h, a)
-        backend.sync()
-        state.step += 1
-        step_times.append(MPI.Wtime() - ts)
-        if on_step is not None:
-            on_step(state.step, config.steps)
-        flag[0] = (stop_requested() or 0) if stop_requested is not None else 0
-        flag[1] = not backend.finite([*state.pos, *state.vel])
-        with clock.phase("waiting"):  # every rank's step ends here: the imbalance shows
-            comm.Allreduce(MPI.IN_PLACE, flag, op=MPI.MAX)
-        clock.sent(flag.nbytes)
-        if flag[1]:
-            _blew_up(comm, config, backend, state)
-        if flag[0]:
-            stopped = signal.Signals(int(flag[0])).name
-            break
-        if config.diagnostics and config.thermo_every and state.step % config.thermo_every == 0 \
-                and state.step < config.steps:
-            emit(diagnostics(comm, backend, exchange, state, eps2))  # its ring messages time themselves
-        if config.dump_every and state.step % config.dump_every == 0:
-            with clock.phase("io"):
-                _frame(comm, config, backend, state, dump)
-        if (config.checkpoint and config.checkpoint_every and state.step % config.checkpoint_every == 0
-                and state.step < config.steps):
-            with clock.phase("io"):
-                ckpt.save(comm, config.checkpoint, local_arrays(backend, state), _meta(config, state))
-            written += 1
-    wall = MPI.Wtime() - t0
-    # compute: the rest of the timed steps (kernels, integration), per rank
-    clock.seconds["compute"] = max(0.0, wall - sum(clock.seconds[k] for k in ("communication", "waiting", "io")))
-    path = config.checkpoint or (config.stop_checkpoint if stopped else None)
-    if path:
-        with clock.phase("io"):
-            ckpt.save(comm, path, local_arrays(backend, state), _meta(config, state))
-        written += 1
-    phases, traffic = summarise(comm, clock, state.step - first)
-    final = diagnostics(comm, backend, exchange, state, eps2) if config.diagnostics else None
-    if final is not None and rows and rows[-1].step != final.step:
-        emit(final)
-    timing = np.array([wall, exchange.comm_time])
-    comm.Allreduce(MPI.IN_PLACE, timing, op=MPI.MAX)
-    wall, comm_time = float(timing[0]), float(timing[1])
-    steps = state.step - first
-    interactions = config.bodies * config.bodies * steps
-    rate = interactions / wall if wall > 0 and steps else 0.0
-    med = comm.allreduce(statistics.median(step_times) if step_times else 0.0, op=MPI.MAX)
-    drift = dp = None
-    if state.initial is not None and final is not None:
-        drift = abs((final.energy - state.initial.energy) / state.initial.energy) \
-            if state.initial.energy else abs(final.energy)
-        dp = math.dist(final.momentum, state.initial.momentum)
-    run = NbodyRun(
-        bodies=config.bodies, ranks=comm.Get_size(), first_step=first, last_step=state.step, steps=steps,
-        dt=config.dt, softening=config.softening, precision=config.precision, init=config.init,
-        seed=config.seed, backend=backend.name, backend_reason=backend_reason, exchange=exchange.kind,
-        transport=exchange.transport, transport_reason=transport_reason, wall_time=wall,
-        time_per_step=wall / steps if steps else 0.0, median_step_time=med, comm_time=comm_time,
-        interactions=interactions, throughput=rate, gflops=rate * FLOPS_PER_INTERACTION / 1e9,
-        initial=state.initial, final=final, energy_drift=drift, momentum_change=dp,
-        checkpoint=path, checkpoints_written=written, restarted_from=restarted_from,
-        stopped_by=stopped, provenance=provenance, phases=phases, traffic=traffic, thermo=tuple(rows))
-    return run, state
+    @property
+    def clock(self):
+        return self.exchange.clock
+
+    @property
+    def comm_time(self) -> float:
+        return self.exchange.comm_time
+
+    @comm_time.setter
+    def comm_time(self, value: float) -> None:
+        self.exchange.comm_time = value
+
+    def prepare(self) -> None:
+        """The masses into the exchange's home block, and the accelerations unless a restart brought them."""
+        self.exchange.set_masses(self.state.mass)
+        if self.state.acc is None:
+            compute_forces(self.comm, self.backend, self.exchange, self.state, self.eps2)
+
+    def advance(self, energy: bool, stop: int) -> None:
+        """One kick-drift-kick step; collective.  ``energy`` is not needed (the thermo row sums its own), and
+        the step makes no reduction to carry ``stop`` in: the loop agrees on it (and on :meth:`healthy`)."""
+        b, s = self.backend, self.state
+        h, dt = 0.5 * self.config.dt, self.config.dt
+        for v, a in zip(s.vel, s.acc):
+            b.axpy(v, h, a)
+        for x, v in zip(s.pos, s.vel):
+            b.axpy(x, dt, v)
+        compute_forces(self.comm, b, self.exchange, s, self.eps2)
+        for v, a in zip(s.vel, s.acc):
+            b.axpy(v, h, a)
+        b.sync()
+        s.step += 1
+
+    def healthy(self, thorough: bool) -> bool:
+        """Are this rank's positions and velocities finite?  Checked every step: nothing else would tell."""
+        return self.backend.finite([*self.state.pos, *self.state.vel])
+
+    def fault(self) -> BlowUp:
+        c = self.config
+        return BlowUp(None, "non-finite positions or velocities",
+                      f"the integration overflowed: reduce --dt (now {c.dt:g}) or raise --softening "
+                      f"(now {c.softening:g})")
+
+    def thermo(self) -> Diagnostics:
+        """Energies and momentum at this step (one potential evaluation, as much as a force step)."""
+        return diagnostics(self.comm, self.backend, self.exchange, self.state, self.eps2)
+
+    def frame(self) -> dict | None:
+        """Every body on rank 0 (None elsewhere), in index order (ids 1..N); collective."""
+        full = ckpt.gather(self.comm, local_arrays(self.backend, self.state),
+                           fields=("x", "y", "z", "vx", "vy", "vz"))
+        if full is None:
+            return None
+        return {"id": np.arange(1, full["x"].size + 1), "x": np.column_stack([full["x"], full["y"], full["z"]]),
+                "v": np.column_stack([full["vx"], full["vy"], full["vz"]])}
+
+    def meta(self, initial) -> dict:
+        meta = {**self.config.meta(), "step": self.state.step, "time": self.state.step * self.config.dt}
+        if initial is not None:
+            meta["initial"] = dataclasses.asdict(initial)
+        return meta
+
+    def save(self, path: str, initial) -> None:
+        ckpt.save(self.comm, path, local_arrays(self.backend, self.state), self.meta(initial))
+
+    def save_broken(self, path: str, initial, note: str) -> None:
+        ckpt.save(self.comm, path, local_arrays(self.backend, self.state), dict(self.meta(initial), blowup=note))
+
+    def record(self, result, labels) -> NbodyRun:
+        """The run's record from the loop's :class:`~pympi_gpu.nbody.loop.LoopResult`."""
+        c = self.config
+        work = c.bodies * c.bodies  # interactions per step, as cuda-samples counts them
+        rate = result.rate(work)
+        return NbodyRun(
+            bodies=c.bodies, ranks=self.comm.Get_size(), first_step=result.first_step, last_step=result.last_step,
+            steps=result.steps, dt=c.dt, softening=c.softening, precision=c.precision, init=c.init, seed=c.seed,
+            backend=labels.backend, backend_reason=labels.backend_reason, exchange=self.exchange.kind,
+            transport=labels.transport, transport_reason=labels.transport_reason, wall_time=result.wall_time,
+            time_per_step=result.time_per_step, median_step_time=result.median_step_time,
+            comm_time=result.comm_time, interactions=work * result.steps, throughput=rate,
+            gflops=rate * FLOPS_PER_INTERACTION / 1e9, initial=result.initial, final=result.final,
+            energy_drift=result.energy_drift, momentum_change=result.momentum_change,
+            checkpoint=result.checkpoint, checkpoints_written=result.checkpoints_written,
+            restarted_from=result.restarted_from, stopped_by=result.stopped_by, provenance=labels.provenance,
+            phases=result.phases, traffic=result.traffic, thermo=result.thermo)

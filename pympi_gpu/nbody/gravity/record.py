@@ -21,6 +21,11 @@ class Diagnostics:
     energy: float
     momentum: tuple[float, float, float]
 
+    @property
+    def total_energy(self) -> float:
+        """The energy whose drift a run reports."""
+        return self.energy
+
 
 @dataclasses.dataclass(frozen=True)
 class NbodyRun:

@@ -1,4 +1,4 @@
-"""The LJ run: velocity Verlet over bricks with Verlet lists; collective over comm.
+"""The LJ model's system: velocity Verlet over bricks with Verlet lists; collective over the Cartesian comm.
 
 Each step: ``v += f dt/2; x += v dt``; if any atom moved more than half the
 skin since the last rebuild (checked on every rank, decided together), the
@@ -8,7 +8,9 @@ refreshed, while the owned-owned forces are computed; then the owned-ghost
 forces, with ``newton`` (one thread per rank, the CPU) the ghosts' forces sent
 back to their owners (:meth:`Halo.reverse`), and ``v += f dt/2``.  This is
 LAMMPS's ``fix nve`` with ``neigh_modify delay 0 every 1 check yes`` and
-``newton on``.
+``newton on``.  :class:`LjSystem` is what the run loop
+(:mod:`pympi_gpu.nbody.loop`) drives: the steps, thermo rows, frames and
+checkpoints of this model.
 
 Order of summation: atoms are sorted by (cell, id) at every rebuild, so a
 rebuild's outcome depends on the positions only, not on the history.  After
@@ -22,62 +24,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
-import time
-from collections.abc import Callable
 
 import numpy as np
 
 from pympi_gpu.nbody.blowup import BlowUp, finite_rows, moved_too_far
 from pympi_gpu.nbody.lj import kernels_cpu as kc
+from pympi_gpu.nbody.lj.config import DEFAULT_SEED, LjConfig
 from pympi_gpu.nbody.lj.domain import brick_of, owner_coords, wrap
 from pympi_gpu.nbody.lj.halo import Halo
 from pympi_gpu.nbody.lj.lattice import fcc_positions, velocities
 from pympi_gpu.nbody.lj.record import LjRun
 from pympi_gpu.nbody.lj.thermo import thermo
-from pympi_gpu.run.phases import summarise
 
-__all__ = ["LjConfig", "LjSystem", "initial_arrays", "simulate", "DEFAULT_SEED"]
-
-#: the seed of ``velocity all create 1.44 87287`` in LAMMPS's bench/in.lj
-DEFAULT_SEED = 87287
-
-
-@dataclasses.dataclass(frozen=True)
-class LjConfig:
-    """What to run.  ``steps`` is the step number to reach; ``thermo_every`` 0 means first and last only."""
-
-    cells: int
-    steps: int
-    density: float = 0.8442
-    temperature: float = 1.44
-    cutoff: float = 2.5
-    skin: float = 0.3
-    dt: float = 0.005
-    seed: int = DEFAULT_SEED
-    thermo_every: int = 0
-    newton: bool = True
-    checkpoint: str | None = None
-    checkpoint_every: int | None = None
-    stop_checkpoint: str | None = None
-    #: where a blown-up state is saved for inspection (``--on-blowup save``); None: not saved
-    blowup_save: str | None = None
-    #: a trajectory frame every K steps (and at the first); 0: none
-    dump_every: int = 0
-    dump: str | None = None
-
-    @property
-    def atoms(self) -> int:
-        return 4 * self.cells ** 3
-
-    @property
-    def box(self) -> float:
-        return self.cells * (4.0 / self.density) ** (1.0 / 3.0)
-
-    @property
-    def cutneigh(self) -> float:
-        return self.cutoff + self.skin
-
+__all__ = ["LjConfig", "LjSystem", "initial_arrays", "DEFAULT_SEED"]
 
 def initial_arrays(config: LjConfig, brick) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """This brick's atoms of the initial state: ``(x, v, ids)``.
@@ -101,13 +60,20 @@ class LjSystem:
     x, v : ``(n, 3)`` owned positions and velocities
     ids : ``(n,)`` int64 global atom ids (1-based)
     f : ``(n, 3)`` forces at ``x``, or None to compute them
+    timestep : the step the state is at (a restart's)
+    initial : the thermo row of step 0 (a restart's, for the energy drift), or None
     """
 
     #: atom arrays copied from a device to the host so far (None: the atoms live on the host)
     host_copies: int | None = None
 
-    def __init__(self, cart, config: LjConfig, x, v, ids, f=None):
-        self.cart = cart
+    def __init__(self, cart, config: LjConfig, x, v, ids, f=None, *, timestep: int = 0, initial=None):
+        self.cart = self.comm = cart
+        self.timestep = timestep
+        self.initial = initial
+        self._rebuild_next = False  # after a checkpoint (and a restart) the next step rebuilds
+        self._fold_next = False  # after a checkpoint the next step first folds the positions into the box
+        self._stop_request, self._stop_agreed = 0, None  # carried by the displacement test (advance)
         self.config = config
         self.brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
         self.halo = Halo(cart, self.brick, config.cutneigh)
@@ -123,7 +89,6 @@ class LjSystem:
         self.pairs = 0
         self.gid = self.ids
         self.lists = None
-        self.at_step = 0  # the step being taken, for the blow-up message (set by the driver)
         ext = [self.brick.hi[d] - self.brick.lo[d] + 2 * config.cutneigh for d in range(3)]
         # cells of at least half the neighbour cutoff, searched `reach` = 2 cells out
         self.reach = 2
@@ -208,30 +173,21 @@ class LjSystem:
         return self.agree_displacement(kc.max_displacement2(self.pos, self.x0, self.nlocal))
 
     def agree_displacement(self, d2: float) -> bool:
-        """All ranks' largest squared displacement ``d2`` (NaN counts as infinite): rebuild?  Collective."""
+        """All ranks' largest squared displacement ``d2`` (NaN counts as infinite): rebuild?  Collective.
+
+        The same reduction carries the ranks' stop requests (the run loop's, see :meth:`advance`).
+        """
         from mpi4py import MPI
 
-        top = np.array([d2 if d2 == d2 else np.inf])
+        top = np.array([d2 if d2 == d2 else np.inf, self._stop_request])
         clock = self.halo.clock
         with clock.phase("waiting"):  # every rank's step meets here: the imbalance shows
             self.cart.Allreduce(MPI.IN_PLACE, top, op=MPI.MAX)
         clock.sent(top.nbytes)
+        self._stop_agreed = int(top[1])
         if bad := moved_too_far(None, float(top[0]), self.move_limit, "sigma"):
             raise bad
         return bool(top[0] > (0.5 * self.config.skin) ** 2)
-
-    def check_finite(self) -> None:
-        """Raise :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank if any rank's state is not finite.
-
-        Collective; called before anything is written.
-        """
-        from mpi4py import MPI
-
-        owned = self.owned()
-        bad = self.cart.allreduce(0 if finite_rows(owned["x"], owned["v"], owned["f"]) else 1, op=MPI.SUM)
-        if bad:
-            raise BlowUp(None, "non-finite positions, velocities or forces",
-                         "the forces overflowed: reduce --dt or --temperature")
 
     # -- forces -----------------------------------------------------------
     def compute_forces(self, forward: bool, eflag: bool = True) -> None:
@@ -331,181 +287,114 @@ class LjSystem:
         return {"x": self.pos[:n].copy(), "v": self.v[:n].copy(), "f": self.f[:n].copy(), "id": self.ids.copy()}
 
 
-def _meta(config: LjConfig, step: int, initial) -> dict:
-    return {"model": "lj", "step": step, "time": step * config.dt, "cells": config.cells, "atoms": config.atoms,
-            "density": config.density, "temperature": config.temperature, "cutoff": config.cutoff,
-            "skin": config.skin, "dt": config.dt, "seed": config.seed,
-            "initial": None if initial is None else dataclasses.asdict(initial)}
 
+    # -- what the run loop drives (pympi_gpu.nbody.loop.System) ----------
+    @property
+    def dt(self) -> float:
+        return self.config.dt
 
-def simulate(comm, config: LjConfig, system: LjSystem, step: int, *, initial=None,
-             backend: str = "numba", backend_reason: str = "", transport: str = "host",
-             transport_reason: str = "", on_step: Callable[[int, int], None] | None = None,
-             stop_requested: Callable[[], int] | None = None, restarted_from: str | None = None,
-             provenance=None, on_thermo: Callable[[object], None] | None = None, dump=None) -> LjRun:
-    """Advance ``system`` from ``step`` to ``config.steps``; collective over comm.
+    @property
+    def clock(self):
+        return self.halo.clock
 
-    ``initial`` is the thermo at step 0 of a restarted run (for the drift);
-    ``on_thermo(row)`` is called on every rank with each thermo row as it is
-    computed (the first at ``step``, then every ``config.thermo_every`` steps
-    and the last); ``dump`` is rank 0's trajectory writer
-    (:func:`pympi_gpu.nbody.dump.open_dump`) for a frame at the first step and
-    every ``config.dump_every`` steps (None on the other ranks, or for none).
-    Stop requests (SIGTERM, SIGINT), progress and checkpoints as the gravity
-    model's :func:`pympi_gpu.nbody.gravity.driver.simulate`.  A blown-up state
-    raises :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank with the step
-    it was found at, having written nothing but, with ``config.blowup_save``,
-    the broken state to that file.
-    """
-    try:
-        return _simulate(comm, config, system, step, initial=initial, backend=backend,
-                         backend_reason=backend_reason, transport=transport, transport_reason=transport_reason,
-                         on_step=on_step, stop_requested=stop_requested, restarted_from=restarted_from,
-                         provenance=provenance, on_thermo=on_thermo, dump=dump)
-    except BlowUp as exc:
-        exc.step = system.at_step
-        if config.blowup_save:
-            from pympi_gpu.nbody.lj import checkpoint as ckpt
+    @property
+    def comm_time(self) -> float:
+        return self.halo.comm_time
 
-            ckpt.save(comm, config.blowup_save, system.owned(), dict(_meta(config, exc.step, initial),
-                                                                      blowup=f"{exc.check}: {exc.cause}"),
-                      by_id=False)  # its atoms may be lost or held twice
-            exc.saved = config.blowup_save
-        raise
+    @comm_time.setter
+    def comm_time(self, value: float) -> None:
+        self.halo.comm_time = value
 
+    def prepare(self) -> None:
+        """Lists and forces before the first step (:meth:`start`); collective."""
+        self._copies0, self._rebuilds0 = self.host_copies, self.rebuilds
+        self._rebuild_next = self.start()
 
-def _frame(comm, system, config, step, dump) -> None:
-    """One trajectory frame: every atom, in id order, folded into the box; collective."""
-    from pympi_gpu.nbody.dump import write_frame
-    from pympi_gpu.nbody.lj import checkpoint as ckpt
+    def advance(self, energy: bool, stop: int) -> int | None:
+        """One step (``timestep += 1``); ``energy``: sum energy and virial on the way (a thermo step).
 
-    system.check_finite()  # nothing broken into the trajectory either
-    full = ckpt.gather(comm, system.owned())
-    if full is not None:
-        full["x"] = wrap(full["x"], config.box)
-    write_frame(comm, dump, step, step * config.dt, full, config.dump)
+        The step's displacement test is a reduction over the ranks: this rank's
+        stop request ``stop`` travels in it, and the agreed one is returned.
+        """
+        self.timestep += 1
+        self._stop_request, self._stop_agreed = stop, None
+        if self._fold_next:  # the first step after a checkpoint starts where a restart from it would
+            self.wrap()
+            self._fold_next = False
+        self.step(force_rebuild=self._rebuild_next, eflag=energy)
+        self._rebuild_next = False
+        return self._stop_agreed
 
+    def healthy(self, thorough: bool) -> bool:
+        """This brick's state finite?  Every step's rebuild test already catches positions that are not;
+        ``thorough`` (before anything is written) looks at the velocities and forces too."""
+        n = self.nlocal
+        return not thorough or finite_rows(self.pos[:n], self.v, self.f[:n])
 
-def _checked_thermo(comm, step, system, config, volume, on_thermo=None):
-    """The thermo row at ``step`` (collective), passed to ``on_thermo``; a non-finite one is a blow-up."""
-    row = thermo(comm, step, system.local_sums(), config.atoms, volume)
-    if not all(math.isfinite(v) for v in (row.temp, row.e_pair, row.etotal, row.press, *row.momentum)):
-        raise BlowUp(None, f"non-finite thermo (temperature {row.temp:.4g}, energy {row.etotal:.4g} per atom)",
-                     "the forces overflowed: reduce --dt or --temperature")
-    if on_thermo is not None:
-        on_thermo(row)
-    return row
+    def fault(self) -> BlowUp:
+        return BlowUp(None, "non-finite positions, velocities or forces",
+                      "the forces overflowed: reduce --dt or --temperature")
 
+    def thermo(self):
+        """The thermo row at this step (collective); a non-finite one is a blow-up."""
+        clock = self.clock
+        with clock.phase("waiting"):
+            row = thermo(self.cart, self.timestep, self.local_sums(), self.config.atoms, self.config.box ** 3)
+        clock.sent(6 * 8)
+        if not all(math.isfinite(v) for v in (row.temp, row.e_pair, row.etotal, row.press, *row.momentum)):
+            raise BlowUp(None, f"non-finite thermo (temperature {row.temp:.4g}, energy {row.etotal:.4g} per atom)",
+                         "the forces overflowed: reduce --dt or --temperature")
+        return row
 
-def _simulate(comm, config, system, step, *, initial, backend, backend_reason, transport, transport_reason,
-              on_step, stop_requested, restarted_from, provenance, on_thermo, dump) -> LjRun:
-    import signal
+    def frame(self) -> dict | None:
+        """Every atom on rank 0 (None elsewhere), in id order, folded into the box; collective."""
+        from pympi_gpu.nbody.lj import checkpoint as ckpt
 
-    from mpi4py import MPI
+        full = ckpt.gather(self.cart, self.owned())
+        if full is not None:
+            full["x"] = wrap(full["x"], self.config.box)
+        return full
 
-    from pympi_gpu.nbody.lj import checkpoint as ckpt
+    def meta(self, initial) -> dict:
+        return {**self.config.meta(), "step": self.timestep, "time": self.timestep * self.config.dt,
+                "initial": None if initial is None else dataclasses.asdict(initial)}
 
-    volume = config.box ** 3
-    copies0 = system.host_copies
-    system.at_step = step
-    force = system.start()
-    rows = [_checked_thermo(comm, step, system, config, volume, on_thermo)]
-    if config.dump_every:
-        _frame(comm, system, config, step, dump)
-    if initial is None:
-        initial = rows[0]
-    first = step
-    written = 0
-    stopped = None
-    times = []
-    asked = np.zeros(2, np.int32)  # [this rank's stop flag, the answer of all ranks]
-    pending = None
-    system.halo.comm_time = 0.0
-    clock = system.halo.clock
-    clock.reset()
-    rebuilds0 = system.rebuilds
-    comm.Barrier()
-    c0 = time.process_time()
-    t0 = MPI.Wtime()
-    try:
-        while step < config.steps:
-            ts = time.perf_counter()
-            step += 1
-            system.at_step = step
-            system.step(force_rebuild=force,
-                        eflag=bool(config.thermo_every and step % config.thermo_every == 0) or step == config.steps)
-            force = False
-            times.append(time.perf_counter() - ts)
-            if (config.thermo_every and step % config.thermo_every == 0) or step == config.steps:
-                with clock.phase("waiting"):
-                    rows.append(_checked_thermo(comm, step, system, config, volume, on_thermo))
-                clock.sent(6 * 8)
-            if on_step is not None:
-                on_step(step, config.steps)
-            # A stop request (SIGTERM, SIGINT): each step posts its signal number without waiting and reads
-            # the previous step's answer, so the stop costs no synchronisation of its own and comes one
-            # step after the signal
-            if pending is not None:
-                with clock.phase("waiting"):
-                    pending.Wait()
-                pending = None
-            if asked[1]:
-                stopped = signal.Signals(int(asked[1])).name
-                if rows[-1].step != step:
-                    rows.append(_checked_thermo(comm, step, system, config, volume, on_thermo))
-                break
-            if config.dump_every and step % config.dump_every == 0:
-                with clock.phase("io"):
-                    _frame(comm, system, config, step, dump)
-            asked[0] = (stop_requested() or 0) if stop_requested is not None else 0
-            pending = comm.Iallreduce(asked[:1], asked[1:], op=MPI.MAX)
-            clock.sent(asked[:1].nbytes)
-            if config.checkpoint and config.checkpoint_every and step % config.checkpoint_every == 0 \
-                    and step < config.steps:
-                system.check_finite()  # nothing broken over a good checkpoint
-                with clock.phase("io"):
-                    ckpt.save(comm, config.checkpoint, system.owned(), _meta(config, step, initial))
-                written += 1
-                system.wrap()
-                force = True  # as a restart from this checkpoint would
-    finally:
-        if pending is not None:  # a signal during the last step, or a blow-up: every rank completes it
-            pending.Wait()
-    wall = MPI.Wtime() - t0
-    cpu = time.process_time() - c0
-    # compute: the rest of the timed steps (pair forces, lists, integration), per rank
-    clock.seconds["compute"] = max(0.0, wall - sum(clock.seconds[k] for k in ("communication", "waiting", "io")))
-    path = config.checkpoint or (config.stop_checkpoint if stopped else None)
-    if path:
-        system.check_finite()
-        with clock.phase("io"):
-            ckpt.save(comm, path, system.owned(), _meta(config, step, initial))
-        written += 1
-    phases, traffic = summarise(comm, clock, step - first)
-    copies = None
-    if copies0 is not None:  # the most any rank copied, over the whole run, checkpoints and frames included
-        copies = comm.allreduce(system.host_copies - copies0, op=MPI.MAX)
-    timing = np.array([wall, system.halo.comm_time, cpu])
-    comm.Allreduce(MPI.IN_PLACE, timing, op=MPI.MAX)
-    wall, comm_time, cpu = float(timing[0]), float(timing[1]), float(timing[2])
-    steps = step - first
-    med = comm.allreduce(statistics.median(times) if times else 0.0, op=MPI.MAX)
-    counts = tuple(comm.allgather(system.nlocal))
-    pairs = comm.allreduce(system.pairs)
-    ghosts = comm.allreduce(system.halo.ghosts)
-    last = rows[-1]
-    drift = abs((last.etotal - initial.etotal) / initial.etotal) if steps and initial.etotal else None
-    dp = math.dist(last.momentum, initial.momentum) if steps else None
-    return LjRun(
-        atoms=config.atoms, cells=config.cells, box=config.box, density=config.density,
-        temperature=config.temperature, cutoff=config.cutoff, skin=config.skin, dt=config.dt, seed=config.seed,
-        ranks=comm.Get_size(), grid=tuple(system.brick.dims), backend=backend, backend_reason=backend_reason,
-        transport=transport, transport_reason=transport_reason, newton=config.newton, first_step=first,
-        last_step=step, steps=steps, wall_time=wall, time_per_step=wall / steps if steps else 0.0,
-        median_step_time=med, comm_time=comm_time, comm_per_step=comm_time / steps if steps else 0.0, cpu_time=cpu,
-        rate=config.atoms * steps / wall if steps and wall > 0 else 0.0,
-        rebuilds=system.rebuilds - rebuilds0, neighbors_per_atom=pairs / config.atoms,
-        ghosts_per_rank=ghosts / comm.Get_size(), atoms_per_rank=counts, thermo=tuple(rows),
-        energy_drift=drift, momentum_change=dp, checkpoint=path, checkpoints_written=written,
-        restarted_from=restarted_from, stopped_by=stopped, provenance=provenance, phases=phases, traffic=traffic,
-        host_copies_per_step=None if copies is None else (copies / steps if steps else float(copies)))
+    def save(self, path: str, initial) -> None:
+        """A checkpoint in id order (collective); a next step folds and rebuilds, as a restart from it would."""
+        from pympi_gpu.nbody.lj import checkpoint as ckpt
+
+        ckpt.save(self.cart, path, self.owned(), self.meta(initial))
+        self._fold_next = self._rebuild_next = True
+
+    def save_broken(self, path: str, initial, note: str) -> None:
+        """A blown-up state in rank order, as it is (its atoms may be lost or held twice); collective."""
+        from pympi_gpu.nbody.lj import checkpoint as ckpt
+
+        ckpt.save(self.cart, path, self.owned(), dict(self.meta(initial), blowup=note), by_id=False)
+
+    def record(self, result, labels) -> LjRun:
+        """The run's record from the loop's :class:`~pympi_gpu.nbody.loop.LoopResult`; collective."""
+        from mpi4py import MPI
+
+        comm, config = self.cart, self.config
+        copies = None
+        if self._copies0 is not None:  # the most any rank copied, over the whole run, checkpoints and frames included
+            copies = comm.allreduce(self.host_copies - self._copies0, op=MPI.MAX)
+        steps = result.steps
+        return LjRun(
+            atoms=config.atoms, cells=config.cells, box=config.box, density=config.density,
+            temperature=config.temperature, cutoff=config.cutoff, skin=config.skin, dt=config.dt, seed=config.seed,
+            ranks=comm.Get_size(), grid=tuple(self.brick.dims), backend=labels.backend,
+            backend_reason=labels.backend_reason, transport=labels.transport, transport_reason=labels.transport_reason,
+            newton=config.newton, first_step=result.first_step, last_step=result.last_step, steps=steps,
+            wall_time=result.wall_time, time_per_step=result.time_per_step, median_step_time=result.median_step_time,
+            comm_time=result.comm_time, comm_per_step=result.comm_time / steps if steps else 0.0,
+            cpu_time=result.cpu_time, rate=result.rate(config.atoms), rebuilds=self.rebuilds - self._rebuilds0,
+            neighbors_per_atom=comm.allreduce(self.pairs) / config.atoms,
+            ghosts_per_rank=comm.allreduce(self.halo.ghosts) / comm.Get_size(),
+            atoms_per_rank=tuple(comm.allgather(self.nlocal)), thermo=result.thermo,
+            energy_drift=result.energy_drift, momentum_change=result.momentum_change, checkpoint=result.checkpoint,
+            checkpoints_written=result.checkpoints_written, restarted_from=result.restarted_from,
+            stopped_by=result.stopped_by, provenance=labels.provenance, phases=result.phases,
+            traffic=result.traffic,
+            host_copies_per_step=None if copies is None else (copies / steps if steps else float(copies)))

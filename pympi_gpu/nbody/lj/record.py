@@ -28,6 +28,11 @@ class Thermo:
     press: float
     momentum: tuple[float, float, float]
 
+    @property
+    def total_energy(self) -> float:
+        """The energy whose drift a run reports (per atom: the relative drift is the same)."""
+        return self.etotal
+
 
 @dataclasses.dataclass(frozen=True)
 class LjRun:
