@@ -8,8 +8,9 @@ stream started from ``key``, which passes BigCrush and PractRand; being a pure
 function of the counter, any rank, thread or GPU thread computes any sample
 without coordination, so results do not depend on how work is split.
 
-Every function here has one body for every backend: registered with numba's
-``register_jitable`` it is inlined into CPU loops, ``prange`` loops and CUDA
+Every function here has one body for every backend: marked
+:func:`numba_callable` and registered with numba's ``register_jitable`` by
+:func:`register_numba`, it is inlined into CPU loops, ``prange`` loops and CUDA
 kernels, and called as plain Python it works element-wise on NumPy uint64
 arrays (the NumPy backend).
 
@@ -34,7 +35,6 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
-_LOW30 = np.uint64((1 << 30) - 1)
 _S34, _S2, _S11 = np.uint64(34), np.uint64(2), np.uint64(11)
 _TWO_M53 = 2.0**-53
 #: (2 * 2**30)**2: the squared radius of the quarter circle on the 31-bit grid.
@@ -46,8 +46,8 @@ _JITABLE: list = []
 _registered = False
 
 
-def register_jitable(fn):
-    """Mark ``fn`` for :func:`register_numba`; returns ``fn`` itself, as numba's does."""
+def numba_callable(fn):
+    """Mark ``fn`` for :func:`register_numba` (numba's ``register_jitable``, deferred); returns ``fn`` itself."""
     _JITABLE.append(fn)
     return fn
 
@@ -68,7 +68,7 @@ def register_numba() -> None:
     _registered = True
 
 
-@register_jitable
+@numba_callable
 def mix64(z):
     """SplitMix64 finaliser: a bijective avalanche mix of a uint64."""
     z = (z ^ (z >> _S30)) * _M1
@@ -84,7 +84,7 @@ def seed_key(seed: int, stream: int = 0) -> np.uint64:
         return mix64(s ^ _SEED_SALT) + mix64(np.uint64(stream & mask) * GAMMA + _ONE)
 
 
-@register_jitable
+@numba_callable
 def counter(key, k):
     """The SplitMix64 state before output ``k``: ``key + (k + 1) * GAMMA`` (wrapping).
 
@@ -95,19 +95,19 @@ def counter(key, k):
     return key + (k + _ONE) * GAMMA
 
 
-@register_jitable
+@numba_callable
 def bits(key, k):
     """64 random bits: output ``k`` of the stream keyed ``key`` (uint64 args)."""
     return mix64(counter(key, k))
 
 
-@register_jitable
+@numba_callable
 def uniform(key, k):
     """A float64 uniform on [0, 1) with 53 random bits."""
     return np.float64(bits(key, k) >> _S11) * _TWO_M53
 
 
-@register_jitable
+@numba_callable
 def inside(h):
     """Whether the point drawn from 64 random bits ``h`` is in the quarter disc.
 
@@ -128,13 +128,13 @@ def inside(h):
     return a2 * a2 < ~(b2 * b2) + _ONE  # 2**64 - B**2, no wrap-around on the way
 
 
-@register_jitable
+@numba_callable
 def mc_hit(key, k):
     """1 if sample ``k`` of the stream keyed ``key`` is a hit, else 0 (uint64)."""
     return _ONE if inside(bits(key, k)) else _ZERO
 
 
-@register_jitable
+@numba_callable
 def hit_of(state):
     """1 if the sample of SplitMix64 state ``state`` (see :func:`counter`) is a hit, else 0."""
     return _ONE if inside(mix64(state)) else _ZERO

@@ -9,7 +9,6 @@ any number of ranks.
 
 from __future__ import annotations
 
-import math
 
 from pympi_gpu.mpi.decomposition import block_range
 
@@ -41,8 +40,3 @@ def chunk_nodes(n: int, c: int) -> tuple[int, int]:
 def rank_chunks(n: int, size: int, rank: int) -> tuple[int, int]:
     """The chunks ``[c0, c1)`` that ``rank`` of ``size`` sums."""
     return block_range(n_chunks(n), size, rank)
-
-
-def truncation_error(n: int) -> float:
-    """Leading truncation error of the rule for 4/(1+x^2) on [0,1]: h^2/6."""
-    return 1.0 / (6.0 * n * n) if n < math.isqrt(2**1000) else 0.0

@@ -21,7 +21,7 @@ import numpy as np
 
 from pympi_gpu.nbody.gravity.precision import PRECISIONS
 
-__all__ = ["BACKENDS", "PRECISIONS", "HostBackend", "resolve", "make_backend"]
+__all__ = ["BACKENDS", "PRECISIONS", "HostBackend", "make_backend"]
 
 BACKENDS = ("auto", "gpu", "numba", "numpy")
 
@@ -75,16 +75,6 @@ class HostBackend:
 
     def warmup(self) -> None:
         self.kernels.warmup(self.dtype.type)
-
-
-def resolve(name: str) -> tuple[str, str]:
-    """Turn ``auto`` into a concrete backend; return ``(backend, reason)``."""
-    from pympi_gpu.device.gpu import gpu_usable
-
-    if name != "auto":
-        return name, "requested"
-    ok, why = gpu_usable()
-    return ("gpu", why) if ok else ("numba", f"no GPU: {why}")
 
 
 def make_backend(name: str, precision: str, **options):
