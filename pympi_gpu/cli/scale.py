@@ -19,8 +19,7 @@ from pathlib import Path
 import click
 
 from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, escape, fail, version_option
-
-LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")  # as pympi_gpu.mpi.launch.LAUNCHERS
+from pympi_gpu.mpi.launch import launcher_choices
 
 
 def _sizes(value, what):
@@ -50,7 +49,7 @@ def _planner(launcher: str, image: str | None, gpu: bool):
 
     def plan(argv, point):
         if not found:
-            found.append(launch.probe_mpi() if launcher != "ibrun" else (None, "--mpi"))
+            found.append(launch.probe_mpi() if launch.needs_mpi(launcher) else (None, "--mpi"))
         mpi, how = found[0]
         return launch.plan(argv, point.ranks, nodes=point.nodes, tasks_per_node=point.tasks_per_node,
                            image=image, gpu=gpu, launcher=launcher, mpi=mpi, mpi_how=how)
@@ -162,7 +161,7 @@ def render_phases(summary):
 @click.option("--out", metavar="PREFIX", default=None,
               help="Write PREFIX.jsonl/.json/.csv/.png [default: scale-<app>-<strong|weak>].")
 @click.option("--fresh", is_flag=True, help="Set earlier results aside (PREFIX.jsonl.N.bak) instead of resuming.")
-@click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
+@click.option("--launcher", type=click.Choice(launcher_choices()), default="auto", show_default=True,
               help="How to start each run (auto: ibrun, else srun in Slurm, else mpiexec).")
 @click.option("--image", metavar="SIF", default=None, help="Run the command inside this Apptainer image.")
 @click.option("--gpu", is_flag=True, help="Make GPUs visible inside --image (apptainer --nv).")
