@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, escape, fail, version_option
+from pympi_gpu.mpi.environment import expected_world_size, node_cpus
 from pympi_gpu.mpi.launch import launcher_choices
 
 
@@ -57,10 +58,10 @@ def _planner(launcher: str, image: str | None, gpu: bool):
 
 
 def _cores_per_node() -> int | None:
-    """Cores of a node of this job: Slurm's word in an allocation, else this process's CPUs."""
-    value = os.environ.get("SLURM_CPUS_ON_NODE", "")
-    if value.isdigit() and int(value) > 0:
-        return int(value)
+    """Cores of a node of this job: the scheduler's word in an allocation, else this process's CPUs."""
+    told = node_cpus()
+    if told:
+        return told
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -200,7 +201,6 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
     and the same command run again resumes it.  A failed size is reported
     with its error and the study goes on; the exit status is then 1.
     """
-    from pympi_gpu.mpi.environment import expected_world_size
     from pympi_gpu.scale.points import make_points
 
     if not command:
@@ -225,8 +225,9 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
                           network=FRONTERA if same else Network(latency, bandwidth, "given on the command line"))
     elif project_tasks_per_node is not None:
         fail("--project-tasks-per-node goes with --project-nodes")
-    size, var = expected_world_size()
-    if size and size > 1 and var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
+    # a launcher's world size, not the allocation's: inside an allocation the study is one process
+    size, var = expected_world_size(scheduler=False)
+    if size and size > 1:
         fail(f"pympi-scale runs on one process and launches the ranks itself, but {var}={size}: "
              "start it without srun/mpiexec/ibrun")
     if image is None and shutil.which(command[0]) is None:

@@ -1,6 +1,7 @@
 """The MPI world: what the launcher says, how work is split, which MPI library runs.
 
-``environment``    launcher, scheduler and container variables (no MPI)
+``environment``    launcher, scheduler and container variables (no MPI; the names are
+                   the table of ``pympi_gpu.launchers``)
 ``decomposition``  block distributions of work over ranks (pure)
 ``blocks``         rows streamed to and from one rank in bounded blocks (checkpoints)
 ``worldcheck``     a world of 1 where the launcher said more: launcher and MPI mismatched
