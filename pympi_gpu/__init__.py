@@ -4,6 +4,7 @@ The package in layers, each importing only those before it
 (``docs/architecture.md``; ``tests/test_architecture.py`` checks it):
 
 ``rng``              the counter-based random stream (numba, pure)
+``launchers``        the launcher and MPI-library tables: variables, detection, flags (data)
 ``device``           GPUs and the CPU numba compiles for: finding, binding, device buffers
 ``mpi``              the MPI world: launchers, decomposition, which MPI library, CUDA-awareness
 ``run``              what a run reports and leaves: records, provenance, progress, atomic files

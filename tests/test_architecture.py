@@ -17,8 +17,9 @@ PACKAGE = ROOT / "pympi_gpu"
 ALLOWED = {
     "": {""},
     "rng": {"", "rng"},
-    "device": {"", "device"},
-    "mpi": {"", "mpi"},
+    "launchers": {"", "launchers"},
+    "device": {"", "launchers", "device"},
+    "mpi": {"", "launchers", "mpi"},
     "run": {"", "mpi", "device", "run"},
     "pi": {"", "rng", "mpi", "device", "run", "pi"},
     "nbody": {"", "rng", "mpi", "device", "run", "nbody"},

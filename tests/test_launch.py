@@ -19,6 +19,18 @@ def which_of(*present):
 CMD = ["pympi-pi", "1e7", "--json"]
 
 
+@pytest.fixture
+def no_mpi_wheel(monkeypatch):
+    """As if no MPI wheel were installed: mpi_from_env goes on to mpi4py's build and the modules."""
+    from dataclasses import replace
+
+    from pympi_gpu import launchers
+
+    monkeypatch.setattr(launchers, "MPI_LIBRARIES", tuple(replace(lib, wheels=()) for lib in launchers.MPI_LIBRARIES))
+    monkeypatch.setattr("mpi4py.get_config", lambda: {})
+    return monkeypatch
+
+
 def test_ibrun_wins_where_it_is_on_path():
     p = plan(CMD, 4, environ={"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"},
              which=which_of("ibrun", "srun", "mpiexec"))
@@ -67,11 +79,7 @@ def test_srun_pmi_override_and_default():
     assert not any(a.startswith("--mpi") for a in p.argv)
 
 
-def test_srun_unknown_mpi_leaves_the_cluster_default(monkeypatch):
-    import pympi_gpu.mpi.launch as launch
-
-    monkeypatch.setattr(launch, "_MPI_WHEELS", ())
-    monkeypatch.setattr("mpi4py.get_config", lambda: {})
+def test_srun_unknown_mpi_leaves_the_cluster_default(no_mpi_wheel):
     p = plan(CMD, 2, environ={"SLURM_JOB_ID": "1"}, which=which_of("srun"))
     assert p.argv == ("srun", "--ntasks=2", *CMD)
     assert "MpiDefault" in p.reason
@@ -83,6 +91,26 @@ def test_mpi_detected_from_the_environment():
         mpi_from_env({"PYMPI_MPI": "lam"})
     p = plan(CMD, 2, environ={"SLURM_JOB_ID": "1", "PYMPI_MPI": "openmpi"}, which=which_of("srun"))
     assert "--mpi=pmix" in p.argv
+
+
+@pytest.mark.parametrize("mpicc, vendor", [
+    ("/opt/apps/intel23/mpich/4.1.2/bin/mpicc", "mpich"),  # built with Intel's compilers, still MPICH
+    ("/opt/apps/intel19/impi/19.0.9/intel64/bin/mpicc", "intelmpi"),
+    ("/opt/intel/oneapi/mpi/2021.13/bin/mpicc", "intelmpi"),
+    ("/opt/apps/intel19/mvapich2/2.3.7/bin/mpicc", "mvapich"),
+    ("/usr/lib/x86_64-linux-gnu/openmpi/bin/mpicc", "openmpi"),
+])
+def test_mpi_from_the_mpicc_mpi4py_was_built_with(no_mpi_wheel, mpicc, vendor):
+    no_mpi_wheel.setattr("mpi4py.get_config", lambda: {"mpicc": mpicc})
+    assert mpi_from_env({}) == (vendor, "mpi4py.get_config()")
+
+
+def test_mpi_from_the_module_variables(no_mpi_wheel):
+    assert mpi_from_env({"MPICH_HOME": "/opt/mpich"}) == ("mpich", "$MPICH_HOME")
+    # a derivative's module may set its base's variable too: the derivative's own wins
+    assert mpi_from_env({"MPICH_HOME": "/opt/x", "I_MPI_ROOT": "/opt/intel/impi"}) == ("intelmpi", "$I_MPI_ROOT")
+    assert mpi_from_env({"MPICH_HOME": "/opt/x", "MV2_HOME": "/opt/mv2"}) == ("mvapich", "$MV2_HOME")
+    assert mpi_from_env({})[0] is None  # nothing tells
 
 
 def test_mpi_wheel_of_this_environment_is_found():

@@ -300,7 +300,7 @@ def test_users_threads_are_kept_and_mixed_backends_are_flagged(tmp_path):
     assert all(r["argv"].count("--threads") == 1 for r in read_jsonl(out.with_suffix(".jsonl")))
 
 
-def test_planner_names_the_mpi_library_mpi4py_loads(monkeypatch):
+def test_planner_names_the_mpi_library_mpi4py_loads(monkeypatch, tmp_path):
     """As pympi-launch: the study's launches use the MPI mpi4py loads (probed once), not the wheel."""
     from pympi_gpu.mpi import launch
     from pympi_gpu.cli.scale import _planner
@@ -314,6 +314,10 @@ def test_planner_names_the_mpi_library_mpi4py_loads(monkeypatch):
 
     monkeypatch.setattr(launch, "probe_mpi", probe)
     monkeypatch.setenv("SLURM_JOB_ID", "1")
+    srun = tmp_path / "srun"  # only planned, never run: where Slurm is not installed, a stand-in on PATH
+    srun.write_text("#!/bin/sh\nexit 1\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', os.defpath)}")
     monkeypatch.delenv("PYMPI_LAUNCHER", raising=False)
     planner = _planner("srun", None, False)
     first = planner(["pympi-pi", "1e6"], Point(ranks=2))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import click
 
 from pympi_gpu.cli.counts import MAX_COUNT, CountError, parse_count
+from pympi_gpu.mpi.environment import world_rank
 
 __all__ = ["Count", "IntRange", "PositiveFloat", "world_rank_hint", "echo_root", "fail", "run_command",
            "given", "mpi_world", "import_mpi", "MPI_MISSING", "configure_threads", "version_option",
@@ -119,12 +120,11 @@ def import_mpi():
 
 
 def world_rank_hint() -> int:
-    """This process's world rank as the launcher tells it, before MPI starts (0 if none)."""
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"):
-        value = os.environ.get(var, "")
-        if value.isdigit():
-            return int(value)
-    return 0
+    """This process's world rank as the launcher tells it, before MPI starts (0 if none).
+
+    The launcher's own variable before Slurm's (:func:`pympi_gpu.mpi.environment.world_rank`).
+    """
+    return world_rank() or 0
 
 
 def echo_root(comm, message: str = "", err: bool = False) -> None:

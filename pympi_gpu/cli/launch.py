@@ -14,7 +14,7 @@ import sys
 import click
 
 from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, version_option
-from pympi_gpu.mpi.launch import LAUNCHERS, MPI_VENDORS, LaunchError, plan, probe_mpi
+from pympi_gpu.mpi.launch import LaunchError, launcher_choices, mpi_choices, needs_mpi, plan, probe_mpi
 
 
 @click.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True,
@@ -28,9 +28,9 @@ from pympi_gpu.mpi.launch import LAUNCHERS, MPI_VENDORS, LaunchError, plan, prob
 @click.option("--image", metavar="SIF", default=None,
               help="Run COMMAND inside this Apptainer image: apptainer run [--nv] SIF COMMAND.")
 @click.option("--gpu", is_flag=True, help="Give the image the host's NVIDIA GPUs (apptainer --nv).")
-@click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
+@click.option("--launcher", type=click.Choice(launcher_choices()), default="auto", show_default=True,
               help="Launcher; auto: ibrun if on PATH, srun inside Slurm, else mpiexec/mpirun.")
-@click.option("--mpi", "mpi", type=click.Choice(MPI_VENDORS), default=None,
+@click.option("--mpi", "mpi", type=click.Choice(mpi_choices()), default=None,
               help="The MPI COMMAND uses [default: the library mpi4py loads, else MPI wheel, mpi4py config, "
                    "mpiexec --version].")
 @click.option("--pmi", default=None, metavar="PLUGIN",
@@ -56,7 +56,7 @@ def launch(ntasks, nodes, tasks_per_node, image, gpu, launcher, mpi, pmi, dry_ru
         image_note = f"warning: no image file {image} here; the job would fail unless it exists where it runs"
     try:
         how = "--mpi"
-        if mpi is None and launcher != "ibrun":
+        if mpi is None and needs_mpi(launcher):
             mpi, how = probe_mpi()
         chosen = plan(list(command), ntasks, nodes=nodes, tasks_per_node=tasks_per_node, image=image,
                       gpu=gpu, launcher=launcher, mpi=mpi, pmi=pmi, mpi_how=how)

@@ -19,8 +19,8 @@ from pathlib import Path
 import click
 
 from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, escape, fail, version_option
-
-LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")  # as pympi_gpu.mpi.launch.LAUNCHERS
+from pympi_gpu.mpi.environment import expected_world_size, node_cpus
+from pympi_gpu.mpi.launch import launcher_choices
 
 
 def _sizes(value, what):
@@ -50,7 +50,7 @@ def _planner(launcher: str, image: str | None, gpu: bool):
 
     def plan(argv, point):
         if not found:
-            found.append(launch.probe_mpi() if launcher != "ibrun" else (None, "--mpi"))
+            found.append(launch.probe_mpi() if launch.needs_mpi(launcher) else (None, "--mpi"))
         mpi, how = found[0]
         return launch.plan(argv, point.ranks, nodes=point.nodes, tasks_per_node=point.tasks_per_node,
                            image=image, gpu=gpu, launcher=launcher, mpi=mpi, mpi_how=how)
@@ -58,10 +58,10 @@ def _planner(launcher: str, image: str | None, gpu: bool):
 
 
 def _cores_per_node() -> int | None:
-    """Cores of a node of this job: Slurm's word in an allocation, else this process's CPUs."""
-    value = os.environ.get("SLURM_CPUS_ON_NODE", "")
-    if value.isdigit() and int(value) > 0:
-        return int(value)
+    """Cores of a node of this job: the scheduler's word in an allocation, else this process's CPUs."""
+    told = node_cpus()
+    if told:
+        return told
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -162,7 +162,7 @@ def render_phases(summary):
 @click.option("--out", metavar="PREFIX", default=None,
               help="Write PREFIX.jsonl/.json/.csv/.png [default: scale-<app>-<strong|weak>].")
 @click.option("--fresh", is_flag=True, help="Set earlier results aside (PREFIX.jsonl.N.bak) instead of resuming.")
-@click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
+@click.option("--launcher", type=click.Choice(launcher_choices()), default="auto", show_default=True,
               help="How to start each run (auto: ibrun, else srun in Slurm, else mpiexec).")
 @click.option("--image", metavar="SIF", default=None, help="Run the command inside this Apptainer image.")
 @click.option("--gpu", is_flag=True, help="Make GPUs visible inside --image (apptainer --nv).")
@@ -201,9 +201,35 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
     and the same command run again resumes it.  A failed size is reported
     with its error and the study goes on; the exit status is then 1.
     """
-    from pympi_gpu.mpi.environment import expected_world_size
-    from pympi_gpu.scale.points import make_points
+    from pympi_gpu.scale.points import fix_threads, make_points
+    from pympi_gpu.scale.runner import with_json
 
+    _check_sizes(command, ranks, nodes, tasks_per_node)
+    ranks = _sizes(ranks, "ranks")
+    nodes = _sizes(nodes, "nodes")
+    projection = _projection(project_nodes, project_tasks_per_node, tasks_per_node, latency, bandwidth)
+    _check_where(command, image, gpu)
+    points = make_points(ranks=ranks, nodes=nodes, tasks_per_node=tasks_per_node)
+    try:
+        command, threads = fix_threads(command, threads)
+    except ValueError:
+        fail("the command's --threads is not a whole number")
+    cores = _cores_per_node()
+    _warn_oversubscribed(points, threads, cores)
+    planner = _planner(launcher, image, gpu)
+    try:  # refuse a plan that cannot be made before running anything
+        plans = [planner(with_json(command), p) for p in points]
+    except ValueError as exc:
+        fail(str(exc))
+    if dry_run:
+        _print_plans(points, plans, threads, cores)
+        return
+    _study(command, points, repeat, "weak" if weak else "strong", planner,
+           Path(out or _default_prefix(command, weak)), fresh, timeout, as_json, threads, cores, projection)
+
+
+def _check_sizes(command, ranks, nodes, tasks_per_node) -> None:
+    """Refuse a study without a command or with sizes that do not go together."""
     if not command:
         fail("no command to study: give it after --, e.g. pympi-scale --ranks 1,2 -- pympi-pi 1e8")
     if ranks is None and nodes is None:
@@ -214,56 +240,55 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
         fail("--nodes needs --tasks-per-node")
     if ranks is not None and tasks_per_node is not None:
         fail("--tasks-per-node goes with --nodes (with --ranks the launcher places the ranks)")
-    ranks = _sizes(ranks, "ranks")
-    nodes = _sizes(nodes, "nodes")
-    projection = None
-    if project_nodes is not None:
-        from pympi_gpu.scale.projection import FRONTERA, Network
 
-        same = latency == FRONTERA.latency and bandwidth == FRONTERA.bandwidth
-        projection = dict(nodes=_sizes(project_nodes, "project_nodes"),
-                          tasks_per_node=project_tasks_per_node or tasks_per_node,
-                          network=FRONTERA if same else Network(latency, bandwidth, "given on the command line"))
-    elif project_tasks_per_node is not None:
-        fail("--project-tasks-per-node goes with --project-nodes")
-    size, var = expected_world_size()
-    if size and size > 1 and var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
+
+def _projection(project_nodes, project_tasks_per_node, tasks_per_node, latency, bandwidth) -> dict | None:
+    """What --project-nodes asks for: the node counts, ranks per node and network; None without it."""
+    if project_nodes is None:
+        if project_tasks_per_node is not None:
+            fail("--project-tasks-per-node goes with --project-nodes")
+        return None
+    from pympi_gpu.scale.projection import FRONTERA, Network
+
+    same = latency == FRONTERA.latency and bandwidth == FRONTERA.bandwidth
+    return dict(nodes=_sizes(project_nodes, "project_nodes"), tasks_per_node=project_tasks_per_node or tasks_per_node,
+                network=FRONTERA if same else Network(latency, bandwidth, "given on the command line"))
+
+
+def _check_where(command, image, gpu) -> None:
+    """Refuse a study started under a launcher, of a command not on PATH, or --gpu without an image."""
+    # a launcher's world size, not the allocation's: inside an allocation the study is one process
+    size, var = expected_world_size(scheduler=False)
+    if size and size > 1:
         fail(f"pympi-scale runs on one process and launches the ranks itself, but {var}={size}: "
              "start it without srun/mpiexec/ibrun")
     if image is None and shutil.which(command[0]) is None:
         fail(f"command {command[0]!r} not found on PATH")
     if gpu and image is None:
         fail("--gpu goes with --image")
-    points = make_points(ranks=ranks, nodes=nodes, tasks_per_node=tasks_per_node)
-    from pympi_gpu.scale.points import cores_used, fix_threads, oversubscribed
 
-    try:
-        command, threads = fix_threads(command, threads)
-    except ValueError:
-        fail("the command's --threads is not a whole number")
-    cores = _cores_per_node()
+
+def _warn_oversubscribed(points, threads, cores) -> None:
+    """Say which sizes keep more cores busy than a node has: their times measure contention."""
+    from pympi_gpu.scale.points import cores_used, oversubscribed
+
     for p in points:
         if oversubscribed(p, threads, cores):
             click.echo(f"pympi-scale: warning: {p.label()}: {p.ranks_per_node} rank(s) x {threads} thread(s) "
                        f"= {cores_used(p, threads)} cores per node, but a node has {cores}: oversubscribed, "
                        "its time measures contention, not scaling", err=True)
-    planner = _planner(launcher, image, gpu)
-    from pympi_gpu.scale.runner import with_json
 
-    try:  # refuse a plan that cannot be made before running anything
-        plans = [planner(with_json(command), p) for p in points]
-    except ValueError as exc:
-        fail(str(exc))
-    if dry_run:
-        import shlex
 
-        for p, plan in zip(points, plans):
-            click.echo(f"# {p.label()}, {threads} thread(s) per rank, {cores_used(p, threads)} cores per "
-                       f"node (of {cores}): {plan.launcher} ({plan.reason})")
-            click.echo(shlex.join(plan.argv))
-        return
-    _study(command, points, repeat, "weak" if weak else "strong", planner,
-           Path(out or _default_prefix(command, weak)), fresh, timeout, as_json, threads, cores, projection)
+def _print_plans(points, plans, threads, cores) -> None:
+    """--dry-run: each size's command line, and why that launcher."""
+    import shlex
+
+    from pympi_gpu.scale.points import cores_used
+
+    for p, plan in zip(points, plans):
+        click.echo(f"# {p.label()}, {threads} thread(s) per rank, {cores_used(p, threads)} cores per "
+                   f"node (of {cores}): {plan.launcher} ({plan.reason})")
+        click.echo(shlex.join(plan.argv))
 
 
 def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json, threads=None, cores=None,
@@ -327,11 +352,36 @@ def render_projection(doc):
 
 def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json, err, out, jsonl,
                   store, threads, cores, projection=None):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from pympi_gpu.scale import report
     from pympi_gpu.scale.analysis import summarise
-    from pympi_gpu.scale.runner import run_study
+
+    todo = _resume(store, fresh, points, repeat, jsonl, err)
+    interrupted = _run_with_progress(command, points, repeat, kind, planner, store, timeout, todo, err)
+    runs = store.load()
+    summary = summarise(runs, points, repeat, kind, command, threads=threads, cores_per_node=cores)
+    projected = _project(summary, projection) if projection else None
+    extra = {"projection": projected} if isinstance(projected, dict) else {}
+    files = [jsonl, report.write_json(summary, prefix.with_name(prefix.name + ".json"), **extra),
+             report.write_csv(summary, prefix.with_name(prefix.name + ".csv"))]
+    png, why = report.write_plot(summary, prefix.with_name(prefix.name + ".png"))
+    if as_json:
+        click.echo(json.dumps(report.study_dict(summary, **extra), indent=2))
+    else:
+        _print_summary(out, summary, projected)
+    for f in files + ([png] if png else []):
+        err.print(f"wrote {escape(f)}", highlight=False)
+    if png is None:
+        err.print(f"plot skipped: {escape(why)}", highlight=False)
+    if interrupted:
+        err.print(f"interrupted: {len(runs)} run(s) kept in {escape(jsonl)}; run the same command again to resume",
+                  highlight=False)
+        sys.exit(130)
+    if summary.failed:
+        sys.exit(1)
+
+
+def _resume(store, fresh, points, repeat, jsonl, err) -> int:
+    """The runs still to do: all with --fresh (earlier results set aside), else those not done yet."""
     from pympi_gpu.scale.store import StudyMismatch
 
     if fresh:
@@ -346,11 +396,18 @@ def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout
     todo = sum(1 for p in points for i in range(repeat) if (p.key, i) not in done)
     if done:
         err.print(f"resuming {escape(jsonl)}: {len(points) * repeat - todo} run(s) already done, {todo} to go")
+    return todo
+
+
+def _run_with_progress(command, points, repeat, kind, planner, store, timeout, todo, err) -> bool:
+    """Run the study under a progress bar, a line per run; whether Ctrl-C or SIGTERM stopped it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pympi_gpu.scale.runner import run_study
 
     def _term(signum, frame):
         raise KeyboardInterrupt
     previous = signal.signal(signal.SIGTERM, _term)
-    interrupted = False
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err, transient=True)
     try:
@@ -372,50 +429,34 @@ def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout
             run_study(command, points, repeat, planner, store, timeout=timeout,
                       on_start=on_start, on_done=on_done)
     except KeyboardInterrupt:
-        interrupted = True
+        return True
     finally:
         signal.signal(signal.SIGTERM, previous)
+    return False
 
-    runs = store.load()
-    summary = summarise(runs, points, repeat, kind, command, threads=threads, cores_per_node=cores)
-    projected = _project(summary, projection) if projection else None
-    extra = {"projection": projected} if isinstance(projected, dict) else {}
-    files = [jsonl, report.write_json(summary, prefix.with_name(prefix.name + ".json"), **extra),
-             report.write_csv(summary, prefix.with_name(prefix.name + ".csv"))]
-    png, why = report.write_plot(summary, prefix.with_name(prefix.name + ".png"))
-    if as_json:
-        click.echo(json.dumps(report.study_dict(summary, **extra), indent=2))
-    else:
-        out.print(render_table(summary))
-        phases = render_phases(summary)
-        if phases is not None:
-            out.print(phases)
-        if isinstance(projected, dict):
-            out.print(render_projection(projected))
-        elif projected:
-            out.print(f"[yellow]no projection[/]: {escape(projected)}", highlight=False)
-        for p in summary.superlinear:
-            out.print(f"[yellow]warning[/]: {p.ranks} ranks: efficiency {100 * p.efficiency:.1f}% is above 100% "
-                      f"beyond the run-to-run spread ({p.repeats} run(s); slowest {p.time_max:.4f} s against the "
-                      f"baseline's fastest): a cache effect, or the baseline measured under load; re-take it on a "
-                      "quiet machine with --repeat 3 or more", highlight=False)
-        if summary.mixed_backends:
-            out.print(f"[yellow]warning[/]: the points ran on different backends "
-                      f"({', '.join(summary.mixed_backends)}); give the command --backend to compare like "
-                      "with like", highlight=False)
-        for p in summary.failed:
-            where = f"{p.ranks} ranks" + (f" ({p.nodes} nodes x {p.tasks_per_node})" if p.nodes else "")
-            out.print(f"[red]{where} failed[/]: {escape(p.error)}", highlight=False)
-            if p.stderr_tail.strip():
-                tail = "\n".join(p.stderr_tail.strip().splitlines()[-5:])
-                out.print("  " + tail.replace("\n", "\n  "), highlight=False, markup=False)
-    for f in files + ([png] if png else []):
-        err.print(f"wrote {escape(f)}", highlight=False)
-    if png is None:
-        err.print(f"plot skipped: {escape(why)}", highlight=False)
-    if interrupted:
-        err.print(f"interrupted: {len(runs)} run(s) kept in {escape(jsonl)}; run the same command again to resume",
-                  highlight=False)
-        sys.exit(130)
-    if summary.failed:
-        sys.exit(1)
+
+def _print_summary(out, summary, projected) -> None:
+    """The study for people: the table, where the time goes, the projection, the warnings, the failures."""
+    out.print(render_table(summary))
+    phases = render_phases(summary)
+    if phases is not None:
+        out.print(phases)
+    if isinstance(projected, dict):
+        out.print(render_projection(projected))
+    elif projected:
+        out.print(f"[yellow]no projection[/]: {escape(projected)}", highlight=False)
+    for p in summary.superlinear:
+        out.print(f"[yellow]warning[/]: {p.ranks} ranks: efficiency {100 * p.efficiency:.1f}% is above 100% "
+                  f"beyond the run-to-run spread ({p.repeats} run(s); slowest {p.time_max:.4f} s against the "
+                  f"baseline's fastest): a cache effect, or the baseline measured under load; re-take it on a "
+                  "quiet machine with --repeat 3 or more", highlight=False)
+    if summary.mixed_backends:
+        out.print(f"[yellow]warning[/]: the points ran on different backends "
+                  f"({', '.join(summary.mixed_backends)}); give the command --backend to compare like "
+                  "with like", highlight=False)
+    for p in summary.failed:
+        where = f"{p.ranks} ranks" + (f" ({p.nodes} nodes x {p.tasks_per_node})" if p.nodes else "")
+        out.print(f"[red]{where} failed[/]: {escape(p.error)}", highlight=False)
+        if p.stderr_tail.strip():
+            tail = "\n".join(p.stderr_tail.strip().splitlines()[-5:])
+            out.print("  " + tail.replace("\n", "\n  "), highlight=False, markup=False)

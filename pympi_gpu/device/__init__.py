@@ -8,5 +8,6 @@
 
 May import: the standard library, NumPy, numba (``buffers`` at import, the
 others inside functions), mpi4py inside functions that take a communicator;
-of pympi_gpu, only this package.  Never CuPy at import time.
+of pympi_gpu, only this package and ``launchers`` (the launchers' local-rank
+variables).  Never CuPy at import time.
 """

@@ -18,19 +18,18 @@ import dataclasses
 import functools
 import os
 
+from pympi_gpu import launchers
+
 __all__ = ["simulator", "gpu_usable", "local_rank", "LOCAL_RANK_VARS", "local_rank_from_env",
            "EarlyBinding", "select_before_init", "bind_device", "describe"]
 
-#: Node-local rank variables, most specific first.  Each launcher's own variable
-#: comes before Slurm's: a batch script's ``mpirun``/``mpiexec`` children inherit
-#: the batch step's ``SLURM_LOCALID`` (0 for every one of them), but each launcher
-#: sets its own.  ``OMPI_COMM_WORLD_LOCAL_RANK``: Open MPI's mpirun/prterun;
-#: ``MV2_COMM_WORLD_LOCAL_RANK``: MVAPICH2's mpirun_rsh; ``MPI_LOCALRANKID``:
-#: Hydra (MPICH's and Intel MPI's mpiexec, hence TACC's ibrun); ``PALS_LOCAL_RANKID``:
-#: Cray PALS; ``FLUX_TASK_LOCAL_ID``: Flux; ``PMI_LOCAL_RANK``: some PMI-2 launchers;
-#: ``SLURM_LOCALID``: srun.
-LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                   "PALS_LOCAL_RANKID", "FLUX_TASK_LOCAL_ID", "PMI_LOCAL_RANK", "SLURM_LOCALID")
+
+def __getattr__(name: str):
+    # LOCAL_RANK_VARS: the node-local rank variables, in the order they are believed (each
+    # launcher's own before Slurm's SLURM_LOCALID), read from pympi_gpu.launchers when asked for.
+    if name == "LOCAL_RANK_VARS":
+        return launchers.variables("local_rank")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def simulator() -> bool:
@@ -88,15 +87,13 @@ def local_rank(comm) -> tuple[int, int]:
 def local_rank_from_env(environ=None) -> tuple[int, str] | None:
     """The node-local rank the launcher exported, and the variable that said it.
 
-    The first of :data:`LOCAL_RANK_VARS` holding a whole number wins; None where
-    none does (e.g. a plain ``python`` or ``mpiexec`` of a launcher we do not know).
+    The first of :data:`LOCAL_RANK_VARS` holding a whole number wins
+    (:func:`pympi_gpu.launchers.local_rank`): each launcher's own variable before
+    Slurm's, since a batch script's ``mpirun``/``mpiexec`` children inherit the
+    batch step's ``SLURM_LOCALID`` (0 for every one of them).  None where none
+    does (e.g. a plain ``python`` or ``mpiexec`` of a launcher we do not know).
     """
-    env = os.environ if environ is None else environ
-    for var in LOCAL_RANK_VARS:
-        value = env.get(var, "").strip()
-        if value.isdigit():
-            return int(value), var
-    return None
+    return launchers.local_rank(os.environ if environ is None else environ)
 
 
 @dataclasses.dataclass(frozen=True)

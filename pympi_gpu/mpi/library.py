@@ -9,21 +9,22 @@ derivatives of MPICH (MVAPICH, Intel MPI) are recognised before MPICH itself.
 
 from __future__ import annotations
 
+from pympi_gpu import launchers
+
 __all__ = ["VENDORS", "vendor_of_text", "library_name"]
 
-#: (phrase, vendor) in the order they are tried, lower case
-_PHRASES = (
-    ("open mpi", "openmpi"), ("openrte", "openmpi"),
-    ("mvapich", "mvapich"),
-    ("intel(r) mpi", "intelmpi"), ("intel mpi", "intelmpi"),
-    ("microsoft mpi", "msmpi"),
-    ("mpich", "mpich"), ("hydra", "mpich"),
-)
-VENDORS = ("openmpi", "mvapich", "intelmpi", "msmpi", "mpich")
+
+def __getattr__(name: str):
+    if name == "VENDORS":  # the implementations told apart, in the order they are tried
+        return tuple(lib.name for lib in launchers.recognition_order())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def vendor_of_text(text: str) -> str | None:
     """The MPI implementation a version text names, or None where it names none.
+
+    The phrases are those of :data:`pympi_gpu.launchers.MPI_LIBRARIES`, tried in
+    :func:`~pympi_gpu.launchers.recognition_order` (derivatives of MPICH first).
 
     >>> vendor_of_text("MPICH Version: 4.1.2\\nMPICH CC: icx -O2 (Intel oneAPI compilers)")
     'mpich'
@@ -31,7 +32,7 @@ def vendor_of_text(text: str) -> str | None:
     'intelmpi'
     """
     low = text.lower()
-    return next((vendor for phrase, vendor in _PHRASES if phrase in low), None)
+    return next((lib.name for lib in launchers.recognition_order() if any(p in low for p in lib.phrases)), None)
 
 
 def library_name(library_version: str) -> str:

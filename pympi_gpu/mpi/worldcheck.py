@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pympi_gpu import launchers
 from pympi_gpu.mpi.environment import expected_world_size
 
 __all__ = ["world_mismatch"]
@@ -39,8 +40,25 @@ def world_mismatch(size: int, environ: Mapping[str, str] | None = None,
         f"warning: MPI started a world of 1 rank, but {var}={expected} says this job step has "
         f"{expected}: every process is running alone, each doing the whole job.\n"
         f"  The MPI library in use{lib} did not get the launcher's process-management "
-        f"interface (PMI). Start it with a launcher that speaks its PMI: srun --mpi=pmi2 for "
-        f"MPICH, MVAPICH and Intel MPI, srun --mpi=pmix for Open MPI, ibrun on TACC systems, or "
-        f"this MPI's own mpiexec; in a container, the image's MPI must match the host's "
+        f"interface (PMI). Start it with a launcher that speaks its PMI: {pmi_advice()}, ibrun on "
+        f"TACC systems, or this MPI's own mpiexec; in a container, the image's MPI must match the host's "
         f"(see docs/containers.md, 'Troubleshooting: images', MPI mismatch). pympi-launch chooses for you."
     )
+
+
+def pmi_advice() -> str:
+    """How to start each MPI library with a launcher that takes a PMI plugin, from the two tables.
+
+    ``"srun --mpi=pmi2 for MPICH, Intel MPI and MVAPICH, srun --mpi=pmix for Open MPI"``
+    """
+    speakers: dict[str, list[str]] = {}  # plugin -> the libraries that speak it
+    for lib in launchers.MPI_LIBRARIES:
+        if lib.pmi is not None:
+            speakers.setdefault(lib.pmi, []).append(lib.title)
+    advice = []
+    for entry in (e for e in launchers.startable() if e.start.pmi):
+        for plugin, titles in speakers.items():
+            option = " ".join((*entry.start.command, *launchers.fill(entry.start.pmi, pmi=plugin)))
+            names = titles[0] if len(titles) == 1 else f"{', '.join(titles[:-1])} and {titles[-1]}"
+            advice.append(f"{option} for {names}")
+    return ", ".join(advice)

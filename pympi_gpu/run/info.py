@@ -15,7 +15,7 @@ from importlib import metadata
 from typing import Any
 
 from pympi_gpu import __version__
-from pympi_gpu.mpi.environment import container, expected_world_size, launcher_env
+from pympi_gpu.mpi.environment import container, expected_world_size, launcher_env, started_by
 from pympi_gpu.mpi.library import library_name, vendor_of_text
 from pympi_gpu.run.provenance import version_of
 
@@ -75,19 +75,7 @@ def cupy_version() -> str | None:
 
 def guess_launcher(environ: dict[str, str] | None = None) -> str:
     """Which launcher started this process, from the variables it set."""
-    env = os.environ if environ is None else environ
-    if "SLURM_STEP_ID" in env and "SLURM_PROCID" in env and env.get("SLURM_STEP_ID") not in (
-            "batch", "extern", "4294967294", "4294967295"):
-        return "srun"
-    if "OMPI_COMM_WORLD_SIZE" in env:
-        return "mpirun (Open MPI)"
-    if "PMI_SIZE" in env or "HYDRA_PROXY_RETRY_COUNT" in env or "MPI_LOCALNRANKS" in env:
-        return "mpiexec (PMI)"
-    if "PMIX_RANK" in env:
-        return "PMIx launcher"
-    if "MV2_COMM_WORLD_SIZE" in env:
-        return "mpirun_rsh (MVAPICH)"
-    return "none (started directly, a singleton)"
+    return started_by(environ)
 
 
 def rank_info(comm, probe_gpus: bool = True) -> RankInfo:
