@@ -4,7 +4,7 @@ CUDA-aware MPIs want each process's GPU chosen before ``MPI_Init`` (Open MPI's
 and MVAPICH2-GDR's documentation say so: the library sets up its CUDA state,
 IPC handles and registration caches for the device current at init).  Before
 init there is no communicator to ask, so :func:`select_before_init` reads the
-node-local rank that the launcher exports (:data:`LOCAL_RANK_VARS`);
+node-local rank that the launcher exports (the launcher table, :mod:`pympi_gpu.launchers`);
 :func:`bind_device`, after init, checks that choice against the node's
 shared-memory communicator and binds from that where no launcher said.
 
@@ -20,16 +20,8 @@ import os
 
 from pympi_gpu import launchers
 
-__all__ = ["simulator", "gpu_usable", "local_rank", "LOCAL_RANK_VARS", "local_rank_from_env",
+__all__ = ["simulator", "gpu_usable", "local_rank", "local_rank_from_env",
            "EarlyBinding", "select_before_init", "bind_device", "describe"]
-
-
-def __getattr__(name: str):
-    # LOCAL_RANK_VARS: the node-local rank variables, in the order they are believed (each
-    # launcher's own before Slurm's SLURM_LOCALID), read from pympi_gpu.launchers when asked for.
-    if name == "LOCAL_RANK_VARS":
-        return launchers.variables("local_rank")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def simulator() -> bool:
@@ -87,7 +79,7 @@ def local_rank(comm) -> tuple[int, int]:
 def local_rank_from_env(environ=None) -> tuple[int, str] | None:
     """The node-local rank the launcher exported, and the variable that said it.
 
-    The first of :data:`LOCAL_RANK_VARS` holding a whole number wins
+    The first local-rank variable of the launcher table holding a whole number wins
     (:func:`pympi_gpu.launchers.local_rank`): each launcher's own variable before
     Slurm's, since a batch script's ``mpirun``/``mpiexec`` children inherit the
     batch step's ``SLURM_LOCALID`` (0 for every one of them).  None where none

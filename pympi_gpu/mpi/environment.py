@@ -11,19 +11,13 @@ from pathlib import Path
 
 from pympi_gpu import launchers
 
-__all__ = ["LAUNCHER_VARS", "launcher_env", "expected_world_size", "world_rank", "node_cpus", "started_by",
+__all__ = ["launcher_env", "expected_world_size", "world_rank", "node_cpus", "started_by",
            "container"]
 
 
 def _reported() -> tuple[str, ...]:
     """Every launcher's and scheduler's variable, and the GPUs the scheduler gave (not a launcher's)."""
     return (*launchers.reported(), "CUDA_VISIBLE_DEVICES")
-
-
-def __getattr__(name: str):
-    if name == "LAUNCHER_VARS":  # variables set by the launchers and schedulers we know, in report order
-        return _reported()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def launcher_env(environ: dict[str, str] | None = None) -> dict[str, str]:

@@ -30,7 +30,7 @@ from importlib import metadata
 from pympi_gpu import launchers
 from pympi_gpu.mpi.library import vendor_of_text
 
-__all__ = ["LaunchPlan", "LaunchError", "LAUNCHERS", "MPI_VENDORS", "PMI_FOR", "plan", "mpi_from_env",
+__all__ = ["LaunchPlan", "LaunchError", "plan", "mpi_from_env",
            "probe_mpi", "loaded_mpi_library", "launcher_choices", "mpi_choices", "needs_mpi"]
 
 
@@ -52,17 +52,6 @@ def needs_mpi(launcher: str) -> bool:
     """
     entry = next((e for e in launchers.startable() if e.name == launcher), None)
     return entry is None or entry.start.needs_mpi
-
-
-def __getattr__(name: str):
-    # The names this module has always offered, read from the tables when asked for.
-    if name == "LAUNCHERS":  # launchers plan() can choose or be told to use
-        return launcher_choices()
-    if name == "MPI_VENDORS":  # MPI implementations told apart (names as in provenance.mpi_vendor)
-        return mpi_choices()
-    if name == "PMI_FOR":  # the srun --mpi plugin each MPI speaks to Slurm through
-        return {lib.name: lib.pmi for lib in launchers.MPI_LIBRARIES if lib.pmi is not None}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class LaunchError(ValueError):

@@ -11,13 +11,7 @@ from __future__ import annotations
 
 from pympi_gpu import launchers
 
-__all__ = ["VENDORS", "vendor_of_text", "library_name"]
-
-
-def __getattr__(name: str):
-    if name == "VENDORS":  # the implementations told apart, in the order they are tried
-        return tuple(lib.name for lib in launchers.recognition_order())
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["vendor_of_text", "library_name"]
 
 
 def vendor_of_text(text: str) -> str | None:
