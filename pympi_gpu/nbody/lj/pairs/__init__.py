@@ -24,6 +24,7 @@ __all__ = ["MODULES", "styles", "style", "Coeff", "PairStyle"]
 #: the modules of the pair styles, each defining ``STYLE``: a new style is one line here
 MODULES = (
     "pympi_gpu.nbody.lj.pairs.lj_cut",
+    "pympi_gpu.nbody.lj.pairs.morse",
 )
 
 
