@@ -158,7 +158,8 @@ def setup_steps(carry: Path, work: Path, python: str = "python3", arch: str = "n
     py = str(venv / "bin" / "python")
     wheels = carry / "wheels"
     sdist = next(iter(sorted(wheels.glob("mpi4py-*.tar.gz"))), wheels / "mpi4py-MISSING.tar.gz")
-    pip_offline = f"--no-index --find-links {wheels} --no-build-isolation"
+    # --ignore-installed: the image's own mpi4py (seen through the .pth) must not satisfy it
+    pip_offline = f"--no-index --find-links {wheels} --no-build-isolation --ignore-installed"
     steps = [Step("venv", [python, str(THIS), "_venv", str(carry), str(venv)], timeout=300, est=30, once=True)]
     if mpi == "build":
         ompi_src = sorted((carry / "openmpi").glob("openmpi_*.orig.tar.*"))
@@ -556,7 +557,11 @@ BUNDLED = ("mpi", "cuda-samples-nbody", "bundle-mpi4py", "done/cuda-aware-open-m
 
 
 def save_bundle(work: Path, dest: Path) -> None:
-    """The built Open MPI, mpi4py and nbody as one tarball (``--save-bundle``; some 10 MB)."""
+    """The built Open MPI, mpi4py and nbody as one tarball (``--save-bundle``; 4.5 MiB).
+
+    Open MPI and mpi4py hold the work folder's absolute path: the next call must use the same
+    (``/tmp/pympi-acceptance``, or the same ``PYMPI_ACCEPTANCE_WORK``).
+    """
     import tarfile
 
     site = subprocess.run([str(work / "venv" / "bin" / "python"), "-c",
@@ -630,7 +635,7 @@ def run(carry: Path, out: Path, part: str, dry_run: bool, only: str | None, budg
 def merge(out: Path) -> int:
     """The parts' result files in ``out`` combined into ``gpu-acceptance-<device>.json``."""
     docs = [json.loads(p.read_text()) for p in sorted(out.glob("gpu-acceptance-*-*.json"))]
-    docs = [d for d in docs if d.get("schema") == "pympi_gpu.gpu_acceptance/2"]
+    docs = [d for d in docs if d.get("schema") == "pympi_gpu.gpu_acceptance/2" and "part" in d]
     if not docs:
         print(f"no part files (gpu-acceptance-<device>-<part>.json) in {out}", file=sys.stderr)
         return 2
@@ -842,7 +847,8 @@ def audit(carry: Path, binary: Path, arch: str) -> int:
     headers: set[str] = set()
     nvcc = find_nvcc() or "nvcc"
     for src in sorted(samples_source(samples).glob("*.c[pu]*")):
-        dep = subprocess.run([nvcc, *SAMPLES_NVCC_FLAGS, f"-arch={arch}", f"-I{samples / 'Common'}",
+        target = [] if arch == "native" else [f"-arch={arch}"]  # the headers read do not depend on it
+        dep = subprocess.run([nvcc, *SAMPLES_NVCC_FLAGS, *target, f"-I{samples / 'Common'}",
                               f"-I{root / 'usr/include'}", "-M", str(src)], capture_output=True, text=True)
         if dep.returncode != 0:
             bad.append(f"nvcc -M {src.name}: {dep.stderr.strip()[-300:]}")

@@ -213,6 +213,7 @@ def test_merge_parts(tmp_path):
         (tmp_path / f"gpu-acceptance-nvidia-h100-80gb-hbm3-{name}.json").write_text(
             json.dumps(part(name, "failed" if name == "lj" else "passed")))
     assert acc.merge(tmp_path) == 1                     # the lj part failed
+    assert acc.merge(tmp_path) == 1                     # the merged file itself is not taken for a part
     doc = json.loads((tmp_path / "gpu-acceptance-nvidia-h100-80gb-hbm3.json").read_text())
     assert doc["parts"] == list(acc.PARTS) and not doc["parts_missing"]
     assert [s["name"] for s in doc["steps"]].count("venv") == 1
