@@ -125,9 +125,13 @@ class Step:
 PARTS = ("setup", "tests", "nbody", "lj", "bench", "bench-lj")
 
 
+#: a test marked ``gpu``: by its decorator, or a module's ``pytestmark``
+GPU_MARK = re.compile(r"^\s*@pytest\.mark\.gpu\b|^pytestmark\s*=.*\bpytest\.mark\.gpu\b", re.M)
+
+
 def gpu_test_files(root: Path = ROOT) -> list[Path]:
     """The test modules that hold ``gpu``-marked tests (the others need what is not carried: ase, gsd)."""
-    return sorted(p for p in (root / "tests").glob("test_*.py") if "pytest.mark.gpu" in p.read_text())
+    return sorted(p for p in (root / "tests").glob("test_*.py") if GPU_MARK.search(p.read_text()))
 
 
 def ssh_agent() -> str:

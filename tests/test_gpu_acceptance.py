@@ -172,8 +172,9 @@ def test_parts_fit_a_device_call(tmp_path):
     # the gpu-marked tests run only the modules that hold some (the others import what is not carried)
     (tests,) = [s for s in steps if s.name == "gpu-marked tests"]
     files = [a for a in tests.argv if a.endswith(".py")]
-    assert files and all("pytest.mark.gpu" in open(f).read() for f in files)
-    assert str(ROOT / "tests" / "test_dump.py") not in files
+    assert str(ROOT / "tests" / "test_nbody_gpu.py") in files
+    assert all(acc.GPU_MARK.search(open(f).read()) for f in files), files
+    assert str(ROOT / "tests" / "test_dump.py") not in files and str(Path(__file__)) not in files
 
 
 def test_mpi_env_for_root_without_ssh(monkeypatch, tmp_path):
