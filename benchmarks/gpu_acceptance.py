@@ -542,7 +542,8 @@ def execute(steps: list[Step], work: Path, dest: Path, budget: float, meta: dict
                 proc = subprocess.run(s.argv, capture_output=True, text=True, timeout=min(s.timeout, left),
                                       env=dict(os.environ, **s.env))
                 judge(s, proc.returncode, proc.stdout, proc.stderr)
-                s.figures.setdefault("log_tail", (proc.stdout + proc.stderr)[-3000:])
+                # the tail of what it said, stdout last (a build's warnings go to stderr, its verdict to stdout)
+                s.figures.setdefault("log_tail", proc.stderr[-1500:] + proc.stdout[-1500:])
             except subprocess.TimeoutExpired:
                 s.status, s.detail = "failed", f"timed out after {min(s.timeout, left):.0f} s"
             except OSError as exc:
