@@ -77,8 +77,19 @@ def _exe(name: str) -> str:
     return str(path) if path.exists() else (shutil.which(name) or name)
 
 
+#: what a launcher (mpiexec, srun, PMI) sets for the ranks it starts: a child run must not inherit it,
+#: or its own mpiexec would take itself for a rank of the outer job.  The user's own settings stay:
+#: OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), and OMPI_MCA_* parameters such as plm_rsh_agent, without which
+#: Open MPI 4.1 as root on a machine without ssh (the GPU machine) starts nothing.
+LAUNCHER_VARS = ("PMI_", "PMIX_", "SLURM_", "MPI_LOCAL", "HYDRA_", "MV2_", "PRTE_", "OMPI_COMM_WORLD_",
+                 "OMPI_UNIVERSE_SIZE", "OMPI_FILE_LOCATION", "OMPI_APP_CTX_", "OMPI_FIRST_RANKS",
+                 "OMPI_NUM_APP_CTX", "OMPI_ARGV", "OMPI_COMMAND", "OMPI_MCA_orte_", "OMPI_MCA_ess",
+                 "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir", "OMPI_MCA_shmem_RUNTIME_QUERY_hint")
+
+
 def _env(extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "HYDRA_"))}
+    """This environment for a child run: the launcher's variables out (:data:`LAUNCHER_VARS`), one thread."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_VARS)}
     env.update({"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"})
     env.update(extra or {})
     return env

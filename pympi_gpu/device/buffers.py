@@ -16,7 +16,23 @@ from numba import cuda
 
 from pympi_gpu.device.gpu import simulator
 
-__all__ = ["DeviceBuffers", "DeviceArrays", "array_namespace", "mpi_buffer", "COPY_KINDS"]
+__all__ = ["DeviceBuffers", "DeviceArrays", "array_namespace", "mpi_buffer", "COPY_KINDS", "quiet_small_grids"]
+
+#: numba.cuda's warning at every launch of fewer than 128 blocks (its text since numba 0.57)
+SMALL_GRID_WARNING = r"Grid size \d+ will likely result in GPU under-utilization due to low occupancy"
+
+
+def quiet_small_grids() -> None:
+    """Silence numba.cuda's low-occupancy warning, which the package's small launches would print.
+
+    numba.cuda warns at every launch configured with fewer than 128 blocks, once per grid size:
+    the LJ model's thirds of the atoms and its ghost lists, a small rank's gravity kernels and the
+    finiteness counts are small by design, and a run would print a line on stderr for each new
+    size.  Only that warning is filtered (by its text); numba's other performance warnings stay.
+    """
+    import warnings
+
+    warnings.filterwarnings("ignore", message=SMALL_GRID_WARNING)
 
 
 def mpi_buffer(a):

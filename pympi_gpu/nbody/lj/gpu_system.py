@@ -55,6 +55,13 @@ __all__ = ["GpuLjSystem", "PHASES"]
 PHASES = ("forces", "list build", "halo", "integrate", "thermo")
 
 
+def _flat(a):
+    """A C-contiguous array as one flat view of its memory (never a copy: the kernels write through it)."""
+    if not a.flags.c_contiguous:
+        raise ValueError("a kernel's flat view needs a C-contiguous array")
+    return a.reshape(-1)
+
+
 class GpuLjSystem(LjSystem):
     """:class:`~pympi_gpu.nbody.lj.driver.LjSystem` with its atoms, ghosts and lists in GPU memory.
 
@@ -119,15 +126,20 @@ class GpuLjSystem(LjSystem):
                                                        for a in args))
 
     # -- neighbour lists --------------------------------------------------
+    def _cell_of(self, pos):
+        """Each row's cell: the CPU's ``bin_atoms`` rule, elementwise (``floor((x - lo) * inv)``, clamped)."""
+        xp = self.dev.xp
+        nc = [int(c) for c in self.ncell]
+        c = xp.floor((pos - self._cell_lo) * self._cell_inv).astype(np.int64)
+        c = xp.minimum(xp.maximum(c, 0), self._cell_top)
+        return (c[:, 0] * nc[1] + c[:, 1]) * nc[2] + c[:, 2]
+
     def _cells(self, pos):
         """``(cell, start, atoms)``: each row's cell, the rows sorted by (cell, row), the cells' starts."""
         xp = self.dev.xp
         n = pos.shape[0]
         nc = [int(c) for c in self.ncell]
-        # the CPU's bin_atoms rule, elementwise: floor((x - lo) * inv), clamped to the grid
-        c = xp.floor((pos - self._cell_lo) * self._cell_inv).astype(np.int64)
-        c = xp.minimum(xp.maximum(c, 0), self._cell_top)
-        cell = (c[:, 0] * nc[1] + c[:, 1]) * nc[2] + c[:, 2]
+        cell = self._cell_of(pos)
         ncells = nc[0] * nc[1] * nc[2]
         # one key per row, unique: a sort of any stability gives the CPU's order (by cell, then row)
         atoms = xp.argsort(cell * n + xp.arange(n, dtype=np.int64))
@@ -149,7 +161,7 @@ class GpuLjSystem(LjSystem):
             self.agree_migration(x.shape[0], finite)
         with self._phase("list build"):
             ids = rows[:, 6].astype(np.int64)
-            cell, _, _ = self._cells(x)
+            cell = self._cell_of(x)  # the keys only: the rows are sorted by (cell, id) here, by (cell, row) below
             order = xp.argsort(cell * (self.config.atoms + 1) + ids)  # by (cell, id), as the CPU sorts
             x, rows, ids = x[order], rows[order], ids[order]
             n = self.nlocal = x.shape[0]
@@ -193,9 +205,15 @@ class GpuLjSystem(LjSystem):
         return 1.0 if self.config.newton else 0.5
 
     def _bind(self) -> None:
-        """The force kernels' views of their arrays, made once per rebuild (not per launch: each costs)."""
+        """The force kernels' views of their arrays, made once per rebuild (not per launch: each costs).
+
+        Flat, as the kernels index them: positions and forces ``(3 n,)``, each list column-major
+        ``(cap n,)`` (row i's k-th neighbour at ``i + k n``); views of the same memory, no copies.
+        """
         view = self.dev.view
-        self._views = tuple(view(a) for a in (self.pos, self.f, self.e, self.w, *self.lists))
+        own_cnt, own_nbr, gh_cnt, gh_nbr = self.lists
+        self._views = tuple(view(a) for a in (_flat(self.pos), _flat(self.f), self.e, self.w, own_cnt,
+                                              _flat(own_nbr.T), gh_cnt, _flat(gh_nbr.T)))
 
     def check_finite(self) -> None:
         """Raise :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank if any rank's state is not finite.
