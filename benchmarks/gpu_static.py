@@ -57,6 +57,7 @@ ARCHS = (80, 90)
 
 #: the sources whose kernels are measured: the JSON holds their hash, so a stale file is seen
 SOURCES = ("pympi_gpu/nbody/gravity/kernels_cuda.py", "pympi_gpu/nbody/lj/kernels_cuda.py",
+           "pympi_gpu/nbody/lj/pairs/lj_cut.py",
            "pympi_gpu/nbody/lj/kernels_cpu.py", "pympi_gpu/pi/kernels_cuda.py", "pympi_gpu/rng.py",
            "benchmarks/gpu_static.py")
 
@@ -285,8 +286,10 @@ for prec, dt, nbt in (("fp32", np.float32, float32), ("fp64", np.float64, float6
         out["gravity.fill_zero fp64"] = ptx(fill_zero, void(a))
         out["gravity.count_nonfinite fp64"] = ptx(grav._count_nonfinite, void(a, int64[::1]))
 pos = float64[:, ::1]
+from pympi_gpu.nbody.lj.config import LjConfig
+lj_cut = lj.force_kernels(LjConfig(cells=1).pair_term)  # the default style, lj/cut at epsilon = sigma = 1
 for name in ("forces", "forces_newton"):
-    out[f"lj.{name}"] = ptx(getattr(lj, name), lj.FORCES_SIGNATURE)
+    out[f"lj.{name}"] = ptx(getattr(lj_cut, name), lj.FORCES_SIGNATURE)
 out["lj.build_lists"] = ptx(lj.build_lists, lj.BUILD_SIGNATURE)
 out["pi.mc"] = ptx(pik._mc_kernel, void(uint64, uint64, int64, int64, uint64[::1]))
 out["pi.trapezoid"] = ptx(pik._trap_kernel, void(int64, int64, int64, float64[::1]))

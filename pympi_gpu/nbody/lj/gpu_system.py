@@ -78,6 +78,7 @@ class GpuLjSystem(LjSystem):
         super().__init__(cart, config, x, v, ids, f)
         self.transport = transport
         self.dev = DeviceArrays()
+        self._kernels = kg.force_kernels(config.pair_term)
         self.halo = DeviceHalo(cart, self.brick, config.cutneigh, self.dev, transport)
         dev = self.dev
         self.pos = dev.from_host(self.pos, np.float64)
@@ -241,7 +242,7 @@ class GpuLjSystem(LjSystem):
         bounds = [0, n // 3, (2 * n) // 3, n]
         s = self.dev.stream
         newton = self.config.newton
-        kernel = kg.forces_newton if newton else kg.forces
+        kernel = self._kernels.forces_newton if newton else self._kernels.forces
         if newton:
             self.f.fill(0.0)  # owned and ghost rows: the reactions are added into them
 

@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
-__all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "make_row", "kick", "drift",
+__all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "jitable", "make_row", "kick", "drift",
            "max_displacement2", "kinetic_sums", "pack_rows", "add_rows", "warmup"]
 
 
@@ -249,6 +249,12 @@ def make_row(pair):
 
 
 @functools.cache
+def jitable(pair):
+    """``pair`` made callable from numba-compiled code, CPU and CUDA (registered once)."""
+    return register_jitable(pair)
+
+
+@functools.cache
 def force_kernels(pair) -> ForceKernels:
     """The CPU force kernels compiled around ``pair`` (a style's pair term, :mod:`~pympi_gpu.nbody.lj.pairs`).
 
@@ -256,7 +262,7 @@ def force_kernels(pair) -> ForceKernels:
     x_j)`` and the pair's virial ``r2 * fpair``.  numba compiles on first use
     (or loads from its cache, keyed by the pair term's code and coefficients).
     """
-    pair = register_jitable(pair)
+    pair = jitable(pair)
     row = make_row(pair)
 
     @njit(nogil=True, cache=True)
@@ -384,12 +390,3 @@ def warmup(forces: ForceKernels) -> None:
     drift(pos, v, 0.1, 8)
     max_displacement2(pos, pos, 8)
 
-
-def _default_pair(r2):  # lj/cut at epsilon = sigma = 1: what the CUDA kernels compile until they take a style
-    r2i = 1.0 / r2
-    r6i = r2i * r2i * r2i
-    return r6i * (48.0 * r6i - 24.0) * r2i, 4.0 * r6i * (r6i - 1.0)
-
-
-lj_pair = register_jitable(_default_pair)
-lj_row = make_row(lj_pair)

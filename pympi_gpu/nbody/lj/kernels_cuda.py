@@ -7,8 +7,8 @@ the stream its CuPy work runs on.  One thread per atom throughout.  With full li
 (each pair listed from both sides) a thread writes only its own atom's rows
 and no two threads write the same memory; with half lists (Newton's third
 law, each pair once) a thread adds the reaction to its neighbours' rows
-with atomic adds.  The LJ pair term and a
-list row's force are the CPU kernels' (:func:`~pympi_gpu.nbody.lj.kernels_cpu.lj_row`).
+with atomic adds.  The force kernels are compiled around a pair style's term
+by :func:`force_kernels`, as the CPU's are (:mod:`~pympi_gpu.nbody.lj.pairs`).
 
 What CuPy does as well in one or two of its own kernels is left to it (the
 caller): the cell keys, their sort, the cell starts (a scan), compaction,
@@ -20,15 +20,18 @@ Importing this module imports numba.cuda: do it only for ``--backend gpu``.
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import boolean, cuda, float64, int32, int64, uint32, uint64, void
 
 from pympi_gpu.device.buffers import quiet_small_grids
-from pympi_gpu.nbody.lj.kernels_cpu import lj_pair
+from pympi_gpu.nbody.lj.kernels_cpu import jitable
 
-__all__ = ["BLOCK", "grid", "forces", "forces_newton", "build_lists", "FORCES_SIGNATURE", "BUILD_SIGNATURE"]
+__all__ = ["BLOCK", "grid", "CudaForceKernels", "force_kernels", "build_lists", "FORCES_SIGNATURE",
+           "BUILD_SIGNATURE"]
 
 #: the types the kernels are launched with (CuPy arrays through ``__cuda_array_interface__``)
 FORCES_SIGNATURE = void(float64[::1], float64[::1], float64[::1], float64[::1], int64, int64, int64[::1],
@@ -51,43 +54,6 @@ def grid(n: int) -> int:
     return max(1, math.ceil(n / BLOCK))
 
 
-@cuda.jit(device=True, inline=True)
-def _row(pos, i, nbr, stride, c, rc2):
-    """Force on atom i from its c listed neighbours, and their energy and virial: ``(fx, fy, fz, e, w)``.
-
-    The CPU's :func:`~pympi_gpu.nbody.lj.kernels_cpu.lj_row`, in the same order of operations,
-    with the index arithmetic of a GPU loop: ``pos`` flat (atom j's x, y, z at 3j, 3j+1, 3j+2),
-    row i's k-th neighbour at ``nbr[i + k * stride]`` (the lists column-major, flat), all indices
-    unsigned (no negative-index wraparound) and the position in the list advanced by one add.
-    """
-    b = _3 * i
-    xi = pos[b]
-    yi = pos[b + _1]
-    zi = pos[b + _2]
-    fx = 0.0
-    fy = 0.0
-    fz = 0.0
-    e = 0.0
-    w = 0.0
-    at = i
-    end = i + c * stride
-    while at < end:
-        j = _3 * uint64(uint32(nbr[at]))  # list entries are row numbers, >= 0
-        at += stride
-        dx = xi - pos[j]
-        dy = yi - pos[j + _1]
-        dz = zi - pos[j + _2]
-        r2 = dx * dx + dy * dy + dz * dz
-        if r2 < rc2:
-            fpair, u = lj_pair(r2)
-            fx += dx * fpair
-            fy += dy * fpair
-            fz += dz * fpair
-            e += u
-            w += r2 * fpair
-    return fx, fy, fz, e, w
-
-
 def _launch_bounds(blocks: int) -> dict:
     """``cuda.jit``'s launch bounds: ``blocks`` resident blocks of :data:`BLOCK` threads (caps the
     registers); none where numba.cuda has no such option (the simulator, older releases)."""
@@ -100,85 +66,143 @@ def _launch_bounds(blocks: int) -> dict:
     return {"launch_bounds": (BLOCK, blocks)} if ok else {}
 
 
-# at most 40 registers (ptxas takes 44): 12 blocks of 128, 0.75 of an SM, no spill (gpu-static.json)
-@cuda.jit(**_launch_bounds(12))
-def forces(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
-    """One-sided LJ forces of atoms [i0, i1) over their listed neighbours.
+class CudaForceKernels(NamedTuple):
+    """The force kernels of one pair term (:func:`force_kernels`), launched with :data:`FORCES_SIGNATURE`."""
 
-    ``pos`` ``(3 n_all,)`` and ``f`` ``(3 n,)`` flat rows of x, y, z; ``nbr`` the lists flat,
-    column-major (row i's k-th neighbour at ``i + k * len(cnt)``).
-    ``add``: 0 overwrites f, e, w (the first list), 1 adds (the ghost list).
-    e and w hold each atom's pairs' full energy/virial (halved by the caller's sum).
+    #: full lists: one-sided, a thread writes only its own atom's rows
+    forces: object
+    #: half lists, Newton's third law: the reactions by atomic adds
+    forces_newton: object
+
+
+@functools.cache
+def force_kernels(pair) -> CudaForceKernels:
+    """The CUDA force kernels compiled around ``pair`` (a style's pair term, :mod:`~pympi_gpu.nbody.lj.pairs`).
+
+    ``pair(r2) -> (fpair, energy)``, as the CPU's
+    :func:`~pympi_gpu.nbody.lj.kernels_cpu.force_kernels` takes it; the
+    coefficients are folded in as constants.  Compiled on first launch.
     """
-    i = uint64(cuda.grid(1)) + uint64(i0)
-    if i >= uint64(i1):
-        return
-    stride = uint64(cnt.shape[0])
-    fx, fy, fz, ei, wi = _row(pos, i, nbr, stride, uint64(cnt[i]), rc2)
-    b = _3 * i
-    if add:
-        f[b] += fx
-        f[b + _1] += fy
-        f[b + _2] += fz
-        e[i] += ei
-        w[i] += wi
-    else:
-        f[b] = fx
-        f[b + _1] = fy
-        f[b + _2] = fz
-        e[i] = ei
-        w[i] = wi
+    pair = jitable(pair)
+
+    @cuda.jit(device=True, inline=True)
+    def row(pos, i, nbr, stride, c, rc2):
+        """Force on atom i from its c listed neighbours, and their energy and virial: ``(fx, fy, fz, e, w)``.
+
+        The CPU's row (:func:`~pympi_gpu.nbody.lj.kernels_cpu.make_row`), in the same order of operations,
+        with the index arithmetic of a GPU loop: ``pos`` flat (atom j's x, y, z at 3j, 3j+1, 3j+2),
+        row i's k-th neighbour at ``nbr[i + k * stride]`` (the lists column-major, flat), all indices
+        unsigned (no negative-index wraparound) and the position in the list advanced by one add.
+        """
+        b = _3 * i
+        xi = pos[b]
+        yi = pos[b + _1]
+        zi = pos[b + _2]
+        fx = 0.0
+        fy = 0.0
+        fz = 0.0
+        e = 0.0
+        w = 0.0
+        at = i
+        end = i + c * stride
+        while at < end:
+            j = _3 * uint64(uint32(nbr[at]))  # list entries are row numbers, >= 0
+            at += stride
+            dx = xi - pos[j]
+            dy = yi - pos[j + _1]
+            dz = zi - pos[j + _2]
+            r2 = dx * dx + dy * dy + dz * dz
+            if r2 < rc2:
+                fpair, u = pair(r2)
+                fx += dx * fpair
+                fy += dy * fpair
+                fz += dz * fpair
+                e += u
+                w += r2 * fpair
+        return fx, fy, fz, e, w
 
 
-@cuda.jit
-def forces_newton(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
-    """Half-list LJ forces of atoms [i0, i1): f[i] and f[j] (ghost rows too) by atomic adds.
+    # at most 40 registers (ptxas takes 44): 12 blocks of 128, 0.75 of an SM, no spill (gpu-static.json)
+    @cuda.jit(**_launch_bounds(12))
+    def forces(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
+        """One-sided pair forces of atoms [i0, i1) over their listed neighbours.
 
-    The arrays as :func:`forces` takes them (``f`` flat over all rows, ghosts included).
-    ``add``: 0 overwrites e, w (the first list), 1 adds; f must be zeroed first.
-    e and w hold each atom's listed pairs' energy/virial, every pair once.
-    """
-    i = uint64(cuda.grid(1)) + uint64(i0)
-    if i >= uint64(i1):
-        return
-    stride = uint64(cnt.shape[0])
-    b = _3 * i
-    xi = pos[b]
-    yi = pos[b + _1]
-    zi = pos[b + _2]
-    fx = 0.0
-    fy = 0.0
-    fz = 0.0
-    ei = 0.0
-    wi = 0.0
-    at = i
-    end = i + uint64(cnt[i]) * stride
-    while at < end:
-        j = _3 * uint64(uint32(nbr[at]))
-        at += stride
-        dx = xi - pos[j]
-        dy = yi - pos[j + _1]
-        dz = zi - pos[j + _2]
-        r2 = dx * dx + dy * dy + dz * dz
-        if r2 < rc2:
-            fpair, u = lj_pair(r2)
-            fx += dx * fpair
-            fy += dy * fpair
-            fz += dz * fpair
-            cuda.atomic.add(f, j, -dx * fpair)
-            cuda.atomic.add(f, j + _1, -dy * fpair)
-            cuda.atomic.add(f, j + _2, -dz * fpair)
-            ei += u
-            wi += r2 * fpair
-    cuda.atomic.add(f, b, fx)
-    cuda.atomic.add(f, b + _1, fy)
-    cuda.atomic.add(f, b + _2, fz)
-    if add:
-        e[i] += ei
-        w[i] += wi
-    else:
-        e[i] = ei
-        w[i] = wi
+        ``pos`` ``(3 n_all,)`` and ``f`` ``(3 n,)`` flat rows of x, y, z; ``nbr`` the lists flat,
+        column-major (row i's k-th neighbour at ``i + k * len(cnt)``).
+        ``add``: 0 overwrites f, e, w (the first list), 1 adds (the ghost list).
+        e and w hold each atom's pairs' full energy/virial (halved by the caller's sum).
+        """
+        i = uint64(cuda.grid(1)) + uint64(i0)
+        if i >= uint64(i1):
+            return
+        stride = uint64(cnt.shape[0])
+        fx, fy, fz, ei, wi = row(pos, i, nbr, stride, uint64(cnt[i]), rc2)
+        b = _3 * i
+        if add:
+            f[b] += fx
+            f[b + _1] += fy
+            f[b + _2] += fz
+            e[i] += ei
+            w[i] += wi
+        else:
+            f[b] = fx
+            f[b + _1] = fy
+            f[b + _2] = fz
+            e[i] = ei
+            w[i] = wi
+
+
+    @cuda.jit
+    def forces_newton(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
+        """Half-list pair forces of atoms [i0, i1): f[i] and f[j] (ghost rows too) by atomic adds.
+
+        The arrays as :func:`forces` takes them (``f`` flat over all rows, ghosts included).
+        ``add``: 0 overwrites e, w (the first list), 1 adds; f must be zeroed first.
+        e and w hold each atom's listed pairs' energy/virial, every pair once.
+        """
+        i = uint64(cuda.grid(1)) + uint64(i0)
+        if i >= uint64(i1):
+            return
+        stride = uint64(cnt.shape[0])
+        b = _3 * i
+        xi = pos[b]
+        yi = pos[b + _1]
+        zi = pos[b + _2]
+        fx = 0.0
+        fy = 0.0
+        fz = 0.0
+        ei = 0.0
+        wi = 0.0
+        at = i
+        end = i + uint64(cnt[i]) * stride
+        while at < end:
+            j = _3 * uint64(uint32(nbr[at]))
+            at += stride
+            dx = xi - pos[j]
+            dy = yi - pos[j + _1]
+            dz = zi - pos[j + _2]
+            r2 = dx * dx + dy * dy + dz * dz
+            if r2 < rc2:
+                fpair, u = pair(r2)
+                fx += dx * fpair
+                fy += dy * fpair
+                fz += dz * fpair
+                cuda.atomic.add(f, j, -dx * fpair)
+                cuda.atomic.add(f, j + _1, -dy * fpair)
+                cuda.atomic.add(f, j + _2, -dz * fpair)
+                ei += u
+                wi += r2 * fpair
+        cuda.atomic.add(f, b, fx)
+        cuda.atomic.add(f, b + _1, fy)
+        cuda.atomic.add(f, b + _2, fz)
+        if add:
+            e[i] += ei
+            w[i] += wi
+        else:
+            e[i] = ei
+            w[i] = wi
+
+    return CudaForceKernels(forces, forces_newton)
 
 
 @cuda.jit

@@ -52,9 +52,10 @@ def reference_forces(x: np.ndarray, box: float, cutoff: float, which: np.ndarray
 def _direct_sum(pair):
     """The direct sum of :func:`reference_forces`, compiled around ``pair``."""
     from numba import njit
-    from numba.extending import register_jitable
 
-    pair = register_jitable(pair)
+    from pympi_gpu.nbody.lj.kernels_cpu import jitable
+
+    pair = jitable(pair)
 
     @njit(cache=True)
     def direct(xw, box, rc2, which, out, mag):
