@@ -1,17 +1,36 @@
-"""Runs the pytest-mpi suites of tests/mpi/ under mpiexec at 2 and 3 ranks."""
+"""Runs the pytest-mpi suites of tests/mpi/ under mpiexec at 2 and 3 ranks.
+
+Twice per rank count: the whole directory as it is, then the tests marked ``cudasim``
+again in a run of their own with ``NUMBA_ENABLE_CUDASIM=1`` (numba reads it once, at
+import, so those tests skip in the first run and run only in the second).
+"""
 
 import sys
 
 import pytest
 
-from conftest import ROOT, mpiexec_argv, run
+from conftest import ROOT, clean_env, mpiexec_argv, run
+
+MPI_TESTS = ROOT / "tests" / "mpi"
+
+
+def _suite(ranks, *args, env=None):
+    argv = mpiexec_argv(ranks) + [sys.executable, "-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider",
+                                  "-o", "addopts=", *args, str(MPI_TESTS)]
+    proc = run(argv, timeout=900, cwd=ROOT, env=env or clean_env())
+    tail = (proc.stdout + proc.stderr)[-6000:]
+    assert proc.returncode == 0, tail
+    assert " passed" in proc.stdout and " failed" not in proc.stdout, tail
+    return proc.stdout
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_mpi_suite(ranks):
-    argv = mpiexec_argv(ranks) + [sys.executable, "-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider",
-                                  "-o", "addopts=", str(ROOT / "tests" / "mpi")]
-    proc = run(argv, timeout=900, cwd=ROOT)
-    tail = (proc.stdout + proc.stderr)[-6000:]
-    assert proc.returncode == 0, tail
-    assert " passed" in proc.stdout and " failed" not in proc.stdout, tail
+    _suite(ranks)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_mpi_suite_under_the_cuda_simulator(ranks):
+    """The device halo, device buffers and the GPU exchange under numba's simulator (NumPy as the device)."""
+    out = _suite(ranks, "-m", "cudasim", env=clean_env(NUMBA_ENABLE_CUDASIM="1", OMP_NUM_THREADS="1"))
+    assert " skipped" not in out, out[-3000:]  # each of them ran

@@ -2,7 +2,29 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+
+def simulated() -> bool:
+    """Whether numba's CUDA simulator was on when this process started (read once, as numba does)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cudasim`` skip, saying why, in a process without the simulator.
+
+    NUMBA_ENABLE_CUDASIM must be set before numba is imported, so these cannot switch it on
+    themselves: ``tests/test_mpi_suite.py`` runs them (``-m cudasim``) in runs of their own.
+    """
+    if simulated():
+        return
+    skip = pytest.mark.skip(reason="needs NUMBA_ENABLE_CUDASIM=1 from the start of the process "
+                                   "(tests/test_mpi_suite.py runs these under it)")
+    for item in items:
+        if "cudasim" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture
