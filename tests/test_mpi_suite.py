@@ -3,6 +3,11 @@
 Twice per rank count: the whole directory as it is, then the tests marked ``cudasim``
 again in a run of their own with ``NUMBA_ENABLE_CUDASIM=1`` (numba reads it once, at
 import, so those tests skip in the first run and run only in the second).
+
+A rank stuck in a collective cannot be interrupted by a signal, so each test has
+``PER_TEST`` seconds, watched from a thread: past them the rank prints every thread's
+stack and exits, and mpiexec ends the others (a failure in minutes, with the place it
+hung, rather than the whole run's timeout).
 """
 
 import sys
@@ -12,11 +17,13 @@ import pytest
 from conftest import ROOT, clean_env, mpiexec_argv, run
 
 MPI_TESTS = ROOT / "tests" / "mpi"
+PER_TEST = 300  # seconds: far beyond any test of the tier, well inside the run's 900
 
 
 def _suite(ranks, *args, env=None):
     argv = mpiexec_argv(ranks) + [sys.executable, "-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider",
-                                  "-o", "addopts=", *args, str(MPI_TESTS)]
+                                  "-o", "addopts=", "-o", "timeout_method=thread", f"--timeout={PER_TEST}",
+                                  *args, str(MPI_TESTS)]
     proc = run(argv, timeout=900, cwd=ROOT, env=env or clean_env())
     tail = (proc.stdout + proc.stderr)[-6000:]
     assert proc.returncode == 0, tail
