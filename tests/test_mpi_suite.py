@@ -2,7 +2,8 @@
 
 Twice per rank count: the whole directory as it is, then the tests marked ``cudasim``
 again in a run of their own with ``NUMBA_ENABLE_CUDASIM=1`` (numba reads it once, at
-import, so those tests skip in the first run and run only in the second).
+import, so those tests skip in the first run and run only in the second).  In the quick
+tier (``-m "not system and not slow"``) the runs under mpiexec leave ``slow`` out too.
 
 A rank stuck in a collective cannot be interrupted by a signal, so each test has
 ``PER_TEST`` seconds, watched from a thread: past them the rank prints every thread's
@@ -31,13 +32,19 @@ def _suite(ranks, *args, env=None):
     return proc.stdout
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_mpi_suite(ranks):
-    _suite(ranks)
+def _quick(config) -> bool:
+    """Whether this run leaves ``slow`` tests out (the quick tier): then so does the run under mpiexec."""
+    return "not slow" in (config.getoption("markexpr") or "")
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_mpi_suite_under_the_cuda_simulator(ranks):
+def test_mpi_suite(request, ranks):
+    _suite(ranks, *(["-m", "not slow"] if _quick(request.config) else []))
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_mpi_suite_under_the_cuda_simulator(request, ranks):
     """The device halo, device buffers and the GPU exchange under numba's simulator (NumPy as the device)."""
-    out = _suite(ranks, "-m", "cudasim", env=clean_env(NUMBA_ENABLE_CUDASIM="1", OMP_NUM_THREADS="1"))
+    marks = "cudasim and not slow" if _quick(request.config) else "cudasim"
+    out = _suite(ranks, "-m", marks, env=clean_env(NUMBA_ENABLE_CUDASIM="1", OMP_NUM_THREADS="1"))
     assert " skipped" not in out, out[-3000:]  # each of them ran

@@ -41,15 +41,16 @@ def _collected(tmp_path):
     (tmp_path / "tiers_reporter.py").write_text(REPORTER)
     report = tmp_path / "tiers.json"
     env = clean_env(TIERS_REPORT=str(report), PYTHONPATH=str(tmp_path))
-    out = run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "tiers_reporter"],
-              cwd=ROOT, env=env, timeout=300)
+    # -o addopts= : tests/mpi too (test_mpi_suite runs it under mpiexec, with the same SLOW table)
+    out = run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+               "-p", "tiers_reporter", "tests"], cwd=ROOT, env=env, timeout=300)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     return json.loads(report.read_text())
 
 
 def test_the_quick_tier_keeps_every_files_tests_and_the_slow_table_names_real_tests(tmp_path):
-    """``-m "not system and not slow"`` leaves at least one test of every file outside tests/system
-    (the MPI tier through test_mpi_suite at 3 ranks, with and without the simulator); every entry of
+    """``-m "not system and not slow"`` leaves at least one test of every file outside tests/system,
+    tests/mpi included (run through test_mpi_suite at 3 ranks, with and without the simulator); every entry of
     conftest.SLOW matches a collected test (a renamed test would silently slow the quick tier down);
     every test under tests/system carries ``system``."""
     got = _collected(tmp_path)
