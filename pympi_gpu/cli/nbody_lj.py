@@ -152,7 +152,7 @@ def _system(cart, config: LjConfig, devices, restart):
         make = LjSystem
     if restart is None:
         brick = brick_of(config.box, tuple(cart.Get_topo()[0]), cart.Get_coords(cart.Get_rank()))
-        return make(cart, config, *initial_arrays(config, brick))
+        return make(cart, config, *initial_arrays(config, brick, cart))
     _, meta, local = restart
     system = make(cart, config, local["x"], local["v"], local["id"], local["f"])
     from pympi_gpu.nbody.lj.record import Thermo
