@@ -82,8 +82,21 @@ def run_gravity(ctx, args, simd_note: str) -> None:
 
 def _config(args) -> NbodyConfig:
     """The system the command line asks for (a restart may replace it); refusals before MPI starts."""
+    import math
+
+    import numpy as np
+
+    from pympi_gpu.nbody.gravity.precision import PRECISIONS
+
+    if args.bodies < 2:
+        fail(f"BODIES ({args.bodies}) must be at least 2: a lone body feels no force, and its virial ratio "
+             "-2K/U has no potential energy to divide by")
     if args.softening < MIN_SOFTENING:
         fail(f"--softening {args.softening:g} is below {MIN_SOFTENING:g}")
+    # the kernels add eps^2 to r^2 in the run's precision: it must stay finite there
+    largest = math.sqrt(float(np.finfo(PRECISIONS[args.precision]).max)) / 4
+    if args.softening > largest:
+        fail(f"--softening {args.softening:g} is above {largest:.3g}, where eps^2 overflows {args.precision}")
     return NbodyConfig(bodies=args.bodies, dt=NbodyConfig.dt if args.dt is None else args.dt,
                        softening=args.softening, precision=args.precision, init=args.init,
                        seed=NbodyConfig.seed if args.seed is None else args.seed)

@@ -66,6 +66,7 @@ def run_lj(ctx, args) -> None:
     stop = Stop("pympi-nbody", TWICE).install()
     cart = make_cart(comm)
     try:
+        _check_memory(cart, config, args.backend)
         restart = _restart(ctx, cart, args, config)
         config = restart[0] if restart else config
         _check_grid(cart, config, args.bodies)
@@ -89,13 +90,35 @@ def run_lj(ctx, args) -> None:
 
 def _config(args) -> LjConfig:
     """The system the command line asks for (a restart may replace it); refusals before MPI starts."""
+    import math
+
     from pympi_gpu.nbody.lj.lattice import cells_for
 
     if args.bodies < 4:
         fail(f"ATOMS ({args.bodies}) is too few for the fcc lattice: one cell holds 4 atoms")
-    return LjConfig(cells=cells_for(args.bodies), density=args.density, temperature=args.temperature,
-                    cutoff=args.cutoff, skin=args.skin, dt=LjConfig.dt if args.dt is None else args.dt,
-                    seed=LjConfig.seed if args.seed is None else args.seed)
+    config = LjConfig(cells=cells_for(args.bodies), density=args.density, temperature=args.temperature,
+                      cutoff=args.cutoff, skin=args.skin, dt=LjConfig.dt if args.dt is None else args.dt,
+                      seed=LjConfig.seed if args.seed is None else args.seed)
+    if not math.isfinite(config.box):  # 4 / density overflows: the box would be infinite
+        fail(f"--density {args.density:g} is too small: the fcc cell edge (4 / density)^(1/3) overflows")
+    try:  # the neighbour lists are sized from this count
+        neighbours = config.cutneigh ** 3 * config.density
+    except OverflowError:
+        neighbours = math.inf
+    if not math.isfinite(neighbours):
+        fail(f"--cutoff {args.cutoff:g} + --skin {args.skin:g} is too large: the neighbour count overflows")
+    return config
+
+
+def _check_memory(cart, config: LjConfig, backend: str) -> None:
+    """Refuse a run that does not fit some rank's node (decided together, before anything is allocated)."""
+    from pympi_gpu.device.gpu import local_rank
+    from pympi_gpu.nbody.lj.memory import too_large
+
+    dims = tuple(cart.Get_topo()[0])
+    verdicts = cart.allgather(too_large(config, dims, local_rank(cart)[1], gpu=backend == "gpu"))
+    if any(verdicts):
+        fail(next(v for v in verdicts if v))
 
 
 def _restart(ctx, cart, args, config: LjConfig):
