@@ -75,11 +75,12 @@ def run_lj(ctx, args) -> None:
             _need_cupy(comm)
         nthreads = configure_threads(comm, args.threads)
         config = dataclasses.replace(config, newton=nthreads == 1 and not devices.gpu)
+        outputs = _claim(cart, args, config)
         system = _system(cart, config, devices, restart)
         from pympi_gpu.run.provenance import collect
 
         provenance = collect(comm, extra={**devices.provenance(), "threads_per_rank": str(nthreads), "model": "lj"})
-        run, shown = _execute(cart, system, config, args, devices, provenance, stop)
+        run, shown = _execute(cart, system, config, args, devices, provenance, stop, outputs)
         if args.verify:
             run = _verify(cart, system, config, run, args)
     finally:
@@ -119,6 +120,17 @@ def _check_memory(cart, config: LjConfig, backend: str) -> None:
     verdicts = cart.allgather(too_large(config, dims, local_rank(cart)[1], gpu=backend == "gpu"))
     if any(verdicts):
         fail(next(v for v in verdicts if v))
+
+
+def _claim(cart, args, config: LjConfig):
+    """Lock the checkpoint, claim --dump and --thermo-file for this run (refusals on every rank)."""
+    from pympi_gpu.cli.simulation import claim_outputs
+    from pympi_gpu.nbody.lj import thermo as lj_thermo
+    from pympi_gpu.run.outputs import RunIdentity
+
+    identity = RunIdentity.of("lj", config.atoms, config.box, config.seed, temperature=config.temperature,
+                              dt=config.dt, cutoff=config.cutoff, skin=config.skin)
+    return claim_outputs(cart, args, identity, thermo_module=lj_thermo, box=config.box)
 
 
 def _restart(ctx, cart, args, config: LjConfig):
@@ -186,13 +198,13 @@ def _system(cart, config: LjConfig, devices, restart):
     return system
 
 
-def _execute(cart, system, config: LjConfig, args, devices, provenance, stop):
+def _execute(cart, system, config: LjConfig, args, devices, provenance, stop, outputs=None):
     from pympi_gpu.nbody.lj import thermo as lj_thermo
 
     options = args.run_options(name=f"pympi-nbody-lj-{config.atoms}")
     return execute(cart, system, options, devices=devices, provenance=provenance, stop=stop,
                    thermo_module=lj_thermo, title=lj_title(config, cart.Get_size(), tuple(cart.Get_topo()[0])),
-                   args=args, box=config.box)
+                   args=args, box=config.box, outputs=outputs)
 
 
 def _verify(cart, system, config: LjConfig, run, args):
