@@ -249,3 +249,22 @@ def test_readers_read_the_identity_line(tmp_path):
     empty = tmp_path / "h.csv"
     thermolog.ThermoLog(empty, ["Step", "X"], me).close()
     assert thermolog.inspect(empty).kind == "nothing"  # a header and no row: nothing to lose
+
+
+@pytest.mark.parametrize("suffix", [".extxyz", ".gsd"])
+def test_ovito_reads_the_frames_and_the_run_they_name(tmp_path, suffix):
+    """OVITO (the ovito module, where installed) reads every frame; the identity is a global attribute."""
+    pytest.importorskip("ovito", reason="OVITO's Python module (pip install ovito) is not installed")
+    from ovito.io import import_file
+
+    path = tmp_path / f"t{suffix}"
+    ok(nbody(2, 2048, *LJ, "--steps", 20, "--dump", path, "--dump-every", 10))
+    pipeline = import_file(str(path))
+    assert pipeline.num_frames == 3
+    data = pipeline.compute(2)
+    assert data.particles.count == 2048 and data.cell is not None
+    if suffix == ".extxyz":
+        assert data.attributes["step"] == 20 and data.attributes["model"] == "lj" and data.attributes["n"] == 2048
+    else:
+        assert data.attributes["Timestep"] == 20
+        assert bytes(data.attributes["pympi/run"]).decode().startswith("model=lj n=2048 ")
