@@ -15,6 +15,7 @@ that a second job never removes a file another job is still writing:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import socket
@@ -152,7 +153,10 @@ def append_whole(fd: int, data: bytes) -> None:
     view = memoryview(data)
     try:
         while view:
-            view = view[os.write(fd, view):]
+            written = os.write(fd, view)
+            if written == 0:  # no progress and no error: as full as a full disk
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[written:]
     except OSError:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, size)
