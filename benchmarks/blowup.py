@@ -83,8 +83,8 @@ def lj_case(comm, atoms: int, steps: int) -> dict:
     from pympi_gpu.nbody.lj.lattice import cells_for
     from pympi_gpu.nbody.lj.record import Thermo
 
-    kc.warmup()
     config = LjConfig(cells=cells_for(atoms))
+    kc.warmup(kc.force_kernels(config.pair_term))
     cart = make_cart(comm)
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))

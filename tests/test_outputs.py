@@ -69,7 +69,8 @@ def test_a_fresh_run_onto_an_old_runs_files_is_refused_and_they_stay_byte_identi
     # what the first run recorded: its identity in every frame and on the log's first line
     frames = ase.io.read(str(dump), index=":")
     assert [a.info["step"] for a in frames] == [0, 50, 100, 150, 200]
-    assert all(a.info["model"] == "lj" and a.info["n"] == 4000 and a.info["temperature"] == 1.44 for a in frames)
+    assert all(a.info["model"] == "lj" and a.info["n"] == 4000 and a.info["temperature"] == 1.44
+               and a.info["pair"] == "lj/cut" and a.info["pair_epsilon"] == 1.0 for a in frames)
     assert log.read_text().startswith("# pympi-nbody model=lj n=4000 box=16.795961913825074 seed=87287 ")
 
 

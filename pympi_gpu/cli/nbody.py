@@ -17,6 +17,7 @@ from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, PositiveFlo
 from pympi_gpu.nbody.gravity.config import DEFAULT_SEED as GRAVITY_SEED
 from pympi_gpu.nbody.gravity.config import NbodyConfig
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED as LJ_SEED
+from pympi_gpu.nbody.lj import pairs
 from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.loop import RunOptions
 
@@ -24,7 +25,7 @@ MAX_BODIES = 2**31 - 1
 MODELS = ("gravity", "lj")
 #: gravity options that mean nothing to the LJ model, and the reverse
 GRAVITY_ONLY = ("softening", "precision", "exchange", "init")
-LJ_ONLY = ("density", "temperature", "cutoff", "skin")
+LJ_ONLY = ("density", "temperature", "cutoff", "skin", "pair", "pair_coeff")
 
 
 class _Count(Count):
@@ -50,6 +51,28 @@ class _Bodies(_Count):
         return n
 
 
+class PairCoeff(click.ParamType):
+    """``NAME=VALUE``: one coefficient of the pair style (checked against the style once it is known)."""
+
+    name = "name=value"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        import math
+
+        name, eq, number = str(value).partition("=")
+        try:
+            if not number.isascii():  # float() reads any script's digits
+                raise ValueError(number)
+            x = float(number)
+        except ValueError:
+            x = math.nan
+        if not eq or not name.strip() or not math.isfinite(x):
+            self.fail(f"{value!r} is not NAME=VALUE with a finite number (e.g. d0=1.5)", param, ctx)
+        return name.strip(), x
+
+
 def _float(allow_zero=False):
     return PositiveFloat(allow_zero=allow_zero)
 
@@ -68,6 +91,14 @@ def lj_options(f):
                      help="lj: pair cutoff (sigma)."),
         click.option("--skin", type=_float(allow_zero=True), default=LjConfig.skin, show_default=True,
                      help="lj: Verlet-list skin (sigma); lists are rebuilt when an atom moves skin/2."),
+        click.option("--pair", type=click.Choice(sorted(pairs.styles())), default=LjConfig.pair, show_default=True,
+                     help="lj: the pair style, as LAMMPS names it: "
+                          + "; ".join(f"{s.name}: {s.summary}" for s in pairs.styles().values()) + "."),
+        click.option("--pair-coeff", "pair_coeff", type=PairCoeff(), multiple=True, metavar="NAME=VALUE",
+                     help="lj: a coefficient of the pair style (repeat for more): "
+                          + "; ".join(f"{s.name}: " + ", ".join(f"{c.name} ({c.help}, default {c.default:g})"
+                                                                 for c in s.coeffs)
+                                      for s in pairs.styles().values()) + "."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -79,7 +110,7 @@ def check_model_options(ctx, model: str) -> None:
     wrong = LJ_ONLY if model == "gravity" else GRAVITY_ONLY
     for name in wrong:
         if given(ctx, name):
-            fail(f"--{name} applies to --model {'lj' if model == 'gravity' else 'gravity'} only")
+            fail(f"--{name.replace('_', '-')} applies to --model {'lj' if model == 'gravity' else 'gravity'} only")
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -203,6 +234,8 @@ class Job:
     temperature: float
     cutoff: float
     skin: float
+    pair: str
+    pair_coeff: tuple[tuple[str, float], ...]
 
     def run_options(self, *, name: str, thermo: bool = True) -> RunOptions:
         """The loop's options; ``name`` (``pympi-nbody-N``) names the files a stop and a blow-up write."""

@@ -6,9 +6,10 @@ import dataclasses
 
 import numpy as np
 
-from pympi_gpu.cli.common import configure_threads, fail, mpi_world, select_gpu_early
+from pympi_gpu.cli.common import configure_threads, fail, given, mpi_world, select_gpu_early
 from pympi_gpu.cli.signals import Stop
 from pympi_gpu.cli.simulation import TWICE, choose_devices, execute, format_tail, report, restart_values
+from pympi_gpu.nbody.lj import pairs
 from pympi_gpu.nbody.lj.config import LjConfig
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
@@ -20,7 +21,8 @@ def lj_title(config, ranks: int, grid) -> str:
     """The summary's first line, from the run's :class:`~pympi_gpu.nbody.lj.driver.LjConfig` (or record)."""
     return (f"lj: {config.atoms:,} atoms ({config.cells}^3 fcc cells, density {config.density:g}, box "
             f"{config.box:.6g}), {ranks} rank(s) as a {'x'.join(map(str, grid))} grid, T0 {config.temperature:g} "
-            f"(seed {config.seed}), dt {config.dt:g}, cutoff {config.cutoff:g} + skin {config.skin:g}")
+            f"(seed {config.seed}), dt {config.dt:g}, pair {pairs.style(config.pair).describe(config.pair_coeffs)} "
+            f"cut at {config.cutoff:g} + skin {config.skin:g}")
 
 
 def format_lj(run, threads: int, shown: bool = False) -> str:
@@ -99,7 +101,12 @@ def _config(args) -> LjConfig:
         fail(f"ATOMS ({args.bodies}) is too few for the fcc lattice: one cell holds 4 atoms")
     config = LjConfig(cells=cells_for(args.bodies), density=args.density, temperature=args.temperature,
                       cutoff=args.cutoff, skin=args.skin, dt=LjConfig.dt if args.dt is None else args.dt,
-                      seed=LjConfig.seed if args.seed is None else args.seed)
+                      seed=LjConfig.seed if args.seed is None else args.seed, pair=args.pair,
+                      pair_coeffs=tuple(args.pair_coeff))
+    try:
+        config.coefficients
+    except ValueError as exc:
+        fail(f"--pair-coeff: {exc}")
     if not math.isfinite(config.box):  # 4 / density overflows: the box would be infinite
         fail(f"--density {args.density:g} is too small: the fcc cell edge (4 / density)^(1/3) overflows")
     try:  # the neighbour lists are sized from this count
@@ -129,7 +136,8 @@ def _claim(cart, args, config: LjConfig):
     from pympi_gpu.run.outputs import RunIdentity
 
     identity = RunIdentity.of("lj", config.atoms, config.box, config.seed, temperature=config.temperature,
-                              dt=config.dt, cutoff=config.cutoff, skin=config.skin)
+                              dt=config.dt, cutoff=config.cutoff, skin=config.skin, pair=config.pair,
+                              **{f"pair_{k}": v for k, v in config.coefficients.items()})
     return claim_outputs(cart, args, identity, thermo_module=lj_thermo, box=config.box)
 
 
@@ -148,9 +156,22 @@ def _restart(ctx, cart, args, config: LjConfig):
     if meta["atoms"] != config.atoms:
         fail(f"--restart: {path!r} holds {meta['atoms']} atoms, but ATOMS is {args.bodies}")
     fixed = restart_values(ctx, path, meta, {name: getattr(config, name) for name in _FROM_FILE})
+    fixed.update(_restart_pair(ctx, path, meta, config))
     if meta["step"] > args.steps:
         fail(f"--restart: {path!r} is at step {meta['step']}, beyond --steps {args.steps}")
     return dataclasses.replace(config, **fixed), meta, local
+
+
+def _restart_pair(ctx, path: str, meta: dict, config: LjConfig) -> dict:
+    """The pair style and coefficients a checkpoint fixes (one written before styles: lj/cut's defaults)."""
+    pair = meta.get("pair", "lj/cut")
+    coeffs = meta.get("pair_coeffs") or {}
+    if given(ctx, "pair") and config.pair != pair:
+        fail(f"--restart: {path!r} was run with --pair {pair}, not {config.pair}")
+    if given(ctx, "pair_coeff") and config.pair == pair and config.coefficients != \
+            dataclasses.replace(config, pair_coeffs=tuple(coeffs.items())).coefficients:
+        fail(f"--restart: {path!r} was run with the {pair} coefficients {coeffs}, not {config.coefficients}")
+    return {"pair": pair, "pair_coeffs": tuple(coeffs.items())}
 
 
 def _check_grid(cart, config: LjConfig, bodies: int) -> None:
@@ -176,7 +197,7 @@ def _system(cart, config: LjConfig, devices, restart):
     from pympi_gpu.nbody.lj.domain import brick_of
     from pympi_gpu.nbody.lj.driver import LjSystem, initial_arrays
 
-    kernels_cpu.warmup()
+    kernels_cpu.warmup(kernels_cpu.force_kernels(config.pair_term))
     if devices.gpu:
         from functools import partial
 
@@ -212,7 +233,7 @@ def _verify(cart, system, config: LjConfig, run, args):
 
     tolerance = DRIFT_BOUND if args.energy_tolerance is None else args.energy_tolerance
     result = verify(cart, system.owned(), config.box, config.cutoff, run.energy_drift, run.momentum_change,
-                    tolerance)
+                    tolerance, config.pair_term)
     return dataclasses.replace(run, verification=result)
 
 

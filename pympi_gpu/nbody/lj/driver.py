@@ -85,6 +85,7 @@ class LjSystem:
 
     def __init__(self, cart, config: LjConfig, x, v, ids, f=None, *, timestep: int = 0, initial=None):
         self.cart = self.comm = cart
+        self.forces = kc.force_kernels(config.pair_term)
         self.timestep = timestep
         self.initial = initial
         self._rebuild_next = False  # after a checkpoint (and a restart) the next step rebuilds
@@ -231,8 +232,8 @@ class LjSystem:
         sums = [0.0, 0.0]
 
         def work(stage):
-            e, w = kc.pair_forces(self.pos, f, bounds[stage], bounds[stage + 1], own_cnt, own_nbr, rc2, newton,
-                                  eflag)
+            e, w = self.forces.pair_forces(self.pos, f, bounds[stage], bounds[stage + 1], own_cnt, own_nbr, rc2,
+                                           newton, eflag)
             scale = 1.0 if newton else 0.5
             sums[0] += scale * e
             sums[1] += scale * w
@@ -242,7 +243,7 @@ class LjSystem:
         else:
             for s in range(3):
                 work(s)
-        e, w = kc.pair_forces(self.pos, f, 0, n, gh_cnt, gh_nbr, rc2, newton, eflag)
+        e, w = self.forces.pair_forces(self.pos, f, 0, n, gh_cnt, gh_nbr, rc2, newton, eflag)
         scale = 1.0 if newton else 0.5  # without newton the other rank computes the pair too
         if eflag:
             self.energy = sums[0] + scale * e
@@ -399,7 +400,7 @@ class LjSystem:
         steps = result.steps
         return LjRun(
             atoms=config.atoms, cells=config.cells, box=config.box, density=config.density,
-            temperature=config.temperature, cutoff=config.cutoff, skin=config.skin, dt=config.dt, seed=config.seed,
+            temperature=config.temperature, pair=config.pair, pair_coeffs=config.coefficients, cutoff=config.cutoff, skin=config.skin, dt=config.dt, seed=config.seed,
             ranks=comm.Get_size(), grid=tuple(self.brick.dims), backend=labels.backend,
             backend_reason=labels.backend_reason, transport=labels.transport, transport_reason=labels.transport_reason,
             newton=config.newton, first_step=result.first_step, last_step=result.last_step, steps=steps,
