@@ -158,6 +158,9 @@ def check_model_options(ctx, model: str) -> None:
                    "the first step and every --dump-every steps; a restart appends.")
 @click.option("--dump-every", type=_Count(minimum=1, maximum=10**12), default=None, metavar="K",
               help="Steps between trajectory frames  [default: 100]")
+@click.option("--overwrite", is_flag=True,
+              help="Replace a --dump or --thermo-file that holds another run's output (else refused, unless "
+                   "--restart continues the run that wrote it); never a file of another kind.")
 @click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/nbody.md; "
@@ -222,6 +225,7 @@ class Job:
     thermo_file: str | None
     dump: str | None
     dump_every: int | None
+    overwrite: bool
     threads: int | None
     as_json: bool
     quiet: bool

@@ -63,6 +63,7 @@ def run_gravity(ctx, args, simd_note: str) -> None:
 
     devices = choose_devices(comm, args.backend, args.transport, early, PRECISIONS[config.precision])
     nthreads = configure_threads(comm, args.threads)
+    outputs = _claim(comm, args, config)
     system = _system(comm, config, args, devices, restart)
     from pympi_gpu.run.provenance import collect
 
@@ -73,7 +74,7 @@ def run_gravity(ctx, args, simd_note: str) -> None:
 
     run, shown = execute(comm, system, options, devices=devices, provenance=provenance, stop=stop,
                          thermo_module=gravity_thermo, title=gravity_title(config, comm.Get_size()), args=args,
-                         box=None)
+                         box=None, outputs=outputs)
     if args.verify:
         run = _verify(comm, system, config, run, args)
     report(comm, run, as_json=args.as_json, human=lambda: format_run(run, nthreads, shown=shown),
@@ -82,11 +83,35 @@ def run_gravity(ctx, args, simd_note: str) -> None:
 
 def _config(args) -> NbodyConfig:
     """The system the command line asks for (a restart may replace it); refusals before MPI starts."""
+    import math
+
+    import numpy as np
+
+    from pympi_gpu.nbody.gravity.precision import PRECISIONS
+
+    if args.bodies < 2:
+        fail(f"BODIES ({args.bodies}) must be at least 2: a lone body feels no force, and its virial ratio "
+             "-2K/U has no potential energy to divide by")
     if args.softening < MIN_SOFTENING:
         fail(f"--softening {args.softening:g} is below {MIN_SOFTENING:g}")
+    # the kernels add eps^2 to r^2 in the run's precision: it must stay finite there
+    largest = math.sqrt(float(np.finfo(PRECISIONS[args.precision]).max)) / 4
+    if args.softening > largest:
+        fail(f"--softening {args.softening:g} is above {largest:.3g}, where eps^2 overflows {args.precision}")
     return NbodyConfig(bodies=args.bodies, dt=NbodyConfig.dt if args.dt is None else args.dt,
                        softening=args.softening, precision=args.precision, init=args.init,
                        seed=NbodyConfig.seed if args.seed is None else args.seed)
+
+
+def _claim(comm, args, config: NbodyConfig):
+    """Lock the checkpoint, claim --dump and --thermo-file for this run (refusals on every rank)."""
+    from pympi_gpu.cli.simulation import claim_outputs
+    from pympi_gpu.nbody.gravity import thermo as gravity_thermo
+    from pympi_gpu.run.outputs import RunIdentity
+
+    identity = RunIdentity.of("gravity", config.bodies, None, config.seed, init=config.init,
+                              precision=config.precision, dt=config.dt, softening=config.softening)
+    return claim_outputs(comm, args, identity, thermo_module=gravity_thermo, box=None)
 
 
 def _check_size(comm, config: NbodyConfig) -> None:

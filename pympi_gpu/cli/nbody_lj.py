@@ -68,6 +68,7 @@ def run_lj(ctx, args) -> None:
     stop = Stop("pympi-nbody", TWICE).install()
     cart = make_cart(comm)
     try:
+        _check_memory(cart, config, args.backend)
         restart = _restart(ctx, cart, args, config)
         config = restart[0] if restart else config
         _check_grid(cart, config, args.bodies)
@@ -76,11 +77,12 @@ def run_lj(ctx, args) -> None:
             _need_cupy(comm)
         nthreads = configure_threads(comm, args.threads)
         config = dataclasses.replace(config, newton=nthreads == 1 and not devices.gpu)
+        outputs = _claim(cart, args, config)
         system = _system(cart, config, devices, restart)
         from pympi_gpu.run.provenance import collect
 
         provenance = collect(comm, extra={**devices.provenance(), "threads_per_rank": str(nthreads), "model": "lj"})
-        run, shown = _execute(cart, system, config, args, devices, provenance, stop)
+        run, shown = _execute(cart, system, config, args, devices, provenance, stop, outputs)
         if args.verify:
             run = _verify(cart, system, config, run, args)
     finally:
@@ -91,6 +93,8 @@ def run_lj(ctx, args) -> None:
 
 def _config(args) -> LjConfig:
     """The system the command line asks for (a restart may replace it); refusals before MPI starts."""
+    import math
+
     from pympi_gpu.nbody.lj.lattice import cells_for
 
     if args.bodies < 4:
@@ -103,7 +107,38 @@ def _config(args) -> LjConfig:
         config.coefficients
     except ValueError as exc:
         fail(f"--pair-coeff: {exc}")
+    if not math.isfinite(config.box):  # 4 / density overflows: the box would be infinite
+        fail(f"--density {args.density:g} is too small: the fcc cell edge (4 / density)^(1/3) overflows")
+    try:  # the neighbour lists are sized from this count
+        neighbours = config.cutneigh ** 3 * config.density
+    except OverflowError:
+        neighbours = math.inf
+    if not math.isfinite(neighbours):
+        fail(f"--cutoff {args.cutoff:g} + --skin {args.skin:g} is too large: the neighbour count overflows")
     return config
+
+
+def _check_memory(cart, config: LjConfig, backend: str) -> None:
+    """Refuse a run that does not fit some rank's node (decided together, before anything is allocated)."""
+    from pympi_gpu.device.gpu import local_rank
+    from pympi_gpu.nbody.lj.memory import too_large
+
+    dims = tuple(cart.Get_topo()[0])
+    verdicts = cart.allgather(too_large(config, dims, local_rank(cart)[1], gpu=backend == "gpu"))
+    if any(verdicts):
+        fail(next(v for v in verdicts if v))
+
+
+def _claim(cart, args, config: LjConfig):
+    """Lock the checkpoint, claim --dump and --thermo-file for this run (refusals on every rank)."""
+    from pympi_gpu.cli.simulation import claim_outputs
+    from pympi_gpu.nbody.lj import thermo as lj_thermo
+    from pympi_gpu.run.outputs import RunIdentity
+
+    identity = RunIdentity.of("lj", config.atoms, config.box, config.seed, temperature=config.temperature,
+                              dt=config.dt, cutoff=config.cutoff, skin=config.skin, pair=config.pair,
+                              **{f"pair_{k}": v for k, v in config.coefficients.items()})
+    return claim_outputs(cart, args, identity, thermo_module=lj_thermo, box=config.box)
 
 
 def _restart(ctx, cart, args, config: LjConfig):
@@ -173,7 +208,7 @@ def _system(cart, config: LjConfig, devices, restart):
         make = LjSystem
     if restart is None:
         brick = brick_of(config.box, tuple(cart.Get_topo()[0]), cart.Get_coords(cart.Get_rank()))
-        return make(cart, config, *initial_arrays(config, brick))
+        return make(cart, config, *initial_arrays(config, brick, cart))
     _, meta, local = restart
     system = make(cart, config, local["x"], local["v"], local["id"], local["f"])
     from pympi_gpu.nbody.lj.record import Thermo
@@ -184,13 +219,13 @@ def _system(cart, config: LjConfig, devices, restart):
     return system
 
 
-def _execute(cart, system, config: LjConfig, args, devices, provenance, stop):
+def _execute(cart, system, config: LjConfig, args, devices, provenance, stop, outputs=None):
     from pympi_gpu.nbody.lj import thermo as lj_thermo
 
     options = args.run_options(name=f"pympi-nbody-lj-{config.atoms}")
     return execute(cart, system, options, devices=devices, provenance=provenance, stop=stop,
                    thermo_module=lj_thermo, title=lj_title(config, cart.Get_size(), tuple(cart.Get_topo()[0])),
-                   args=args, box=config.box)
+                   args=args, box=config.box, outputs=outputs)
 
 
 def _verify(cart, system, config: LjConfig, run, args):

@@ -30,24 +30,40 @@ import numpy as np
 from pympi_gpu.nbody.blowup import BlowUp, finite_rows, moved_too_far
 from pympi_gpu.nbody.lj import kernels_cpu as kc
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED, LjConfig
-from pympi_gpu.nbody.lj.domain import brick_of, owner_coords, wrap
+from pympi_gpu.nbody.lj.domain import brick_of, wrap
 from pympi_gpu.nbody.lj.halo import Halo
-from pympi_gpu.nbody.lj.lattice import fcc_positions, velocities
+from pympi_gpu.nbody.lj import lattice
 from pympi_gpu.nbody.lj.record import LjRun
 from pympi_gpu.nbody.lj.thermo import thermo
 
 __all__ = ["LjConfig", "LjSystem", "initial_arrays", "DEFAULT_SEED"]
 
-def initial_arrays(config: LjConfig, brick) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """This brick's atoms of the initial state: ``(x, v, ids)``.
+def initial_arrays(config: LjConfig, brick, comm=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This brick's atoms of the initial state: ``(x, v, ids)``; collective over ``comm`` if given.
 
-    Every rank draws the whole (cheap) lattice and velocity set in id order,
-    so the state is the same for any number of ranks.
+    The state is :func:`~pympi_gpu.nbody.lj.lattice.fcc_positions` and
+    :func:`~pympi_gpu.nbody.lj.lattice.velocities` of the whole system, bit
+    for bit and so the same for any number of ranks, but each rank makes only
+    its brick's atoms (:func:`~pympi_gpu.nbody.lj.lattice.brick_lattice`,
+    :func:`~pympi_gpu.nbody.lj.lattice.draws`): no rank holds more than its
+    share and a block.  The two sums over all atoms come out as NumPy's: the
+    momentum's, which adds the atoms one after the other, streamed by rank 0
+    and broadcast; the kinetic energy's pairwise tree, its leaves shared by
+    the ranks and added in the tree's order on each, so every rank scales by
+    the same float.  Without ``comm`` this process computes both sums alone.
     """
-    x = fcc_positions(config.cells, config.density)
-    v = velocities(config.atoms, config.temperature, config.seed)
-    mine = np.all(owner_coords(x, config.box, brick.dims) == np.array(brick.coords), axis=1)
-    return x[mine].copy(), v[mine].copy(), np.nonzero(mine)[0].astype(np.int64) + 1
+    x, ids = lattice.brick_lattice(config.cells, config.density, config.box, brick.dims, brick.coords)
+    v = lattice.draws(config.seed, ids)
+    rank, size = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
+    mean = lattice.momentum_sum(config.atoms, config.seed) / config.atoms if rank == 0 else None
+    if comm is not None:
+        mean = comm.bcast(mean, root=0)
+    leaves = lattice.square_sum_leaves(config.atoms)
+    mine = [lattice.square_sum_leaf(config.seed, mean, *leaf) for leaf in leaves[rank::size]]
+    parts = [mine] if comm is None else comm.allgather(mine)
+    sums = [parts[i % size][i // size] for i in range(len(leaves))]  # leaf i was rank i % size's
+    lattice.scale_velocities(v, mean, lattice.square_sum(config.atoms, sums), config.atoms, config.temperature)
+    return x, v, ids
 
 
 class LjSystem:
