@@ -12,7 +12,6 @@ public methods are used; what comes to the host is read from the copy counter.
 
 import numpy as np
 import pytest
-from mpi4py import MPI
 
 from pympi_gpu.nbody.lj.halo import Halo
 

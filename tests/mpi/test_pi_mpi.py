@@ -63,8 +63,6 @@ def kernels():
 
 @pytest.mark.parametrize("samples", [1, 2, 3, 1_000_003, 5_000_000])
 def test_monte_carlo_rank_invariant(comm, kernels, samples):
-    from mpi4py import MPI
-
     """The hit count is the serial count of the same stream, whatever the split over ranks."""
     r = monte_carlo(comm, samples, kernels, seed=17)
     other = monte_carlo(_other(comm), samples, kernels, seed=17)
