@@ -223,7 +223,7 @@ def profile(atoms: int, steps: int) -> dict:
     from pympi_gpu.nbody.lj import halo
     from pympi_gpu.nbody.lj import kernels_cpu as kc
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
     from pympi_gpu.nbody.lj.lattice import cells_for
 
     spent = collections.defaultdict(float)
@@ -249,7 +249,7 @@ def profile(atoms: int, steps: int) -> dict:
     cart = make_cart(MPI.COMM_WORLD)
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
-        system = LjSystem(cart, config, *initial_arrays(config, brick))
+        system = LjSystem(cart, config, *initial_arrays(config, brick)).atoms
         system.start()
         spent.clear()
         system.halo.comm_time = 0.0
@@ -273,7 +273,7 @@ def gpu_profile(atoms: int, steps: int) -> dict:
     """Both kinds of GPU lists on this process's ranks: rate, and seconds per step in each phase.
 
     For full lists and for half lists with Newton's third law
-    (:class:`~pympi_gpu.nbody.lj.gpu_system.GpuLjSystem`, ``config.newton``):
+    (:class:`~pympi_gpu.nbody.lj.device_atoms.DeviceAtoms`, ``config.newton``):
     ``steps`` steps timed as the command runs them (``rate``, atom-steps/s),
     then ``steps`` more with ``profile``, the stream synchronised around each
     phase (forces, list build, halo, integrate, thermo; ``other``: the rest,
@@ -284,20 +284,21 @@ def gpu_profile(atoms: int, steps: int) -> dict:
 
     from mpi4py import MPI
 
+    from pympi_gpu.device.device import Device
     from pympi_gpu.device.gpu import bind_device
+    from pympi_gpu.nbody.lj.device_atoms import PHASES
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-    from pympi_gpu.nbody.lj.driver import LjConfig, initial_arrays
-    from pympi_gpu.nbody.lj.gpu_system import PHASES, GpuLjSystem
     from pympi_gpu.nbody.lj.lattice import cells_for
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
 
-    bind_device(MPI.COMM_WORLD)
+    GPU = Device(backend="gpu", transport="host", binding=bind_device(MPI.COMM_WORLD))
     cart = make_cart(MPI.COMM_WORLD)
     out = {}
     try:
         for lists, newton in (("full", False), ("half", True)):
             config = LjConfig(cells=cells_for(atoms), newton=newton)
             brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
-            system = GpuLjSystem(cart, config, *initial_arrays(config, brick), transport="host")
+            system = LjSystem(cart, config, *initial_arrays(config, brick), device=GPU).atoms
             system.start()
             for _ in range(5):  # warm: kernels compiled, memory pool filled
                 system.step()

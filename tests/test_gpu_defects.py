@@ -74,8 +74,8 @@ import json, sys
 import numpy as np
 from mpi4py import MPI
 from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-from pympi_gpu.nbody.lj.driver import LjConfig, initial_arrays
-from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
+from pympi_gpu.device.device import Device
+from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
 
 class Counting:  # the array namespace, counting its sorts
     def __init__(self, xp):
@@ -90,7 +90,7 @@ config = LjConfig(cells=4, temperature=3.0, newton=False)
 cart = make_cart(MPI.COMM_WORLD)
 brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
 x, v, ids = initial_arrays(config, brick)
-system = GpuLjSystem(cart, config, x, v, ids, transport="host")
+system = LjSystem(cart, config, x, v, ids, device=Device(backend="gpu", transport="host", simulated=True)).atoms
 system.start()
 xp = system.dev.xp = Counting(system.dev.xp)
 first, pinned = system.rebuilds, system.halo.pinned_allocations
@@ -127,7 +127,7 @@ made = []
 for name in ("device_array", "to_device"):
     real = getattr(buffers.cuda, name)
     setattr(buffers.cuda, name, lambda *a, _real=real, **k: made.append(1) or _real(*a, **k))
-b = CudaBackend("fp64", block=32)
+b = CudaBackend("fp64", True, block=32)
 a = b.from_host(np.arange(40.0))
 before = len(made)
 results = []
@@ -230,7 +230,7 @@ def test_fp64_gravity_unchanged_where_the_clamp_moved():
         m = rng.uniform(0.5, 1.0, n)
         worst = 0.0
         for eps in (1e-15, 0.05):
-            b = CudaBackend("fp64", block=32)
+            b = CudaBackend("fp64", True, block=32)
             p = [b.from_host(pos[:, k]) for k in range(3)]
             acc = [b.zeros(n) for _ in range(3)]
             b.accel(*p, *p, b.from_host(m), eps * eps, *acc)

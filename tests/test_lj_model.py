@@ -146,7 +146,7 @@ def test_lammps_bench_step_zero():
     from mpi4py import MPI
 
     from pympi_gpu.nbody.lj.domain import make_cart
-    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
     from pympi_gpu.nbody.loop import RunOptions, simulate
 
     config = LjConfig(cells=20)
@@ -171,7 +171,7 @@ def test_small_box_several_images_of_a_neighbour(newton):
     from mpi4py import MPI
 
     from pympi_gpu.nbody.lj.domain import make_cart
-    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
     from pympi_gpu.nbody.loop import RunOptions, simulate
 
     config = LjConfig(cells=3, newton=newton)
@@ -179,8 +179,8 @@ def test_small_box_several_images_of_a_neighbour(newton):
     try:
         system = LjSystem(cart, config, *initial_arrays(config, brick_of(config.box, (1, 1, 1), (0, 0, 0))))
         simulate(cart, system, RunOptions(steps=20))
-        system.compute_forces(forward=True)
-        got = system.owned()
+        system.atoms.compute_forces(forward=True)
+        got = system.atoms.owned()
     finally:
         cart.Free()
     order = np.argsort(got["id"])

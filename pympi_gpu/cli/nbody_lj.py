@@ -18,7 +18,7 @@ _FROM_FILE = ("dt", "seed", "density", "temperature", "cutoff", "skin")
 
 
 def lj_title(config, ranks: int, grid) -> str:
-    """The summary's first line, from the run's :class:`~pympi_gpu.nbody.lj.driver.LjConfig` (or record)."""
+    """The summary's first line, from the run's :class:`~pympi_gpu.nbody.lj.config.LjConfig` (or record)."""
     return (f"lj: {config.atoms:,} atoms ({config.cells}^3 fcc cells, density {config.density:g}, box "
             f"{config.box:.6g}), {ranks} rank(s) as a {'x'.join(map(str, grid))} grid, T0 {config.temperature:g} "
             f"(seed {config.seed}), dt {config.dt:g}, pair {pairs.style(config.pair).describe(config.pair_coeffs)} "
@@ -72,17 +72,17 @@ def run_lj(ctx, args) -> None:
         restart = _restart(ctx, cart, args, config)
         config = restart[0] if restart else config
         _check_grid(cart, config, args.bodies)
-        devices = choose_devices(comm, args.backend, args.transport, early, np.float64)
-        if devices.gpu:  # the device-resident path holds its arrays in CuPy (NumPy under the simulator)
+        device = choose_devices(comm, args.backend, args.transport, early, np.float64)
+        if device.gpu:  # the device-resident path holds its arrays in CuPy (NumPy under the simulator)
             _need_cupy(comm)
         nthreads = configure_threads(comm, args.threads)
-        config = dataclasses.replace(config, newton=nthreads == 1 and not devices.gpu)
+        config = dataclasses.replace(config, newton=nthreads == 1 and not device.gpu)
         outputs = _claim(cart, args, config)
-        system = _system(cart, config, devices, restart)
+        system = _system(cart, config, device, restart)
         from pympi_gpu.run.provenance import collect
 
-        provenance = collect(comm, extra={**devices.provenance(), "threads_per_rank": str(nthreads), "model": "lj"})
-        run, shown = _execute(cart, system, config, args, devices, provenance, stop, outputs)
+        provenance = collect(comm, extra={**device.provenance(), "threads_per_rank": str(nthreads), "model": "lj"})
+        run, shown = _execute(cart, system, config, args, device, provenance, stop, outputs)
         if args.verify:
             run = _verify(cart, system, config, run, args)
     finally:
@@ -191,39 +191,32 @@ def _need_cupy(comm) -> None:
              "'pympi_gpu[gpu]'); or run it with --backend numba")
 
 
-def _system(cart, config: LjConfig, devices, restart):
-    """This brick's :class:`~pympi_gpu.nbody.lj.driver.LjSystem` (on the GPU: device-resident)."""
-    from pympi_gpu.nbody.lj import kernels_cpu
+def _system(cart, config: LjConfig, device, restart):
+    """This brick's :class:`~pympi_gpu.nbody.lj.system.LjSystem` on ``device`` (on a GPU: device-resident)."""
     from pympi_gpu.nbody.lj.domain import brick_of
-    from pympi_gpu.nbody.lj.driver import LjSystem, initial_arrays
+    from pympi_gpu.nbody.lj.system import LjSystem, initial_arrays
 
-    kernels_cpu.warmup(kernels_cpu.force_kernels(config.pair_term))
-    if devices.gpu:
-        from functools import partial
+    if not device.gpu:
+        from pympi_gpu.nbody.lj import kernels_cpu
 
-        from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
-
-        make = partial(GpuLjSystem, transport=devices.transport)
-    else:
-        make = LjSystem
+        kernels_cpu.warmup(kernels_cpu.force_kernels(config.pair_term))
     if restart is None:
         brick = brick_of(config.box, tuple(cart.Get_topo()[0]), cart.Get_coords(cart.Get_rank()))
-        return make(cart, config, *initial_arrays(config, brick, cart))
+        return LjSystem(cart, config, *initial_arrays(config, brick, cart), device=device)
     _, meta, local = restart
-    system = make(cart, config, local["x"], local["v"], local["id"], local["f"])
     from pympi_gpu.nbody.lj.record import Thermo
 
     initial = meta.get("initial")
-    system.timestep = meta["step"]
-    system.initial = Thermo(**{**initial, "momentum": tuple(initial["momentum"])}) if initial else None
-    return system
+    return LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"], device=device,
+                    timestep=meta["step"],
+                    initial=Thermo(**{**initial, "momentum": tuple(initial["momentum"])}) if initial else None)
 
 
-def _execute(cart, system, config: LjConfig, args, devices, provenance, stop, outputs=None):
+def _execute(cart, system, config: LjConfig, args, device, provenance, stop, outputs=None):
     from pympi_gpu.nbody.lj import thermo as lj_thermo
 
     options = args.run_options(name=f"pympi-nbody-lj-{config.atoms}")
-    return execute(cart, system, options, devices=devices, provenance=provenance, stop=stop,
+    return execute(cart, system, options, device=device, provenance=provenance, stop=stop,
                    thermo_module=lj_thermo, title=lj_title(config, cart.Get_size(), tuple(cart.Get_topo()[0])),
                    args=args, box=config.box, outputs=outputs)
 
@@ -232,7 +225,7 @@ def _verify(cart, system, config: LjConfig, run, args):
     from pympi_gpu.nbody.lj.verify import DRIFT_BOUND, verify
 
     tolerance = DRIFT_BOUND if args.energy_tolerance is None else args.energy_tolerance
-    result = verify(cart, system.owned(), config.box, config.cutoff, run.energy_drift, run.momentum_change,
+    result = verify(cart, system.atoms.owned(), config.box, config.cutoff, run.energy_drift, run.momentum_change,
                     tolerance, config.pair_term)
     return dataclasses.replace(run, verification=result)
 

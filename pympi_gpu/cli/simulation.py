@@ -21,46 +21,25 @@ import click
 
 from pympi_gpu.cli.common import fail, given, prove_device_transport
 from pympi_gpu.cli.signals import Stop
+from pympi_gpu.device.device import Device
 from pympi_gpu.nbody.blowup import EXIT_STATUS
 from pympi_gpu.nbody.loop import Labels, RunOptions
 
 #: what a second Ctrl-C says of the run's files
 TWICE = "nothing more written (checkpoints on disk are as they were)"
 
-__all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "Outputs", "claim_outputs", "Devices",
+__all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "Outputs", "claim_outputs", "labels",
            "choose_devices", "progress", "simulating", "format_tail", "exit_if_unverified", "exit_if_stopped",
            "clear_stale_temporaries", "restart_values", "execute", "report"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Devices:
-    """Where a run computes and how its messages travel, with the reasons, the same on every rank."""
-
-    backend: str
-    backend_reason: str
-    transport: str
-    transport_reason: str
-    binding: dict          # the GPU binding (pympi_gpu.device.gpu.bind_device), {} on CPUs
-    awareness: object      # the agreed CudaAwareness, or None where it was not asked
-
-    @property
-    def gpu(self) -> bool:
-        return self.backend == "gpu"
-
-    def provenance(self) -> dict[str, str]:
-        """The backend's entries for the run's provenance."""
-        from pympi_gpu.device.gpu import describe
-
-        return {"backend_reason": self.backend_reason,
-                **({"gpu": describe(self.binding)} if self.binding else {})}
-
-    def labels(self, provenance) -> Labels:
-        """What the run's record says of where it ran, and why."""
-        return Labels(backend=self.backend, backend_reason=self.backend_reason, transport=self.transport,
-                      transport_reason=self.transport_reason, provenance=provenance)
+def labels(device: Device, provenance) -> Labels:
+    """What a run's record says of where it ran, and why: the device's choice and the run's provenance."""
+    return Labels(backend=device.backend, backend_reason=device.backend_reason, transport=device.transport,
+                  transport_reason=device.transport_reason, provenance=provenance)
 
 
-def choose_devices(comm, backend: str, transport: str, early, dtype) -> Devices:
+def choose_devices(comm, backend: str, transport: str, early, dtype) -> Device:
     """Decide the backend and the transport once for the whole job; collective over comm.
 
     ``backend`` is the option (``auto`` takes the GPU only if every rank has
@@ -101,11 +80,13 @@ def choose_devices(comm, backend: str, transport: str, early, dtype) -> Devices:
         transport_name, transport_why = choose_transport(transport, name == "gpu", awareness)
     except ValueError as exc:
         fail(str(exc))
-    if transport_name == "device" and not awareness.forced:
-        from pympi_gpu.device.buffers import DeviceBuffers
+    from pympi_gpu.device.gpu import simulator
 
-        transport_why = prove_device_transport(comm, DeviceBuffers(dtype), transport, transport_why)
-    return Devices(name, reason, transport_name, transport_why, binding, awareness)
+    device = Device(name, reason, transport_name, transport_why, name == "gpu" and simulator(), binding, awareness)
+    if transport_name == "device" and not awareness.forced:
+        why = prove_device_transport(comm, device.buffers(dtype), transport, transport_why)
+        device = dataclasses.replace(device, transport_reason=why)
+    return device
 
 
 def progress(comm, enabled: bool, bar_ok: bool):
@@ -405,7 +386,7 @@ def restart_values(ctx, restart: str, meta: dict, values: dict) -> dict:
     return {name: meta[name] for name in values}
 
 
-def execute(comm, system, options: RunOptions, *, devices: Devices, provenance, stop: Stop, thermo_module,
+def execute(comm, system, options: RunOptions, *, device: Device, provenance, stop: Stop, thermo_module,
             title: str, args, box: float | None, outputs: Outputs | None = None):
     """Run ``system`` through the loop with the command's writers; collective over comm.
 
@@ -427,7 +408,7 @@ def execute(comm, system, options: RunOptions, *, devices: Devices, provenance, 
     with simulating(bar, stop), contextlib.closing(outputs):
         writers = loop.standard_writers(comm, options, on_thermo=[rows], dump=outputs.dump, on_step=on_step)
         run = loop.simulate(comm, system, options, writers, stop_requested=stop.requested,
-                            labels=devices.labels(provenance))
+                            labels=labels(device, provenance))
     return run, rows.shown
 
 

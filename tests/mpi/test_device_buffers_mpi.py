@@ -21,16 +21,18 @@ DTYPES = [np.float64, np.float32]
 
 @pytest.fixture
 def buffers():
+    from functools import partial
+
     from pympi_gpu.device.buffers import DeviceBuffers
 
-    return DeviceBuffers
+    return partial(DeviceBuffers, simulated=True)
 
 
 @pytest.fixture
 def arrays():
     from pympi_gpu.device.buffers import DeviceArrays
 
-    return DeviceArrays()
+    return DeviceArrays(simulated=True)
 
 
 def _values(n, dtype, seed=0):
@@ -164,7 +166,7 @@ def test_module_mpi_buffer_is_what_mpi_reads(buffers):
 
     b = buffers(np.float64)
     dev = b.from_host(np.arange(6.0))
-    view = memoryview(mpi_buffer(dev))
+    view = memoryview(mpi_buffer(dev, True))
     assert view.nbytes == 48 and np.array_equal(np.frombuffer(view), np.arange(6.0))
     np.frombuffer(view)[...] = -1.0  # what MPI writes there is in the device array
     assert np.all(b.to_host(dev) == -1.0)

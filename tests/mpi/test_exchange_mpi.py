@@ -75,9 +75,10 @@ def _check(seen, n, kind, rank, size, dtype):
 
 
 def _host_backend(precision):
+    from pympi_gpu.device.device import Device
     from pympi_gpu.nbody.gravity.backends import make_backend
 
-    return make_backend("numpy", precision)
+    return make_backend(Device(backend="numpy"), precision)
 
 
 @pytest.mark.parametrize("kind", EXCHANGES)
@@ -156,7 +157,7 @@ def test_gpu_backend_both_transports(agree, kind, transport):
     from pympi_gpu.nbody.gravity.kernels_cuda import CudaBackend
 
     comm = MPI.COMM_WORLD
-    backend = CudaBackend("fp64")
+    backend = CudaBackend("fp64", simulated=True)
     n = 3 * comm.Get_size() + 1
     seen = _visits(comm, backend, n, kind, transport, backend.dtype)
     agree(comm, lambda: _check(seen, n, kind, comm.Get_rank(), comm.Get_size(), backend.dtype))

@@ -30,7 +30,7 @@ class OnTheHost:
         from pympi_gpu.device.buffers import DeviceArrays
         from pympi_gpu.nbody.lj.halo_device import DeviceHalo
 
-        self.dev = DeviceArrays()
+        self.dev = DeviceArrays(simulated=True)
         self.halo = DeviceHalo(cart, brick, hc.CUT, self.dev, transport)
         self.counted = 0  # the copies made here, by this adapter, which the halo must not be charged for
 

@@ -16,7 +16,7 @@ import pytest
 from mpi4py import MPI
 
 from pympi_gpu.nbody.lj.domain import brick_of, make_cart, owner_coords
-from pympi_gpu.nbody.lj.driver import LjConfig, initial_arrays
+from pympi_gpu.nbody.lj.system import LjConfig, initial_arrays
 from pympi_gpu.nbody.lj.lattice import fcc_positions, velocities
 
 pytestmark = pytest.mark.mpi(min_size=2)

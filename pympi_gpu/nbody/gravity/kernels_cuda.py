@@ -20,7 +20,6 @@ import numpy as np
 from numba import cuda, float32, float64, uint32
 
 from pympi_gpu.device.buffers import DeviceBuffers, quiet_small_grids
-from pympi_gpu.device.gpu import simulator
 from pympi_gpu.nbody.gravity.precision import PRECISIONS
 from pympi_gpu.nbody.gravity.kernels_cpu import R2_MIN
 
@@ -41,9 +40,9 @@ def _takes(func, name: str) -> bool:
         return False
 
 
-def _aligned_shared() -> bool:
+def _aligned_shared(simulated: bool) -> bool:
     """Whether ``cuda.shared.array`` takes ``alignment`` (numba-cuda, not the simulator)."""
-    return not simulator() and _takes(cuda.shared.array, "alignment")
+    return not simulated and _takes(cuda.shared.array, "alignment")
 
 
 _RSQRT64 = []
@@ -88,11 +87,11 @@ def _rsqrt64():
     return rsqrt
 
 
-def make_kernels(dtype, block: int):
-    """Compile-on-first-use kernels for one precision and block size."""
+def make_kernels(dtype, block: int, simulated: bool = False):
+    """Compile-on-first-use kernels for one precision and block size (``simulated``: numba's simulator)."""
     dtype = np.dtype(dtype).type
     nbt = float32 if dtype is np.float32 else float64
-    if simulator():
+    if simulated:
         # The simulator runs kernels as Python and has no libdevice; NumPy
         # scalars keep the precision.
         one = dtype(1.0)
@@ -174,7 +173,7 @@ def make_kernels(dtype, block: int):
             ay[i] += ayi
             az[i] += azi
 
-    if _aligned_shared():
+    if _aligned_shared(simulated):
         # fp64: at most 40 registers, so that 6 blocks of 256 (48 warps, 0.75 of the SM) fit; left to
         # itself ptxas takes 48 (5 blocks), and 40 cost no spill nor instruction (gpu-static.json)
         bounds = ({"launch_bounds": (block, max(1, 1536 // block))}
@@ -238,6 +237,8 @@ class CudaBackend(DeviceBuffers):
     Parameters
     ----------
     precision : {"fp32", "fp64"}
+    simulated : bool
+        The GPU is numba's CUDA simulator (the device's word, :class:`~pympi_gpu.device.device.Device`).
     block : int
         Threads per block and bodies per shared-memory tile (default 256 on a
         GPU, 32 under the simulator, where every thread is a Python thread).
@@ -245,11 +246,11 @@ class CudaBackend(DeviceBuffers):
 
     name = "gpu"
 
-    def __init__(self, precision: str, block: int | None = None):
-        super().__init__(PRECISIONS[precision])
+    def __init__(self, precision: str, simulated: bool = False, block: int | None = None):
+        super().__init__(PRECISIONS[precision], simulated)
         self.precision = precision
-        self.block = block or (32 if simulator() else 256)
-        self._accel, self._potential, self._axpy, self._zero = make_kernels(self.dtype, self.block)
+        self.block = block or (32 if simulated else 256)
+        self._accel, self._potential, self._axpy, self._zero = make_kernels(self.dtype, self.block, simulated)
         self._counter = None  # finite()'s device counter, made on first use
 
     def _grid(self, n: int) -> int:

@@ -2,7 +2,7 @@
 
 The kernels take device arrays of any library that exposes
 ``__cuda_array_interface__`` (CuPy's, on a GPU) or, under the simulator, NumPy
-arrays; :class:`~pympi_gpu.nbody.lj.gpu_system.GpuLjSystem` launches them on
+arrays; :class:`~pympi_gpu.nbody.lj.device_atoms.DeviceAtoms` launches them on
 the stream its CuPy work runs on.  One thread per atom throughout.  With full lists
 (each pair listed from both sides) a thread writes only its own atom's rows
 and no two threads write the same memory; with half lists (Newton's third

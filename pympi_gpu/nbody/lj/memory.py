@@ -1,6 +1,6 @@
 """How much host memory an LJ run needs on each rank, so that a run too large is refused before it allocates.
 
-What a rank holds (:class:`~pympi_gpu.nbody.lj.driver.LjSystem`), for a brick
+What a rank holds (:class:`~pympi_gpu.nbody.lj.system.LjSystem`), for a brick
 of ``atoms / ranks`` atoms of the lattice:
 
 - each owned atom: velocity, reference position of the rebuild test (24 bytes
