@@ -88,9 +88,20 @@ def _rsqrt64():
 
 
 def make_kernels(dtype, block: int, simulated: bool = False):
-    """Compile-on-first-use kernels for one precision and block size (``simulated``: numba's simulator)."""
+    """Compile-on-first-use kernels for one precision and block size (``simulated``: numba's simulator).
+
+    Returns ``(accel, potential, axpy, fill_zero)``.
+    """
     dtype = np.dtype(dtype).type
-    nbt = float32 if dtype is np.float32 else float64
+    if block % _UNROLL:
+        raise ValueError(f"block must be a multiple of {_UNROLL}")
+    rsqrt = _rsqrt(dtype, simulated)
+    accel = _make_accel(dtype, block, simulated, _make_tiles(dtype, block, rsqrt, *_clamps(dtype)))
+    return (accel, _make_potential(dtype, rsqrt), *_make_axpy_fill())
+
+
+def _rsqrt(dtype, simulated: bool):
+    """``1/sqrt(x)`` in ``dtype`` for the kernels: libdevice's (or its fp64 fast path), NumPy's under the simulator."""
     if simulated:
         # The simulator runs kernels as Python and has no libdevice; NumPy
         # scalars keep the precision.
@@ -98,15 +109,14 @@ def make_kernels(dtype, block: int, simulated: bool = False):
 
         def rsqrt(x):
             return one / np.sqrt(x)
-    else:
-        from numba.cuda import libdevice
+        return rsqrt
+    from numba.cuda import libdevice
 
-        rsqrt = libdevice.rsqrtf if dtype is np.float32 else (_rsqrt64() or libdevice.rsqrt)
-    zero = dtype(0.0)
-    tile_len = 4 * block
-    if block % _UNROLL:
-        raise ValueError(f"block must be a multiple of {_UNROLL}")
+    return libdevice.rsqrtf if dtype is np.float32 else (_rsqrt64() or libdevice.rsqrt)
 
+
+def _clamps(dtype):
+    """``(clamp_pair, clamp_eps2)``: where ``r**2 >= R2_MIN`` is kept, per pair (fp32) or per thread (fp64)."""
     r2_min = dtype(R2_MIN[dtype])
     # r**2 is kept at or above R2_MIN so that inv**3 stays finite: at the smallest softening the
     # self term's would overflow fp32 to inf, and inf * 0 is NaN (kernels_cpu.R2_MIN).  In fp32
@@ -130,6 +140,14 @@ def make_kernels(dtype, block: int, simulated: bool = False):
         @cuda.jit(device=True, fastmath=True)
         def clamp_eps2(eps2):
             return eps2
+
+    return clamp_pair, clamp_eps2
+
+
+def _make_tiles(dtype, block: int, rsqrt, clamp_pair, clamp_eps2):
+    """The force of one tile of ``block`` sources on a thread's target, swept from shared memory."""
+    zero = dtype(0.0)
+    tile_len = 4 * block
 
     @cuda.jit(device=True, fastmath=True)
     def pair(xi, yi, zi, xj, yj, zj, mj, eps2, ax, ay, az):
@@ -173,6 +191,13 @@ def make_kernels(dtype, block: int, simulated: bool = False):
             ay[i] += ayi
             az[i] += azi
 
+    return accel_tiles
+
+
+def _make_accel(dtype, block: int, simulated: bool, accel_tiles):
+    """The acceleration kernel: a shared-memory tile per block, 16-byte aligned where numba.cuda can."""
+    nbt = float32 if dtype is np.float32 else float64
+    tile_len = 4 * block
     if _aligned_shared(simulated):
         # fp64: at most 40 registers, so that 6 blocks of 256 (48 warps, 0.75 of the SM) fit; left to
         # itself ptxas takes 48 (5 blocks), and 40 cost no spill nor instruction (gpu-static.json)
@@ -188,6 +213,12 @@ def make_kernels(dtype, block: int, simulated: bool = False):
         def accel(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
             tile = cuda.shared.array(tile_len, nbt)
             accel_tiles(tile, tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az)
+    return accel
+
+
+def _make_potential(dtype, rsqrt):
+    """The potential kernel (diagnostics): one thread per target, every source from global memory."""
+    zero = dtype(0.0)
 
     @cuda.jit
     def potential(tx, ty, tz, sx, sy, sz, sm, eps2, phi):
@@ -205,6 +236,11 @@ def make_kernels(dtype, block: int, simulated: bool = False):
                 acc += float64(sm[j] * rsqrt(r2 + eps2))
         phi[i] -= acc
 
+    return potential
+
+
+def _make_axpy_fill():
+    """``y += h x`` and ``y = 0``, one thread per entry."""
     @cuda.jit
     def axpy(y, h, x):
         i = cuda.grid(1)
@@ -217,7 +253,7 @@ def make_kernels(dtype, block: int, simulated: bool = False):
         if i < y.shape[0]:
             y[i] = 0
 
-    return accel, potential, axpy, fill_zero
+    return axpy, fill_zero
 
 
 @cuda.jit

@@ -84,6 +84,11 @@ def force_kernels(pair) -> CudaForceKernels:
     coefficients are folded in as constants.  Compiled on first launch.
     """
     pair = jitable(pair)
+    return CudaForceKernels(_make_forces(_make_row(pair)), _make_forces_newton(pair))
+
+
+def _make_row(pair):
+    """The one-sided row of a list around ``pair`` (a device function)."""
 
     @cuda.jit(device=True, inline=True)
     def row(pos, i, nbr, stride, c, rc2):
@@ -121,6 +126,11 @@ def force_kernels(pair) -> CudaForceKernels:
                 w += r2 * fpair
         return fx, fy, fz, e, w
 
+    return row
+
+
+def _make_forces(row):
+    """The full-list kernel around a list row."""
 
     # at most 40 registers (ptxas takes 44): 12 blocks of 128, 0.75 of an SM, no spill (gpu-static.json)
     @cuda.jit(**_launch_bounds(12))
@@ -151,6 +161,11 @@ def force_kernels(pair) -> CudaForceKernels:
             e[i] = ei
             w[i] = wi
 
+    return forces
+
+
+def _make_forces_newton(pair):
+    """The half-list kernel around ``pair``: the reactions by atomic adds."""
 
     @cuda.jit
     def forces_newton(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
@@ -202,7 +217,7 @@ def force_kernels(pair) -> CudaForceKernels:
             e[i] = ei
             w[i] = wi
 
-    return CudaForceKernels(forces, forces_newton)
+    return forces_newton
 
 
 @cuda.jit
