@@ -210,3 +210,39 @@ def pytest_itemcollected(item):
     """Mark the SLOW table's cases (before -m selects, which happens after collection)."""
     if slow_case(item):
         item.add_marker(pytest.mark.slow)
+
+
+# -- one test body on each device --------------------------------------------------------------------------
+
+#: the devices a ``device`` test runs on: numba on the CPU, and the GPU kernels under numba's CUDA simulator
+DEVICES = ("numba", "cudasim")
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """The :class:`~pympi_gpu.device.device.Device` a test body runs on (HOOMD-blue's ``device`` fixture).
+
+    ``numba``: the CPU.  ``cudasim``: the GPU paths (numba.cuda kernels, the
+    device-resident arrays) under numba's CUDA simulator, which numba reads when
+    numba.cuda is imported: that case runs in a child pytest with
+    ``NUMBA_ENABLE_CUDASIM=1`` (:func:`pytest_pyfunc_call`), and here only there.
+    """
+    from pympi_gpu.device.device import Device
+
+    if request.param == "numba":
+        return Device()
+    return Device(backend="gpu", backend_reason="the device fixture", transport="host", simulated=True)
+
+
+def pytest_pyfunc_call(pyfuncitem):
+    """The ``cudasim`` case of a ``device`` test, in a process without the simulator: run it in one that has."""
+    params = getattr(getattr(pyfuncitem, "callspec", None), "params", {})
+    if params.get("device") != "cudasim" or os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+        return None
+    out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+               "--rootdir", str(ROOT), pyfuncitem.nodeid], timeout=900, cwd=ROOT,
+              env=clean_env(NUMBA_ENABLE_CUDASIM="1"))
+    if out.returncode != 0 or " passed" not in out.stdout:
+        pytest.fail(f"under the CUDA simulator (a child pytest):\n{(out.stdout + out.stderr)[-4000:]}",
+                    pytrace=False)
+    return True
