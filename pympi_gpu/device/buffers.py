@@ -11,10 +11,13 @@ module imports numba.cuda: import it on GPU paths (or under the simulator) only.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 from numba import cuda
 
-__all__ = ["DeviceBuffers", "DeviceArrays", "array_namespace", "mpi_buffer", "COPY_KINDS", "quiet_small_grids"]
+__all__ = ["DeviceBuffers", "DeviceArrays", "array_namespace", "mpi_buffer", "COPY_KINDS", "CALL_KINDS",
+           "quiet_small_grids"]
 
 #: numba.cuda's warning at every launch of fewer than 128 blocks (its text since numba 0.57)
 SMALL_GRID_WARNING = r"Grid size \d+ will likely result in GPU under-utilization due to low occupancy"
@@ -106,6 +109,11 @@ def array_namespace(simulated: bool):
 #: migration message staged for a host-transport MPI, or a few numbers (reductions, counts)
 COPY_KINDS = ("atoms", "message", "sums")
 
+#: what :attr:`DeviceArrays.calls` counts, per phase: kernels queued on the stream (numba.cuda launches and
+#: CuPy operations, each operation counted once), waits of the host for the stream (synchronisations and
+#: the device-to-host copies, which wait), and host-to-device copies queued on the stream
+CALL_KINDS = ("launches", "syncs", "uploads")
+
 
 class DeviceArrays:
     """Device arrays in an array namespace (:attr:`xp`), on one stream that CuPy and numba.cuda share.
@@ -123,6 +131,15 @@ class DeviceArrays:
     :meth:`scalar`), which counts it in :attr:`copies` by kind
     (:data:`COPY_KINDS`): the count of ``"atoms"`` copies is the run's
     ``host_copies_per_step``.
+
+    What a step costs the host is counted too, in :attr:`calls` under the
+    current :attr:`phase` (:data:`CALL_KINDS`): each numba.cuda kernel
+    launched through :meth:`launch`, each CuPy operation declared by the
+    block that makes it (:meth:`ops`: CuPy has no hook to count its
+    launches, so the code says what it launches, and the simulator's tests
+    check every declaration against the operations the block really made),
+    each wait for the stream (:meth:`sync`, :meth:`to_host`, :meth:`scalar`)
+    and each copy to the device (:meth:`from_host`, :meth:`into_device`).
     """
 
     def __init__(self, simulated: bool = False):
@@ -140,17 +157,47 @@ class DeviceArrays:
             self.stream = cuda.external_stream(self._stream.ptr)  # and numba's kernels too
         #: device-to-host copies so far, by kind
         self.copies = dict.fromkeys(COPY_KINDS, 0)
+        #: per phase, ``[launches, syncs, uploads]`` so far (:data:`CALL_KINDS`)
+        self.calls: dict[str, list[int]] = {}
+        #: the phase the next calls are counted under (the caller's: ``DeviceAtoms`` names its phases)
+        self.phase = "other"
+
+    def count(self, launches: int = 0, syncs: int = 0, uploads: int = 0) -> None:
+        """Add to the current phase's :attr:`calls`."""
+        c = self.calls.get(self.phase)
+        if c is None:
+            c = self.calls[self.phase] = [0, 0, 0]
+        c[0] += launches
+        c[1] += syncs
+        c[2] += uploads
+
+    @contextlib.contextmanager
+    def ops(self, launches: int, syncs: int = 0):
+        """A block of array-namespace (CuPy) operations that launches ``launches`` kernels and waits ``syncs`` times.
+
+        A CuPy call counts as one launch (a sort, scan or compaction launches a few kernels behind it);
+        ``syncs`` are the waits hidden in calls whose result's size depends on the data (boolean
+        indexing, ``nonzero``, ``bincount``: CuPy reads a count back before it allocates).
+        """
+        self.count(launches, syncs)
+        yield
+
+    def launch(self, kernel, blocks: int, threads: int, *args) -> None:
+        """``kernel[blocks, threads]`` on the stream, counted; ``args`` as the kernel takes them (see :meth:`view`)."""
+        self.count(launches=1)
+        kernel[blocks, threads, self.stream](*args)
 
     def view(self, a):
         """``a`` as a numba.cuda kernel argument (no copy)."""
         if self.simulated:  # wrapped, so that the simulator neither copies it in nor back
             from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-            return FakeCUDAArray(a)
+            return FakeCUDAArray(np.asarray(a))
         return cuda.as_cuda_array(a, sync=False)
 
     def sync(self) -> None:
         """Wait for the stream: before MPI reads or writes a device buffer, and before host timers."""
+        self.count(syncs=1)
         if self.simulated:
             self.stream.synchronize()
         else:
@@ -159,6 +206,7 @@ class DeviceArrays:
     def from_host(self, a, dtype=None):
         """A device copy of host array ``a`` (on the stream)."""
         a = np.ascontiguousarray(a, dtype=dtype)
+        self.count(uploads=1)
         if self.simulated:
             return a.copy()
         out = self.xp.empty(a.shape, a.dtype)
@@ -168,6 +216,7 @@ class DeviceArrays:
     def into_device(self, host, dev) -> None:
         """``dev[...] = host`` (host array, e.g. a pinned receive buffer, into a device array)."""
         if dev.size:
+            self.count(uploads=1)
             if self.simulated:
                 dev[...] = host
             else:
@@ -181,6 +230,7 @@ class DeviceArrays:
         if what not in COPY_KINDS:
             raise ValueError(f"unknown kind of copy {what!r}; one of {COPY_KINDS}")
         self.copies[what] += 1
+        self.count(syncs=1)
         if self.simulated:
             if out is None:
                 return np.array(a)

@@ -46,10 +46,12 @@ import numpy as np
 from pympi_gpu.nbody.lj import kernels_cuda as kg
 from pympi_gpu.nbody.lj.halo_device import DeviceHalo, fold
 
-__all__ = ["DeviceAtoms", "PHASES"]
+__all__ = ["DeviceAtoms", "PHASES", "COUNTED"]
 
 #: the phases :attr:`DeviceAtoms.phase_seconds` times (with ``profile``)
 PHASES = ("forces", "list build", "halo", "integrate", "thermo")
+#: the phases the launches and syncs are counted under (``other``: checks, checkpoints, folding)
+COUNTED = (*PHASES, "other")
 
 
 def _flat(a):
@@ -108,21 +110,53 @@ class DeviceAtoms:
         """Atom arrays copied from the device to the host so far (``DeviceArrays.copies["atoms"]``)."""
         return self.dev.copies["atoms"]
 
+    def calls(self) -> dict[str, list[int]]:
+        """Launches, host syncs and uploads so far, per phase (a copy of ``DeviceArrays.calls``)."""
+        return {k: list(v) for k, v in self.dev.calls.items()}
+
+    def calls_per_step(self, comm, since: dict[str, list[int]], steps: int) -> dict:
+        """Launches and host syncs per step since ``since`` (:meth:`calls`), the most of any rank; collective.
+
+        Returns ``{"launches": .., "syncs": .., "phases": {phase: {"launches", "syncs", "uploads"}}}``,
+        each figure the largest of any rank, divided by ``steps`` (not divided when there were none).
+        """
+        from mpi4py import MPI
+
+        now = self.calls()
+        per = np.array([[now.get(p, [0, 0, 0])[k] - since.get(p, [0, 0, 0])[k] for k in range(3)]
+                        for p in COUNTED], np.float64)
+        mine = np.concatenate([per.sum(axis=0)[:2], per.ravel()])
+        comm.Allreduce(MPI.IN_PLACE, mine, op=MPI.MAX)
+        mine /= max(steps, 1)
+        phases = {p: dict(zip(("launches", "syncs", "uploads"), mine[2 + 3 * i:5 + 3 * i].tolist()))
+                  for i, p in enumerate(COUNTED)}
+        return {"launches": float(mine[0]), "syncs": float(mine[1]),
+                "phases": {p: c for p, c in phases.items() if any(c.values())}}
+
     @contextlib.contextmanager
     def _phase(self, name: str):
-        """Time a phase (with ``profile``); a phase inside another (forces behind the halo) is its own."""
+        """The launches and syncs of a phase counted under its name (``dev.calls``); with ``profile``, its time.
+
+        A phase inside another (forces behind the halo) is its own.
+        """
+        dev = self.dev
+        outer, dev.phase = dev.phase, name
         if self.phase_seconds is None:
-            yield
+            try:
+                yield
+            finally:
+                dev.phase = outer
             return
-        self.dev.sync()
+        dev.sync()
         t = time.perf_counter()
         self._open.append(name)
         try:
             yield
         finally:
-            self.dev.sync()
+            dev.sync()
             spent = time.perf_counter() - t
             self._open.pop()
+            dev.phase = outer
             self.phase_seconds[name] += spent
             if self._open:  # not the enclosing phase's time
                 self.phase_seconds[self._open[-1]] -= spent
@@ -132,17 +166,17 @@ class DeviceAtoms:
         if n:
             dev = self.dev
             xp = dev.xp
-            kernel[kg.grid(n), kg.BLOCK, dev.stream](*(dev.view(a) if isinstance(a, xp.ndarray) else a
-                                                       for a in args))
+            dev.launch(kernel, kg.grid(n), kg.BLOCK, *(dev.view(a) if isinstance(a, xp.ndarray) else a for a in args))
 
     # -- neighbour lists --------------------------------------------------
     def _cell_of(self, pos):
         """Each row's cell: the CPU's ``bin_atoms`` rule, elementwise (``floor((x - lo) * inv)``, clamped)."""
         xp = self.dev.xp
         nc = [int(c) for c in self.system.grid.ncell]
-        c = xp.floor((pos - self._cell_lo) * self._cell_inv).astype(np.int64)
-        c = xp.minimum(xp.maximum(c, 0), self._cell_top)
-        return (c[:, 0] * nc[1] + c[:, 1]) * nc[2] + c[:, 2]
+        with self.dev.ops(10):
+            c = xp.floor((pos - self._cell_lo) * self._cell_inv).astype(np.int64)
+            c = xp.minimum(xp.maximum(c, 0), self._cell_top)
+            return (c[:, 0] * nc[1] + c[:, 1]) * nc[2] + c[:, 2]
 
     def _cells(self, pos):
         """``(cell, start, atoms)``: each row's cell, the rows sorted by (cell, row), the cells' starts."""
@@ -151,10 +185,11 @@ class DeviceAtoms:
         nc = [int(c) for c in self.system.grid.ncell]
         cell = self._cell_of(pos)
         ncells = nc[0] * nc[1] * nc[2]
-        # one key per row, unique: a sort of any stability gives the CPU's order (by cell, then row)
-        atoms = xp.argsort(cell * n + xp.arange(n, dtype=np.int64))
-        start = xp.zeros(ncells + 1, np.int64)
-        start[1:] = xp.cumsum(xp.bincount(cell, minlength=ncells))
+        with self.dev.ops(8, syncs=1):  # bincount reads the largest cell back
+            # one key per row, unique: a sort of any stability gives the CPU's order (by cell, then row)
+            atoms = xp.argsort(cell * n + xp.arange(n, dtype=np.int64))
+            start = xp.zeros(ncells + 1, np.int64)
+            start[1:] = xp.cumsum(xp.bincount(cell, minlength=ncells))
         return cell, start, atoms
 
     def rebuild(self) -> None:
@@ -165,28 +200,34 @@ class DeviceAtoms:
         dev, xp = self.dev, self.dev.xp
         n = self.nlocal
         with self._phase("halo"):
-            finite = dev.scalar(xp.all(xp.isfinite(self.v)) & xp.all(xp.isfinite(self.f[:n])))
-            rows = xp.concatenate([self.v, self.f[:n], self.ids[:, None].astype(np.float64)], axis=1)
+            with dev.ops(5):
+                finite = xp.all(xp.isfinite(self.v)) & xp.all(xp.isfinite(self.f[:n]))
+            finite = dev.scalar(finite)
+            with dev.ops(2):
+                rows = xp.concatenate([self.v, self.f[:n], self.ids[:, None].astype(np.float64)], axis=1)
             x, rows = self.halo.migrate(self.pos[:n], rows)
             self.system.agree_migration(x.shape[0], finite)
         with self._phase("list build"):
-            ids = rows[:, 6].astype(np.int64)
+            with dev.ops(1):
+                ids = rows[:, 6].astype(np.int64)
             cell = self._cell_of(x)  # the keys only: the rows are sorted by (cell, id) here, by (cell, row) below
-            order = xp.argsort(cell * (self.config.atoms + 1) + ids)  # by (cell, id), as the CPU sorts
-            x, rows, ids = x[order], rows[order], ids[order]
+            with dev.ops(7):
+                order = xp.argsort(cell * (self.config.atoms + 1) + ids)  # by (cell, id), as the CPU sorts
+                x, rows, ids = x[order], rows[order], ids[order]
+                self.v = rows[:, 0:3].copy()
             n = self.nlocal = x.shape[0]
-            self.v = xp.ascontiguousarray(rows[:, 0:3])
             f = rows[:, 3:6]
             self.ids = ids
         with self._phase("halo"):
-            self.pos, self.gid = self.halo.borders(xp.ascontiguousarray(x), ids)
+            self.pos, self.gid = self.halo.borders(x, ids)  # x: gathered rows, contiguous
         with self._phase("list build"):
-            if self.config.newton:  # forces have ghost rows too: they gather the ghosts' share before going home
-                self.f = xp.zeros_like(self.pos)
-                self.f[:n] = f
-            else:
-                self.f = xp.ascontiguousarray(f)
-            self.x0 = self.pos[:n].copy()
+            with dev.ops(3 if self.config.newton else 2):
+                if self.config.newton:  # forces have ghost rows too: they gather the ghosts' share before going home
+                    self.f = xp.zeros_like(self.pos)
+                    self.f[:n] = f
+                else:
+                    self.f = f.copy()
+                self.x0 = self.pos[:n].copy()
             cell, start, atoms = self._cells(self.pos)
             nc = self.system.grid.ncell
             cut2, rc2 = self.config.cutneigh ** 2, self.config.cutoff ** 2
@@ -196,16 +237,22 @@ class DeviceAtoms:
                          xp.empty(n, np.int64), xp.empty((n, self.cap[1]), np.int32, order="F"))
                 self._launch(kg.build_lists, n, self.pos, n, self.gid, cell, start, atoms, int(nc[0]), int(nc[1]),
                              int(nc[2]), self.system.grid.reach, cut2, rc2, self.config.newton, *lists)
-                most = self.dev.to_host(xp.stack([lists[0].max(), lists[2].max()]) if n
-                                        else xp.zeros(2, np.int64), "sums")
+                with dev.ops(3 if n else 1):
+                    most = xp.stack([lists[0].max(), lists[2].max()]) if n else xp.zeros(2, np.int64)
+                most = dev.to_host(most, "sums")
                 if most[0] <= self.cap[0] and most[1] <= self.cap[1]:
                     break
                 self.cap = [max(self.cap[0], int(most[0]) + 8), max(self.cap[1], int(most[1]) + 8)]
             self.lists = lists
             # distinct pairs within cutoff + skin (full lists list each from both sides)
-            self.pairs = self._once * dev.scalar(lists[0].sum() + lists[2].sum()) if n else 0.0
-            self.e = xp.zeros(max(n, 1), np.float64)
-            self.w = xp.zeros(max(n, 1), np.float64)
+            self.pairs = 0.0
+            if n:
+                with dev.ops(3):
+                    listed = lists[0].sum() + lists[2].sum()
+                self.pairs = self._once * dev.scalar(listed)
+            with dev.ops(2):
+                self.e = xp.zeros(max(n, 1), np.float64)
+                self.w = xp.zeros(max(n, 1), np.float64)
             self._bind()
         self.rebuilds += 1
 
@@ -228,8 +275,9 @@ class DeviceAtoms:
     def finite(self) -> bool:
         """Are this brick's positions, velocities and forces finite?  A reduction on the device, one number out."""
         xp, n = self.dev.xp, self.nlocal
-        return bool(self.dev.scalar(xp.all(xp.isfinite(self.pos[:n])) & xp.all(xp.isfinite(self.v))
-                                    & xp.all(xp.isfinite(self.f[:n]))))
+        with self.dev.ops(8):
+            ok = xp.all(xp.isfinite(self.pos[:n])) & xp.all(xp.isfinite(self.v)) & xp.all(xp.isfinite(self.f[:n]))
+        return bool(self.dev.scalar(ok))
 
     # -- forces -----------------------------------------------------------
     def compute_forces(self, forward: bool, eflag: bool = True) -> None:
@@ -241,17 +289,17 @@ class DeviceAtoms:
         rc2 = self.config.cutoff ** 2
         n = self.nlocal
         bounds = [0, n // 3, (2 * n) // 3, n]
-        s = self.dev.stream
         newton = self.config.newton
         kernel = self._kernels.forces_newton if newton else self._kernels.forces
         if newton:
-            self.f.fill(0.0)  # owned and ghost rows: the reactions are added into them
+            with self._phase("forces"), self.dev.ops(1):
+                self.f.fill(0.0)  # owned and ghost rows: the reactions are added into them
 
         def work(stage):
             a, b = bounds[stage], bounds[stage + 1]
             if b > a:
                 with self._phase("forces"):
-                    kernel[kg.grid(b - a), kg.BLOCK, s](pos, f, e, w, a, b, own_cnt, own_nbr, rc2, 0)
+                    self.dev.launch(kernel, kg.grid(b - a), kg.BLOCK, pos, f, e, w, a, b, own_cnt, own_nbr, rc2, 0)
 
         if forward:
             with self._phase("halo"):
@@ -261,7 +309,7 @@ class DeviceAtoms:
                 work(st)
         if n:
             with self._phase("forces"):
-                kernel[kg.grid(n), kg.BLOCK, s](pos, f, e, w, 0, n, gh_cnt, gh_nbr, rc2, 1)
+                self.dev.launch(kernel, kg.grid(n), kg.BLOCK, pos, f, e, w, 0, n, gh_cnt, gh_nbr, rc2, 1)
         if newton:
             with self._phase("halo"):
                 self.halo.reverse(self.f)
@@ -275,8 +323,9 @@ class DeviceAtoms:
             if not n:
                 return np.zeros(6)
             v = self.v
-            sums = xp.stack([xp.sum(v * v), *v.sum(axis=0), self._once * xp.sum(self.e[:n]),
-                             self._once * xp.sum(self.w[:n])])
+            with self.dev.ops(8):
+                sums = xp.stack([xp.sum(v * v), *v.sum(axis=0), self._once * xp.sum(self.e[:n]),
+                                 self._once * xp.sum(self.w[:n])])
             return self.dev.to_host(sums, "sums")
 
     def step(self, force_rebuild: bool = False, eflag: bool = False) -> None:
@@ -288,24 +337,27 @@ class DeviceAtoms:
         with self._phase("integrate"):
             if n:
                 v, x = self.v, self.pos[:n]
-                v += h * self.f[:n]  # CuPy's elementwise kernels (in the namespace's order of rounding)
-                x += self.config.dt * v
-                # squared displacements; NaN propagates through the max and counts as infinite
-                d = x - self.x0
-                d2 = dev.scalar((d * d).sum(axis=1).max())
+                with dev.ops(8):
+                    v += h * self.f[:n]  # CuPy's elementwise kernels (in the namespace's order of rounding)
+                    x += self.config.dt * v
+                    # squared displacements; NaN propagates through the max and counts as infinite
+                    d = x - self.x0
+                    d2 = (d * d).sum(axis=1).max()
+                d2 = dev.scalar(d2)
         if self.system.agree_displacement(d2) or force_rebuild:  # collective; a blow-up raises on every rank
             self.rebuild()
             self.compute_forces(forward=False)
         else:
             self.compute_forces(forward=True)
-        with self._phase("integrate"):
+        with self._phase("integrate"), dev.ops(2):
             self.v += h * self.f[:self.nlocal]  # a rebuild migrated atoms: this rank's may be others now
 
     def start(self) -> bool:
         """Lists and (unless loaded) forces at the current positions; collective."""
         had = self.have_forces
         self.rebuild()  # migrates the loaded forces along with the atoms
-        keep = self.f.copy()
+        with self.dev.ops(1):
+            keep = self.f.copy()
         self.compute_forces(forward=False)
         if had:  # a restart: keep the checkpoint's forces (bit-identical continuation)
             self.f = keep
@@ -314,11 +366,12 @@ class DeviceAtoms:
 
     def wrap(self) -> None:
         """Fold the owned positions into the box on the device (the reference positions move with them)."""
-        xp, n = self.dev.xp, self.nlocal
-        folded = fold(xp, self.pos[:n], self.config.box)
-        if self.lists is not None:
-            self.x0 += folded - self.pos[:n]
-        self.pos[:n] = folded
+        n = self.nlocal
+        folded = fold(self.dev, self.pos[:n], self.config.box)
+        with self.dev.ops(3 if self.lists is not None else 1):
+            if self.lists is not None:
+                self.x0 += folded - self.pos[:n]
+            self.pos[:n] = folded
 
     def owned(self) -> dict[str, np.ndarray]:
         """Host copies of the owned atoms (four atom arrays, counted): ``x v f`` ``(n, 3)`` and ``id``."""

@@ -28,10 +28,12 @@ from pympi_gpu.run.phases import PhaseClock
 __all__ = ["DeviceHalo", "fold"]
 
 
-def fold(xp, x, box: float):
-    """Positions folded into ``[0, box)``, as :func:`~pympi_gpu.nbody.lj.domain.wrap` folds them, in ``xp``."""
-    w = x - box * xp.floor(x / box)
-    w[w >= box] = 0.0  # -tiny + box rounds to box
+def fold(dev, x, box: float):
+    """Positions folded into ``[0, box)``, as :func:`~pympi_gpu.nbody.lj.domain.wrap` folds them, on ``dev``."""
+    xp = dev.xp
+    with dev.ops(6, syncs=1):  # the boolean assignment reads its count back
+        w = x - box * xp.floor(x / box)
+        w[w >= box] = 0.0  # -tiny + box rounds to box
     return w
 
 
@@ -73,7 +75,8 @@ class DeviceHalo:
         """Send device ``rows`` (2-D float64) to dest, receive rows from source (any count), on the device."""
         xp, dev = self.dev.xp, self.dev
         if dest == self.me and source == self.me:  # one brick along d: the periodic image is this brick
-            return rows.copy()
+            with dev.ops(1):
+                return rows.copy()
         n = np.array([rows.shape[0]], np.int64)
         m = np.empty(1, np.int64)
         self.cart.Sendrecv(n, dest, tag, m, source, tag)
@@ -94,7 +97,8 @@ class DeviceHalo:
         """Grid coordinate along d of the brick that owns each position (``domain.owner_coords``'s rule)."""
         xp, b = self.dev.xp, self.brick
         p = b.dims[d]
-        return xp.minimum((x[:, d] * (p / b.box)).astype(np.int64), p - 1)
+        with self.dev.ops(3):
+            return xp.minimum((x[:, d] * (p / b.box)).astype(np.int64), p - 1)
 
     def migrate(self, x, rows):
         """Fold positions into the box and send atoms to the bricks that own them; collective.
@@ -105,25 +109,30 @@ class DeviceHalo:
         xp, dev = self.dev.xp, self.dev
         t0 = time.perf_counter()
         b = self.brick
-        x = fold(xp, x, b.box)
+        x = fold(dev, x, b.box)
         for d in range(3):
             p = b.dims[d]
             if p == 1:
                 continue
             c = self._owner(x, d)
             down_c, up_c = (b.coords[d] - 1) % p, (b.coords[d] + 1) % p
-            stay = c == b.coords[d]
-            down = c == down_c
-            up = (c == up_c) & ~down
-            if not dev.scalar(xp.all(stay | down | up)):
+            with dev.ops(8):
+                stay = c == b.coords[d]
+                down = c == down_c
+                up = (c == up_c) & ~down
+                known = xp.all(stay | down | up)
+            if not dev.scalar(known):
                 raise RuntimeError("an atom moved more than one brick between neighbour-list rebuilds "
                                    "(the system is unstable: is dt too large?)")
             lower, upper = self.nbrs[d]
-            both = xp.concatenate([x, rows], axis=1)
-            from_up = self._exchange(both[down], lower, upper, _TAG_MIGRATE + 4 * d)
-            from_down = self._exchange(both[up], upper, lower, _TAG_MIGRATE + 4 * d + 2)
-            both = xp.concatenate([both[stay], from_up, from_down])
-            x, rows = xp.ascontiguousarray(both[:, :3]), xp.ascontiguousarray(both[:, 3:])
+            with dev.ops(3, syncs=2):  # a compaction reads its count back
+                both = xp.concatenate([x, rows], axis=1)
+                leaving = both[down], both[up]
+            from_up = self._exchange(leaving[0], lower, upper, _TAG_MIGRATE + 4 * d)
+            from_down = self._exchange(leaving[1], upper, lower, _TAG_MIGRATE + 4 * d + 2)
+            with dev.ops(4, syncs=1):
+                both = xp.concatenate([both[stay], from_up, from_down])
+                x, rows = both[:, :3].copy(), both[:, 3:].copy()
         self.comm_time += time.perf_counter() - t0
         self.clock.add("communication", time.perf_counter() - t0)
         return x, rows
@@ -133,16 +142,18 @@ class DeviceHalo:
 
         Returns ``(pos, gid)``: owned rows then ghosts, positions and ids, on the device.
         """
-        xp = self.dev.xp
+        dev, xp = self.dev, self.dev.xp
         t0 = time.perf_counter()
         b = self.brick
-        pos = xp.concatenate([x, ids[:, None].astype(np.float64)], axis=1)  # ids < 2^53 travel exactly
+        with dev.ops(2):
+            pos = xp.concatenate([x, ids[:, None].astype(np.float64)], axis=1)  # ids < 2^53 travel exactly
         self.plan = []
         for d in range(3):
             n0 = pos.shape[0]
             lower, upper = self.nbrs[d]
-            low = xp.nonzero(pos[:, d] < b.lo[d] + self.cut)[0]
-            high = xp.nonzero(pos[:, d] >= b.hi[d] - self.cut)[0]
+            with dev.ops(4, syncs=2):  # nonzero reads its count back
+                low = xp.nonzero(pos[:, d] < b.lo[d] + self.cut)[0]
+                high = xp.nonzero(pos[:, d] >= b.hi[d] - self.cut)[0]
             s_low, s_high = [0.0] * 4, [0.0] * 4
             if b.coords[d] == 0:
                 s_low[d] = b.box
@@ -151,15 +162,20 @@ class DeviceHalo:
             got = []
             for k, (idx, shift, dest, source) in enumerate(((low, s_low, lower, upper),
                                                             (high, s_high, upper, lower))):
-                recv = self._exchange(pos[idx] + xp.asarray(shift), dest, source, _TAG_BORDER + 4 * d + 2 * k)
+                shift = dev.from_host(np.array(shift))
+                with dev.ops(2):
+                    rows = pos[idx] + shift
+                recv = self._exchange(rows, dest, source, _TAG_BORDER + 4 * d + 2 * k)
                 start = n0 + sum(g.shape[0] for g in got)
-                self.plan.append((d, idx, xp.asarray(shift[:3]), dest, source, start, recv.shape[0]))
+                self.plan.append((d, idx, shift[:3], dest, source, start, recv.shape[0]))
                 got.append(recv)
-            pos = xp.concatenate([pos, *got])
+            with dev.ops(1):
+                pos = xp.concatenate([pos, *got])
         self._stage()
         self.comm_time += time.perf_counter() - t0
         self.clock.add("communication", time.perf_counter() - t0)
-        return xp.ascontiguousarray(pos[:, :3]), pos[:, 3].astype(np.int64)
+        with dev.ops(2):
+            return pos[:, :3].copy(), pos[:, 3].astype(np.int64)
 
     def _stage(self) -> None:
         """The send buffers of the plan (device), and pinned host buffers for the host transport.
@@ -210,13 +226,15 @@ class DeviceHalo:
                 if staged is None:  # the brick's own periodic image: rows copied in place
                     if n:
                         rows = pos[start:start + count]
-                        xp.take(pos, idx, axis=0, out=rows)  # idx < start: the rows read are not written
-                        rows += shift
+                        with dev.ops(2):
+                            xp.take(pos, idx, axis=0, out=rows)  # idx < start: the rows read are not written
+                            rows += shift
                     continue
                 buf, host = staged
                 if n:  # packed on the device: a gather and a shift
-                    xp.take(pos, idx, axis=0, out=buf)
-                    buf += shift
+                    with dev.ops(2):
+                        xp.take(pos, idx, axis=0, out=buf)
+                        buf += shift
                 tag = _TAG_FORWARD + 2 * d + k
                 if self.transport == "device":
                     dev.sync()  # MPI reads what the kernel wrote
@@ -288,7 +306,9 @@ class DeviceHalo:
             waited += time.perf_counter() - tw
             for idx, rows, _ in back:  # one message after the other: the two may share rows
                 if idx.shape[0]:
-                    f[idx] += rows if isinstance(rows, xp.ndarray) else dev.from_host(rows)
+                    rows = rows if isinstance(rows, xp.ndarray) else dev.from_host(rows)
+                    with dev.ops(3):
+                        f[idx] += rows
         self.comm_time += time.perf_counter() - t0
         self.clock.add("waiting", waited)
         self.clock.add("communication", time.perf_counter() - t0 - waited)

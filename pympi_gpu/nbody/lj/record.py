@@ -44,7 +44,13 @@ class LjRun:
     ``host_copies_per_step``: on a GPU, the atom arrays copied from the device
     to the host over the run (checkpoints, frames; the most of any rank)
     divided by the steps, 0 when nothing but sums and messages left the
-    device; None on the CPU.
+    device; None on the CPU.  ``launches_per_step`` and
+    ``host_syncs_per_step``: on a GPU, the kernels the host queued (numba.cuda
+    launches and CuPy operations) and the times it waited for the device
+    (synchronisations, device-to-host copies), over the run's steps (thermo
+    rows, checks and checkpoints included; the most of any rank);
+    ``device_calls_per_step`` the same per phase, with the host-to-device
+    copies (``uploads``); None on the CPU.
     """
 
     atoms: int
@@ -91,3 +97,6 @@ class LjRun:
     phases: Phases | None = None
     traffic: Traffic | None = None
     host_copies_per_step: float | None = None
+    launches_per_step: float | None = None
+    host_syncs_per_step: float | None = None
+    device_calls_per_step: dict[str, dict[str, float]] | None = None

@@ -206,6 +206,8 @@ class LjSystem:
         """Lists and forces before the first step (:meth:`start`); collective."""
         self._copies0, self._rebuilds0 = self.atoms.host_copies, self.atoms.rebuilds
         self._rebuild_next = self.atoms.start()
+        counted = getattr(self.atoms, "calls", None)  # the device's launches and syncs (GPU only)
+        self._calls0 = counted() if counted else None
 
     def advance(self, energy: bool, stop: int) -> int | None:
         """One step (``timestep += 1``); ``energy``: sum energy and virial on the way (a thermo step).
@@ -277,6 +279,7 @@ class LjSystem:
         if self._copies0 is not None:  # the most any rank copied, over the whole run, checkpoints and frames included
             copies = comm.allreduce(self.atoms.host_copies - self._copies0, op=MPI.MAX)
         steps = result.steps
+        calls = None if self._calls0 is None else self.atoms.calls_per_step(comm, self._calls0, steps)
         return LjRun(
             atoms=config.atoms, cells=config.cells, box=config.box, density=config.density,
             temperature=config.temperature, pair=config.pair, pair_coeffs=config.coefficients, cutoff=config.cutoff, skin=config.skin, dt=config.dt, seed=config.seed,
@@ -293,4 +296,6 @@ class LjSystem:
             checkpoints_written=result.checkpoints_written, restarted_from=result.restarted_from,
             stopped_by=result.stopped_by, provenance=labels.provenance, phases=result.phases,
             traffic=result.traffic,
-            host_copies_per_step=None if copies is None else (copies / steps if steps else float(copies)))
+            host_copies_per_step=None if copies is None else (copies / steps if steps else float(copies)),
+            launches_per_step=calls and calls["launches"], host_syncs_per_step=calls and calls["syncs"],
+            device_calls_per_step=calls and calls["phases"])
