@@ -95,6 +95,11 @@ KERNELS = (
     Kernel("gravity.count_nonfinite fp64", 256),
     Kernel("lj.forces", 128, "neighbour", r"MUFU\.RCP64H"),
     Kernel("lj.forces_newton", 128, "neighbour", r"MUFU\.RCP64H"),
+    Kernel("lj.forces_kick", 128, "neighbour", r"MUFU\.RCP64H"),    # the step's last force launch
+    Kernel("lj.integrate", 128),                                     # kick, drift, displacement, its max
+    Kernel("lj.kick", 128),
+    Kernel("lj.gather_rows", 128),                                   # the halo's rows
+    Kernel("lj.chain_rows", 128),
     Kernel("lj.build_lists", 128, "candidate", r"^DMUL"),            # dx*dx: the first term of r^2
     Kernel("pi.mc", 256, "sample", r"^IMAD\.WIDE\.U32 .*0x1ce4e5b9"),  # SplitMix64's first multiply
     Kernel("pi.trapezoid", 256, "node", r"MUFU\.RCP64H"),
@@ -290,7 +295,10 @@ from pympi_gpu.nbody.lj.config import LjConfig
 lj_cut = lj.force_kernels(LjConfig(cells=1).pair_term)  # the default style, lj/cut at epsilon = sigma = 1
 for name in ("forces", "forces_newton"):
     out[f"lj.{name}"] = ptx(getattr(lj_cut, name), lj.FORCES_SIGNATURE)
+out["lj.forces_kick"] = ptx(lj_cut.forces_kick, lj.FORCES_KICK_SIGNATURE)
 out["lj.build_lists"] = ptx(lj.build_lists, lj.BUILD_SIGNATURE)
+for name in ("integrate", "kick", "gather_rows", "chain_rows"):
+    out[f"lj.{name}"] = ptx(getattr(lj, name), getattr(lj, name.split("_")[0].upper() + "_SIGNATURE"))
 out["pi.mc"] = ptx(pik._mc_kernel, void(uint64, uint64, int64, int64, uint64[::1]))
 out["pi.trapezoid"] = ptx(pik._trap_kernel, void(int64, int64, int64, float64[::1]))
 json.dump(out, sys.stdout)

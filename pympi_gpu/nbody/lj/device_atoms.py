@@ -3,11 +3,14 @@
 :class:`DeviceAtoms` keeps the atoms in device memory (CuPy arrays on a GPU,
 NumPy under the simulator: :class:`~pympi_gpu.device.buffers.DeviceArrays`)
 and never brings them to the host between checkpoints.  A step is: kick,
-drift and the displacement since the last rebuild (CuPy elementwise), its
-maximum (a reduction; one number to the host, then the ranks' MAX), then either the
-forward halo with the owned-owned forces of each third of the atoms launched
-behind each stage, or, when some atom moved more than skin/2, a rebuild; then
-the owned-ghost forces and the second kick.
+drift and the displacement since the last rebuild with its maximum, in one
+kernel (one number to the host, then the ranks' MAX), then either the forward
+halo with the owned-owned forces of a part of the atoms launched behind each
+stage whose messages travel, or, when some atom moved more than skin/2, a
+rebuild; then the owned-ghost forces with the second kick, in one kernel.  The
+launches and host waits are counted per phase (``DeviceArrays.calls``): a step
+without a rebuild is 4 launches and 1 wait on one rank (docs/gpu.md says what
+each costs on an H100).
 
 A rebuild on the device (:meth:`DeviceAtoms.rebuild`): migration
 (:class:`~pympi_gpu.nbody.lj.halo_device.DeviceHalo`: the atoms leaving the
@@ -101,6 +104,9 @@ class DeviceAtoms:
         self._cell_lo = dev.from_host(grid.lo, np.float64)
         self._cell_inv = dev.from_host(grid.inv, np.float64)
         self._cell_top = dev.from_host(grid.ncell - 1, np.int64)
+        #: the largest squared displacement of a step, two slots used in turn (see :meth:`step`)
+        self._dmax = dev.from_host(np.zeros(2), np.float64)
+        self._slot = 0
         #: seconds per phase (:data:`PHASES`) with ``profile``, else None
         self.phase_seconds = dict.fromkeys(PHASES, 0.0) if profile else None
         self._open: list[str] = []
@@ -228,33 +234,38 @@ class DeviceAtoms:
                 else:
                     self.f = f.copy()
                 self.x0 = self.pos[:n].copy()
-            cell, start, atoms = self._cells(self.pos)
-            nc = self.system.grid.ncell
-            cut2, rc2 = self.config.cutneigh ** 2, self.config.cutoff ** 2
-            while True:
-                # rows of neighbours in column-major order: the threads of a warp read one column together
-                lists = (xp.empty(n, np.int64), xp.empty((n, self.cap[0]), np.int32, order="F"),
-                         xp.empty(n, np.int64), xp.empty((n, self.cap[1]), np.int32, order="F"))
-                self._launch(kg.build_lists, n, self.pos, n, self.gid, cell, start, atoms, int(nc[0]), int(nc[1]),
-                             int(nc[2]), self.system.grid.reach, cut2, rc2, self.config.newton, *lists)
-                with dev.ops(3 if n else 1):
-                    most = xp.stack([lists[0].max(), lists[2].max()]) if n else xp.zeros(2, np.int64)
-                most = dev.to_host(most, "sums")
-                if most[0] <= self.cap[0] and most[1] <= self.cap[1]:
-                    break
-                self.cap = [max(self.cap[0], int(most[0]) + 8), max(self.cap[1], int(most[1]) + 8)]
-            self.lists = lists
+            self.lists = self._lists(n)
             # distinct pairs within cutoff + skin (full lists list each from both sides)
             self.pairs = 0.0
             if n:
                 with dev.ops(3):
-                    listed = lists[0].sum() + lists[2].sum()
+                    listed = self.lists[0].sum() + self.lists[2].sum()
                 self.pairs = self._once * dev.scalar(listed)
             with dev.ops(2):
                 self.e = xp.zeros(max(n, 1), np.float64)
                 self.w = xp.zeros(max(n, 1), np.float64)
             self._bind()
         self.rebuilds += 1
+
+    def _lists(self, n: int) -> tuple:
+        """The Verlet lists of the owned rows [0, n) of :attr:`pos` (:func:`~pympi_gpu.nbody.lj.kernels_cuda.build_lists`),
+        built again wider while a row overflows: ``(own_cnt, own_nbr, gh_cnt, gh_nbr)``."""
+        dev, xp = self.dev, self.dev.xp
+        cell, start, atoms = self._cells(self.pos)
+        nc = self.system.grid.ncell
+        cut2, rc2 = self.config.cutneigh ** 2, self.config.cutoff ** 2
+        while True:
+            # rows of neighbours in column-major order: the threads of a warp read one column together
+            lists = (xp.empty(n, np.int64), xp.empty((n, self.cap[0]), np.int32, order="F"),
+                     xp.empty(n, np.int64), xp.empty((n, self.cap[1]), np.int32, order="F"))
+            self._launch(kg.build_lists, n, self.pos, n, self.gid, cell, start, atoms, int(nc[0]), int(nc[1]),
+                         int(nc[2]), self.system.grid.reach, cut2, rc2, self.config.newton, *lists)
+            with dev.ops(3 if n else 1):
+                most = xp.stack([lists[0].max(), lists[2].max()]) if n else xp.zeros(2, np.int64)
+            most = dev.to_host(most, "sums")
+            if most[0] <= self.cap[0] and most[1] <= self.cap[1]:
+                return lists
+            self.cap = [max(self.cap[0], int(most[0]) + 8), max(self.cap[1], int(most[1]) + 8)]
 
     @property
     def _once(self) -> float:
@@ -271,6 +282,9 @@ class DeviceAtoms:
         own_cnt, own_nbr, gh_cnt, gh_nbr = self.lists
         self._views = tuple(view(a) for a in (_flat(self.pos), _flat(self.f), self.e, self.w, own_cnt,
                                               _flat(own_nbr.T), gh_cnt, _flat(gh_nbr.T)))
+        # the integration's: v, f, x (the owned rows first), x0, and the displacement's two slots
+        self._step_views = (view(_flat(self.v)), self._views[1], self._views[0], view(_flat(self.x0)),
+                            view(self._dmax))
 
     def finite(self) -> bool:
         """Are this brick's positions, velocities and forces finite?  A reduction on the device, one number out."""
@@ -280,40 +294,84 @@ class DeviceAtoms:
         return bool(self.dev.scalar(ok))
 
     # -- forces -----------------------------------------------------------
-    def compute_forces(self, forward: bool, eflag: bool = True) -> None:
+    def compute_forces(self, forward: bool, eflag: bool = True, kick: bool = False) -> None:
         """Forces at the current positions (and each atom's pair energy and virial); collective if ``forward``.
 
-        ``eflag`` is not needed: the per-atom sums cost two stores, and are summed only for thermo.
+        With ``forward`` the ghost positions are refreshed first (the halo), and
+        the owned list's forces are launched in one part behind each stage whose
+        messages travel (in one launch where none does, or without ``forward``:
+        after a rebuild).  Then one launch for the ghost list, which with
+        ``kick`` ends with the second kick (``v += f dt/2``).  Half lists
+        (``config.newton``): :meth:`_forces_newton`.  ``eflag`` is not needed:
+        the per-atom sums cost two stores, and are summed only for thermo.
         """
+        if self.config.newton:
+            self._forces_newton(forward, kick)
+            return
         pos, f, e, w, own_cnt, own_nbr, gh_cnt, gh_nbr = self._views
         rc2 = self.config.cutoff ** 2
         n = self.nlocal
-        bounds = [0, n // 3, (2 * n) // 3, n]
-        newton = self.config.newton
-        kernel = self._kernels.forces_newton if newton else self._kernels.forces
-        if newton:
-            with self._phase("forces"), self.dev.ops(1):
-                self.f.fill(0.0)  # owned and ghost rows: the reactions are added into them
-
-        def work(stage):
-            a, b = bounds[stage], bounds[stage + 1]
-            if b > a:
-                with self._phase("forces"):
-                    self.dev.launch(kernel, kg.grid(b - a), kg.BLOCK, pos, f, e, w, a, b, own_cnt, own_nbr, rc2, 0)
-
+        kernels = self._kernels
+        work, parts = self._owned_parts(kernels.forces, forward)
         if forward:
             with self._phase("halo"):
                 self.halo.forward(self.pos, work)
-        else:
-            for st in range(3):
-                work(st)
         if n:
             with self._phase("forces"):
-                self.dev.launch(kernel, kg.grid(n), kg.BLOCK, pos, f, e, w, 0, n, gh_cnt, gh_nbr, rc2, 1)
-        if newton:
-            with self._phase("halo"):
-                self.halo.reverse(self.f)
+                if not parts:
+                    self.dev.launch(kernels.forces, kg.grid(n), kg.BLOCK, pos, f, e, w, 0, n, own_cnt, own_nbr, rc2, 0)
+                if kick:
+                    self.dev.launch(kernels.forces_kick, kg.grid(n), kg.BLOCK, pos, f, e, w, self._step_views[0],
+                                    0.5 * self.config.dt, n, gh_cnt, gh_nbr, rc2)
+                else:
+                    self.dev.launch(kernels.forces, kg.grid(n), kg.BLOCK, pos, f, e, w, 0, n, gh_cnt, gh_nbr, rc2, 1)
         self.energy = self.virial = None  # summed when asked (local_sums)
+        self.have_forces = True
+
+    def _owned_parts(self, kernel, forward: bool):
+        """``(work, parts)``: the halo's ``work(stage)``, which launches ``kernel`` over the owned list of one
+        part of the atoms behind each stage whose messages travel, and the number of parts (0: none travel)."""
+        pos, f, e, w, own_cnt, own_nbr, _, _ = self._views
+        rc2 = self.config.cutoff ** 2
+        n = self.nlocal
+        stages = [d for d in range(3) if self.halo.travels[d]] if forward else []
+        bounds = [n * k // len(stages) for k in range(len(stages) + 1)] if stages else []
+
+        def work(stage):
+            if stage in stages:
+                k = stages.index(stage)
+                a, b = bounds[k], bounds[k + 1]
+                if b > a:
+                    with self._phase("forces"):
+                        self.dev.launch(kernel, kg.grid(b - a), kg.BLOCK, pos, f, e, w, a, b, own_cnt, own_nbr, rc2, 0)
+
+        return work, len(stages)
+
+    def _forces_newton(self, forward: bool, kick: bool) -> None:
+        """Half lists: the owned list behind the halo's travelling stages (or in one launch), the ghost list,
+        the ghosts' forces sent home (the reverse halo), then the second kick if ``kick``; collective."""
+        pos, f, e, w, own_cnt, own_nbr, gh_cnt, gh_nbr = self._views
+        rc2 = self.config.cutoff ** 2
+        n = self.nlocal
+        kernel = self._kernels.forces_newton
+        with self._phase("forces"), self.dev.ops(1):
+            self.f.fill(0.0)  # owned and ghost rows: the reactions are added into them
+        work, parts = self._owned_parts(kernel, forward)
+        if forward:
+            with self._phase("halo"):
+                self.halo.forward(self.pos, work)
+        with self._phase("forces"):
+            if n and not parts:
+                self.dev.launch(kernel, kg.grid(n), kg.BLOCK, pos, f, e, w, 0, n, own_cnt, own_nbr, rc2, 0)
+            if n:
+                self.dev.launch(kernel, kg.grid(n), kg.BLOCK, pos, f, e, w, 0, n, gh_cnt, gh_nbr, rc2, 1)
+        with self._phase("halo"):
+            self.halo.reverse(self.f)
+        if kick and n:
+            with self._phase("integrate"):
+                v, f = self._step_views[:2]
+                self.dev.launch(kg.kick, kg.grid(n), kg.BLOCK, v, f, 0.5 * self.config.dt, n)
+        self.energy = self.virial = None
         self.have_forces = True
 
     def local_sums(self) -> np.ndarray:
@@ -329,28 +387,26 @@ class DeviceAtoms:
             return self.dev.to_host(sums, "sums")
 
     def step(self, force_rebuild: bool = False, eflag: bool = False) -> None:
-        """One velocity-Verlet step on the device; collective."""
+        """One velocity-Verlet step on the device; collective.
+
+        The first kick, the drift and the largest squared displacement in one launch
+        (:func:`~pympi_gpu.nbody.lj.kernels_cuda.integrate`), that one number read (the step's one
+        wait for the device besides the halo's), the ranks' MAX; then the forces with the second
+        kick (:meth:`compute_forces`).
+        """
         dev = self.dev
         n = self.nlocal
-        h = 0.5 * self.config.dt
-        d2 = 0.0
         with self._phase("integrate"):
-            if n:
-                v, x = self.v, self.pos[:n]
-                with dev.ops(8):
-                    v += h * self.f[:n]  # CuPy's elementwise kernels (in the namespace's order of rounding)
-                    x += self.config.dt * v
-                    # squared displacements; NaN propagates through the max and counts as infinite
-                    d = x - self.x0
-                    d2 = (d * d).sum(axis=1).max()
-                d2 = dev.scalar(d2)
+            slot, self._slot = self._slot, 1 - self._slot  # the kernel zeroes the other slot for the next step
+            v, f, x, x0, dmax = self._step_views
+            dev.launch(kg.integrate, kg.grid(n), kg.BLOCK, v, f, x, x0, 0.5 * self.config.dt, self.config.dt, n,
+                       dmax, slot)
+            d2 = dev.scalar(self._dmax[slot])  # NaN counted as infinite by the kernel
         if self.system.agree_displacement(d2) or force_rebuild:  # collective; a blow-up raises on every rank
             self.rebuild()
-            self.compute_forces(forward=False)
+            self.compute_forces(forward=False, kick=True)  # a rebuild migrated atoms: this rank's may be others
         else:
-            self.compute_forces(forward=True)
-        with self._phase("integrate"), dev.ops(2):
-            self.v += h * self.f[:self.nlocal]  # a rebuild migrated atoms: this rank's may be others now
+            self.compute_forces(forward=True, kick=True)
 
     def start(self) -> bool:
         """Lists and (unless loaded) forces at the current positions; collective."""

@@ -9,7 +9,11 @@ and which are ghosts is found by comparisons on the device and gathered by
 compaction (CuPy's boolean indexing: a scan behind it); only the counts of
 rows (one integer per message) and, with ``transport="host"``, the packed
 messages themselves come to the host.  With ``transport="device"`` the device
-arrays go to MPI, the stream synchronised first.
+arrays go to MPI, the stream synchronised first.  Between rebuilds
+:meth:`DeviceHalo.forward` costs one launch per stage that travels (both of
+its messages packed by :func:`~pympi_gpu.nbody.lj.kernels_cuda.gather_rows`)
+and one wait for the device, and one launch for the brick's own periodic
+images of all stages between two that travel.
 
 With half lists (Newton's third law across bricks) :meth:`DeviceHalo.reverse`
 sends the ghosts' forces back to their owners, as the CPU's ``Halo.reverse``.
@@ -21,11 +25,47 @@ import time
 
 import numpy as np
 
+from typing import NamedTuple
+
 from pympi_gpu.nbody.lj.domain import Brick
 from pympi_gpu.nbody.lj.halo import _TAG_BORDER, _TAG_FORWARD, _TAG_MIGRATE, _TAG_REVERSE
+from pympi_gpu.nbody.lj.kernels_cuda import BLOCK, chain_rows, gather_rows, grid
 from pympi_gpu.run.phases import PhaseClock
 
 __all__ = ["DeviceHalo", "fold"]
+
+
+def _flat(a):
+    """A C-contiguous array as one flat view of its memory (never a copy: the kernels write through it)."""
+    if not a.flags.c_contiguous:
+        raise ValueError("a kernel's flat view needs a C-contiguous array")
+    return a.reshape(-1)
+
+
+class _Local(NamedTuple):
+    """Ghost rows ``[start, start + count)`` of a brick's own periodic images: ``pos[row] = pos[idx] + shift``."""
+
+    stages: tuple[int, ...]
+    start: int
+    count: int
+    idx: object     # kernel views: the rows copied, and the shifts (flat)
+    shift: object
+    held: tuple     # the device arrays behind the views
+
+
+class _Travel(NamedTuple):
+    """Stage ``d``'s two messages: ``sends``/``recvs`` ``(rank, first row, rows)`` each, down then up."""
+
+    d: int
+    sends: tuple
+    recvs: tuple
+    rows: int       # rows sent, both messages
+    idx: object     # kernel views of the rows packed and their shifts (flat)
+    shift: object
+    buf: object     # the send buffer (device), and its kernel view
+    buf_view: object
+    host: tuple | None  # pinned (send, receive) buffers with the host transport
+    held: tuple
 
 
 def fold(dev, x, box: float):
@@ -59,9 +99,13 @@ class DeviceHalo:
         self.transport = transport
         self.me = cart.Get_rank()
         self.nbrs = [cart.Shift(d, 1) for d in range(3)]
+        #: per stage, do its messages go to other ranks (more than one brick along its dimension)?
+        self.travels = [self.nbrs[d] != (self.me, self.me) for d in range(3)]
         #: per stage and direction: (d, idx, shift, dest, source, start, count); idx on the device
         self.plan: list = []
-        self._staging: list = []
+        #: what :meth:`forward` launches, per rebuild (:meth:`_stage`): :class:`_Local` and :class:`_Travel`
+        self.segments: list = []
+        self._pos = self._pos_view = None
         self._pinned: dict[int, np.ndarray] = {}
         #: page-locked buffers allocated so far (the host transport; grown, never one per rebuild)
         self.pinned_allocations = 0
@@ -178,27 +222,70 @@ class DeviceHalo:
             return pos[:, :3].copy(), pos[:, 3].astype(np.int64)
 
     def _stage(self) -> None:
-        """The send buffers of the plan (device), and pinned host buffers for the host transport.
+        """What :meth:`forward` launches, from the plan: :attr:`segments`, made once per rebuild.
 
-        The pinned buffers are views of page-locked arrays kept from one rebuild to the next and
-        replaced only by larger ones (:meth:`_pinned_rows`): CuPy's pinned-memory pool keeps every
-        block it ever handed out for reuse at the same size, so new buffers at every rebuild, whose
-        sizes change with the atoms near each face, would grow the process's page-locked memory
-        for the whole run.
+        A stage whose messages travel (more than one brick along its dimension) is a
+        :class:`_Travel`: both directions' rows gathered and shifted into one send buffer by one
+        launch.  The stages between two that travel (a brick's own periodic images) are one
+        :class:`_Local`: every ghost row they make, gathered in one launch from the row it is
+        finally a copy of, with the shifts of the stages it passed through summed.  Each stage
+        shifts its own dimension only, so the sum adds, coordinate by coordinate, the one shift the
+        stages would have added one after the other: the same rows, bit for bit.
         """
-        xp = self.dev.xp
-        self._staging = []
-        for slot, (_, idx, _, dest, source, _, count) in enumerate(self.plan):
-            if dest == self.me and source == self.me:
-                self._staging.append(None)
+        self.segments = []
+        self._pos = self._pos_view = None  # the last rebuild's positions: let them go
+        local: list = []
+        for d in range(3):
+            if not self.travels[d]:
+                local.append(d)
                 continue
-            buf = xp.empty((idx.shape[0], 3), np.float64)
-            host = ((self._pinned_rows(2 * slot, idx.shape[0]), self._pinned_rows(2 * slot + 1, count))
-                    if self.transport == "host" else None)
-            self._staging.append((buf, host))
+            if local:
+                self.segments.append(self._local(local))
+                local = []
+            self.segments.append(self._travel(d))
+        if local:
+            self.segments.append(self._local(local))
+
+    def _local(self, stages: list[int]) -> _Local:
+        """The ghost rows of consecutive self-image ``stages``, each resolved to the row it copies (:func:`chain_rows`)."""
+        dev, xp, view = self.dev, self.dev.xp, self.dev.view
+        messages = [self.plan[2 * d + k] for d in stages for k in (0, 1)]
+        first, total = messages[0][5], sum(m[6] for m in messages)
+        src, shift = xp.empty(total, np.int64), xp.empty((total, 3), np.float64)  # (no launches)
+        src_view, shift_view = view(src), view(_flat(shift))
+        at = 0
+        for _, idx, step, _, _, _, count in messages:
+            if count:
+                dev.launch(chain_rows, grid(count), BLOCK, view(idx), view(step), first, src_view, shift_view, at,
+                           count)
+            at += count
+        return _Local(tuple(stages), first, total, src_view, shift_view, (src, shift))
+
+    def _travel(self, d: int) -> _Travel:
+        """Stage ``d``'s two messages: their rows and shifts in one send buffer, its pinned twins if staged."""
+        dev, xp = self.dev, self.dev.xp
+        (_, low, s_low, down, up, start, c_low), (_, high, s_high, _, _, _, c_high) = self.plan[2 * d:2 * d + 2]
+        n_low, m = int(low.shape[0]), int(low.shape[0] + high.shape[0])
+        with dev.ops(3):
+            idx = xp.concatenate([low, high])
+            shift = xp.empty((m, 3), np.float64)
+            shift[:n_low] = s_low
+            shift[n_low:] = s_high
+            buf = xp.empty((m, 3), np.float64)  # (no launch)
+        host = ((self._pinned_rows(2 * d, m), self._pinned_rows(2 * d + 1, c_low + c_high))
+                if self.transport == "host" else None)
+        view = self.dev.view
+        return _Travel(d, ((down, 0, n_low), (up, n_low, m - n_low)), ((up, start, c_low), (down, start + c_low, c_high)),
+                       m, view(idx), view(_flat(shift)), buf, view(_flat(buf)), host, (idx, shift))
 
     def _pinned_rows(self, key: int, rows: int) -> np.ndarray:
-        """``(rows, 3)`` float64 of pinned buffer ``key``, grown (never shrunk) with a quarter to spare."""
+        """``(rows, 3)`` float64 of pinned buffer ``key``, grown (never shrunk) with a quarter to spare.
+
+        The pinned buffers are views of page-locked arrays kept from one rebuild to the next and
+        replaced only by larger ones: CuPy's pinned-memory pool keeps every block it ever handed
+        out for reuse at the same size, so new buffers at every rebuild, whose sizes change with
+        the atoms near each face, would grow the process's page-locked memory for the whole run.
+        """
         held = self._pinned.get(key)
         if held is None or held.shape[0] < rows:
             held = self._pinned[key] = self.dev.pinned((rows + rows // 4 + 16, 3))
@@ -210,61 +297,72 @@ class DeviceHalo:
 
         ``work(stage)`` (stage 0, 1, 2) is launched while that stage's
         messages are in flight (on the stream: it runs as they travel).
+        Per stage that travels: one launch packs both messages, one wait
+        (the copy to pinned memory, or the sync before MPI reads device
+        memory), and with the host transport one copy of both received
+        messages back; the stages of a brick's own periodic images between
+        two that travel: one launch.  Nothing waits for ``work``'s kernels.
         """
         from mpi4py import MPI
 
-        dev, xp = self.dev, self.dev.xp
-        clock = self.clock
+        dev, clock = self.dev, self.clock
+        if pos is not self._pos:  # a kernel's view of pos, made once per array (the array held: ids stay unique)
+            self._pos, self._pos_view = pos, dev.view(_flat(pos))
         t0 = time.perf_counter()
         busy = waited = 0.0
-        for d in range(3):
-            reqs, unstage = [], []
-            for k in (0, 1):
-                _, idx, shift, dest, source, start, count = self.plan[2 * d + k]
-                n = idx.shape[0]
-                staged = self._staging[2 * d + k]
-                if staged is None:  # the brick's own periodic image: rows copied in place
-                    if n:
-                        rows = pos[start:start + count]
-                        with dev.ops(2):
-                            xp.take(pos, idx, axis=0, out=rows)  # idx < start: the rows read are not written
-                            rows += shift
-                    continue
-                buf, host = staged
-                if n:  # packed on the device: a gather and a shift
-                    with dev.ops(2):
-                        xp.take(pos, idx, axis=0, out=buf)
-                        buf += shift
-                tag = _TAG_FORWARD + 2 * d + k
-                if self.transport == "device":
-                    dev.sync()  # MPI reads what the kernel wrote
-                    reqs.append(self.cart.Irecv(dev.mpi_buffer(pos[start:start + count]), source, tag))
-                    reqs.append(self.cart.Isend(dev.mpi_buffer(buf), dest, tag))
-                else:
-                    hsend, hrecv = host
-                    if n:
-                        dev.to_host(buf, "message", out=hsend)  # waits for the stream: so does the next line
-                    else:  # the last step's copy out of hrecv is done before MPI writes into it again
-                        dev.sync()
-                    reqs.append(self.cart.Irecv(hrecv, source, tag))
-                    reqs.append(self.cart.Isend(hsend, dest, tag))
-                    unstage.append((hrecv, start, count))
-                clock.sent(n * 3 * 8)
+        for seg in self.segments:
+            if isinstance(seg, _Local):
+                if seg.count:
+                    dev.launch(gather_rows, grid(seg.count), BLOCK, self._pos_view, seg.idx, seg.shift,
+                               self._pos_view, seg.start, seg.count)
+                tw = time.perf_counter()
+                for d in seg.stages:
+                    if work is not None:
+                        work(d)
+                busy += time.perf_counter() - tw
+                continue
+            reqs, unstage = self._post(pos, seg)
             tw = time.perf_counter()
             if work is not None:
-                work(d)  # launched on the stream: runs while the messages travel
+                work(seg.d)  # launched on the stream: runs while the messages travel
             busy += time.perf_counter() - tw
             tw = time.perf_counter()
             MPI.Request.Waitall(reqs)
             waited += time.perf_counter() - tw
-            for hrecv, start, count in unstage:
-                dev.into_device(hrecv, pos[start:start + count])
-        tw = time.perf_counter()
-        dev.sync()  # the kernels launched by work(): compute
-        busy += time.perf_counter() - tw
+            if unstage is not None:
+                dev.into_device(*unstage)
         self.comm_time += time.perf_counter() - t0 - busy
         clock.add("waiting", waited)
         clock.add("communication", time.perf_counter() - t0 - busy - waited)
+
+    def _post(self, pos, seg: _Travel) -> tuple[list, tuple | None]:
+        """Pack stage ``seg``'s messages and post them; the requests, and what to copy in once they are done."""
+        dev = self.dev
+        if seg.rows:
+            dev.launch(gather_rows, grid(seg.rows), BLOCK, self._pos_view, seg.idx, seg.shift, seg.buf_view, 0,
+                       seg.rows)
+        reqs, unstage = [], None
+        if self.transport == "device":
+            dev.sync()  # MPI reads what the kernel wrote
+            recv = [dev.mpi_buffer(pos[start:start + count]) for _, start, count in seg.recvs]
+            send = [dev.mpi_buffer(seg.buf[a:a + n]) for _, a, n in seg.sends]
+        else:
+            hsend, hrecv = seg.host
+            if seg.rows:
+                dev.to_host(seg.buf, "message", out=hsend)  # waits for the stream: so does the next line
+            else:  # the last step's copy out of hrecv is done before MPI writes into it again
+                dev.sync()
+            start = seg.recvs[0][1]
+            recv = [hrecv[a - start:a - start + count] for _, a, count in seg.recvs]
+            send = [hsend[a:a + n] for _, a, n in seg.sends]
+            total = hrecv.shape[0]
+            unstage = (hrecv, pos[start:start + total]) if total else None
+        for k in (0, 1):
+            tag = _TAG_FORWARD + 2 * seg.d + k
+            reqs.append(self.cart.Irecv(recv[k], seg.recvs[k][0], tag))
+            reqs.append(self.cart.Isend(send[k], seg.sends[k][0], tag))
+            self.clock.sent(seg.sends[k][2] * 3 * 8)
+        return reqs, unstage
 
     def reverse(self, f) -> None:
         """Add the forces on the ghost rows of device ``f`` ``(n_all, 3)`` into the rows they came from.
@@ -282,7 +380,7 @@ class DeviceHalo:
             reqs, back = [], []
             for k in (0, 1):
                 _, idx, _, dest, source, start, count = self.plan[2 * d + k]
-                if self._staging[2 * d + k] is None:  # the brick's own periodic image
+                if not self.travels[d]:  # the brick's own periodic image
                     back.append((idx, f[start:start + count], None))
                     continue
                 # the rows sent to dest come back from dest; those received from source go back to it

@@ -1,4 +1,4 @@
-"""CUDA kernels of the LJ model (numba.cuda): the Verlet-list build and the forces.
+"""CUDA kernels of the LJ model (numba.cuda): the Verlet-list build, the forces, the integration, the halo's rows.
 
 The kernels take device arrays of any library that exposes
 ``__cuda_array_interface__`` (CuPy's, on a GPU) or, under the simulator, NumPy
@@ -10,11 +10,23 @@ law, each pair once) a thread adds the reaction to its neighbours' rows
 with atomic adds.  The force kernels are compiled around a pair style's term
 by :func:`force_kernels`, as the CPU's are (:mod:`~pympi_gpu.nbody.lj.pairs`).
 
-What CuPy does as well in one or two of its own kernels is left to it (the
-caller): the cell keys, their sort, the cell starts (a scan), compaction,
-gathers (halo packing), the kicks and drifts, reductions.  What it cannot
+What a rebuild does in CuPy's kernels is left to it (the caller): the cell
+keys, their sort, the cell starts (a scan), compaction.  What it cannot
 express without a loop per neighbour (the cell search and the pair loops) is
-here.
+here, and so is every launch of a step without a rebuild, each doing in one
+kernel what CuPy would do in several (issue 30: at a million atoms a step's
+work is a few hundred microseconds, and each launch from Python costs a few):
+:func:`integrate` (kick, drift, the squared displacement and its maximum, one
+number for the host to read), the ghost list's forces with the second kick
+(``forces_kick``), :func:`gather_rows` (a halo message packed, or the ghost
+rows of a brick's own periodic images refreshed, all stages at once, as
+:func:`chain_rows` resolved them at the rebuild).
+
+The integration rounds each multiply and add (libdevice's ``_rn``
+operations, which the compiler never fuses into an FMA): ``v + h f`` and
+``x + dt v`` are the CPU's numbers for the CPU's forces, as CuPy's separate
+elementwise kernels gave them.  Under the simulator the same operations are
+NumPy's, rounded each.
 Importing this module imports numba.cuda: do it only for ``--backend gpu``.
 """
 
@@ -24,20 +36,27 @@ import functools
 import math
 from typing import NamedTuple
 
+import numba
 import numpy as np
 from numba import boolean, cuda, float64, int32, int64, uint32, uint64, void
 
 from pympi_gpu.device.buffers import quiet_small_grids
 from pympi_gpu.nbody.lj.kernels_cpu import jitable
 
-__all__ = ["BLOCK", "grid", "CudaForceKernels", "force_kernels", "build_lists", "FORCES_SIGNATURE",
-           "BUILD_SIGNATURE"]
+__all__ = ["BLOCK", "grid", "CudaForceKernels", "force_kernels", "build_lists", "integrate", "kick", "gather_rows",
+           "chain_rows", "FORCES_SIGNATURE", "FORCES_KICK_SIGNATURE", "BUILD_SIGNATURE", "INTEGRATE_SIGNATURE",
+           "KICK_SIGNATURE", "GATHER_SIGNATURE", "CHAIN_SIGNATURE"]
 
+_flat = float64[::1]
 #: the types the kernels are launched with (CuPy arrays through ``__cuda_array_interface__``)
-FORCES_SIGNATURE = void(float64[::1], float64[::1], float64[::1], float64[::1], int64, int64, int64[::1],
-                        int32[::1], float64, int64)
+FORCES_SIGNATURE = void(_flat, _flat, _flat, _flat, int64, int64, int64[::1], int32[::1], float64, int64)
+FORCES_KICK_SIGNATURE = void(_flat, _flat, _flat, _flat, _flat, float64, int64, int64[::1], int32[::1], float64)
 BUILD_SIGNATURE = void(float64[:, ::1], int64, int64[::1], int64[::1], int64[::1], int64[::1], int64, int64, int64,
                        int64, float64, float64, boolean, int64[::1], int32[::1, :], int64[::1], int32[::1, :])
+INTEGRATE_SIGNATURE = void(_flat, _flat, _flat, _flat, float64, float64, int64, _flat, int64)
+KICK_SIGNATURE = void(_flat, _flat, float64, int64)
+GATHER_SIGNATURE = void(_flat, int64[::1], _flat, _flat, int64, int64)
+CHAIN_SIGNATURE = void(int64[::1], _flat, int64, int64[::1], _flat, int64, int64)
 
 BLOCK = 128
 
@@ -47,6 +66,18 @@ quiet_small_grids()  # a third of a small brick, a ghost list: launches of a few
 _1 = np.uint64(1)
 _2 = np.uint64(2)
 _3 = np.uint64(3)
+
+
+if numba.config.ENABLE_CUDASIM:  # kernels run as Python: NumPy rounds each operation
+    def _mul(a, b):
+        return a * b
+
+    def _add(a, b):
+        return a + b
+else:  # rounded each, never contracted into an FMA (PTX mul.rn/add.rn)
+    from numba.cuda import libdevice
+
+    _mul, _add = libdevice.dmul_rn, libdevice.dadd_rn
 
 
 def grid(n: int) -> int:
@@ -67,12 +98,16 @@ def _launch_bounds(blocks: int) -> dict:
 
 
 class CudaForceKernels(NamedTuple):
-    """The force kernels of one pair term (:func:`force_kernels`), launched with :data:`FORCES_SIGNATURE`."""
+    """The force kernels of one pair term (:func:`force_kernels`), launched with :data:`FORCES_SIGNATURE`
+    (``forces_kick``: :data:`FORCES_KICK_SIGNATURE`)."""
 
     #: full lists: one-sided, a thread writes only its own atom's rows
     forces: object
     #: half lists, Newton's third law: the reactions by atomic adds
     forces_newton: object
+    #: full lists, the step's last force launch: the ghost list added to the owned list's forces, and
+    #: the second kick
+    forces_kick: object
 
 
 @functools.cache
@@ -84,7 +119,8 @@ def force_kernels(pair) -> CudaForceKernels:
     coefficients are folded in as constants.  Compiled on first launch.
     """
     pair = jitable(pair)
-    return CudaForceKernels(_make_forces(_make_row(pair)), _make_forces_newton(pair))
+    row = _make_row(pair)
+    return CudaForceKernels(_make_forces(row), _make_forces_newton(pair), _make_forces_kick(row))
 
 
 def _make_row(pair):
@@ -162,6 +198,153 @@ def _make_forces(row):
             w[i] = wi
 
     return forces
+
+
+def _make_forces_kick(row):
+    """The full-list kernel that ends a step's forces, around a list row."""
+
+    # the bounds of forces: 40 registers, no spill (a flag to make the kick optional spilled two)
+    @cuda.jit(**_launch_bounds(12))
+    def forces_kick(pos, f, e, w, v, h, n, cnt, nbr, rc2):
+        """Atoms [0, n): the ghost list's forces added to what :func:`forces` stored, then ``v += h f``.
+
+        The sums are those of a second :func:`forces` launch with ``add`` (``f += f_ghost``, and so
+        e and w), then the second kick (``v + h f``, each operation rounded, as the CPU's): one
+        launch where there were two (three CuPy kernels with the kick's).  The arrays flat, as
+        :func:`forces` takes them (``cnt``/``nbr`` the ghost list); ``v`` ``(3 n,)``.
+        """
+        i = uint64(cuda.grid(1))
+        if i >= uint64(n):
+            return
+        stride = uint64(cnt.shape[0])
+        gx, gy, gz, eg, wg = row(pos, i, nbr, stride, uint64(cnt[i]), rc2)
+        b = _3 * i
+        fx = f[b] + gx
+        fy = f[b + _1] + gy
+        fz = f[b + _2] + gz
+        f[b] = fx
+        f[b + _1] = fy
+        f[b + _2] = fz
+        e[i] += eg
+        w[i] += wg
+        v[b] = _add(v[b], _mul(h, fx))
+        v[b + _1] = _add(v[b + _1], _mul(h, fy))
+        v[b + _2] = _add(v[b + _2], _mul(h, fz))
+
+    return forces_kick
+
+
+@cuda.jit
+def integrate(v, f, x, x0, h, dt, n, dmax, slot):
+    """The first half of a step for atoms [0, n), one thread each, and the largest displacement.
+
+    ``v += h f``, ``x += dt v``, then the squared displacement since ``x0``
+    (``dx dx + dy dy + dz dz``, each operation rounded: the CPU's
+    ``max_displacement2``; NaN counts as infinite).  A block's largest by a
+    tree in shared memory, then one atomic max per block into ``dmax[slot]``,
+    the one number the host reads.  Block 0 zeroes ``dmax[1 - slot]``, which
+    the next step (the other slot) maxes into: the host has read it already,
+    and the stream orders the two launches.  Launch with :data:`BLOCK`
+    threads a block, at least one block (``n`` may be 0).  Arrays flat:
+    ``v``, ``x0`` ``(3 n,)``, ``f`` and ``x`` the first ``3 n`` of theirs.
+    """
+    best = cuda.shared.array(BLOCK, float64)
+    t = cuda.threadIdx.x
+    i = uint64(cuda.grid(1))
+    d2 = 0.0
+    if i < uint64(n):
+        b = _3 * i
+        vx = _add(v[b], _mul(h, f[b]))
+        vy = _add(v[b + _1], _mul(h, f[b + _1]))
+        vz = _add(v[b + _2], _mul(h, f[b + _2]))
+        v[b] = vx
+        v[b + _1] = vy
+        v[b + _2] = vz
+        px = _add(x[b], _mul(dt, vx))
+        py = _add(x[b + _1], _mul(dt, vy))
+        pz = _add(x[b + _2], _mul(dt, vz))
+        x[b] = px
+        x[b + _1] = py
+        x[b + _2] = pz
+        dx = px - x0[b]
+        dy = py - x0[b + _1]
+        dz = pz - x0[b + _2]
+        d2 = _add(_add(_mul(dx, dx), _mul(dy, dy)), _mul(dz, dz))
+        if d2 != d2:
+            d2 = math.inf
+    best[t] = d2
+    cuda.syncthreads()
+    half = BLOCK // 2
+    while half > 0:
+        if t < half:
+            best[t] = max(best[t], best[t + half])
+        cuda.syncthreads()
+        half //= 2
+    if t == 0:
+        cuda.atomic.max(dmax, slot, best[0])
+        if cuda.blockIdx.x == 0:
+            dmax[1 - slot] = 0.0
+
+
+@cuda.jit
+def kick(v, f, h, n):
+    """``v += h f`` for atoms [0, n), each operation rounded (half lists' second kick, after the reverse halo)."""
+    i = uint64(cuda.grid(1))
+    if i >= uint64(n):
+        return
+    b = _3 * i
+    v[b] = _add(v[b], _mul(h, f[b]))
+    v[b + _1] = _add(v[b + _1], _mul(h, f[b + _1]))
+    v[b + _2] = _add(v[b + _2], _mul(h, f[b + _2]))
+
+
+@cuda.jit
+def gather_rows(src, idx, shift, dst, row0, m):
+    """Rows ``dst[row0 + g] = src[idx[g]] + shift[g]`` for g in [0, m), one thread a row (flat ``(3 rows,)``).
+
+    A halo message packed (``dst`` the send buffer, ``row0`` 0), or the ghost
+    rows of the brick's own periodic images written in place (``dst`` is
+    ``src``: the rows read, ``idx``, all lie before the rows written).  One
+    add per coordinate: a ghost's shift is nonzero along one dimension at
+    most per stage, so the stages' shifts summed are the ones they add.
+    """
+    g = uint64(cuda.grid(1))
+    if g >= uint64(m):
+        return
+    j = _3 * uint64(idx[g])
+    s = _3 * g
+    r = _3 * (g + uint64(row0))
+    dst[r] = src[j] + shift[s]
+    dst[r + _1] = src[j + _1] + shift[s + _1]
+    dst[r + _2] = src[j + _2] + shift[s + _2]
+
+
+@cuda.jit
+def chain_rows(idx, step, first, src, shift, at, m):
+    """One message of a run of self-image stages, resolved for :func:`gather_rows`: its m rows at ``at``.
+
+    The message copies rows ``idx`` shifted by ``step`` (``(3,)``); the run's
+    ghost rows begin at row ``first`` of the positions and at 0 of ``src`` and
+    ``shift`` (flat ``(3 rows,)``).  A row copied from an earlier message of
+    the run is replaced by the row that one copies, its shift added: so each
+    ghost row of the run reads a row written before the run.  The sum is
+    exact: a stage shifts its own dimension only.  The messages in their
+    order, one launch each (a row reads the rows of earlier launches).
+    """
+    g = cuda.grid(1)
+    if g >= m:
+        return
+    j = idx[g]
+    r = at + g
+    if j >= first:
+        k = j - first
+        src[r] = src[k]
+        for c in range(3):
+            shift[3 * r + c] = shift[3 * k + c] + step[c]
+    else:
+        src[r] = j
+        for c in range(3):
+            shift[3 * r + c] = step[c]
 
 
 def _make_forces_newton(pair):
