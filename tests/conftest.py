@@ -154,6 +154,8 @@ SLOW = {
     "test_lj_gpu.py::test_steps_copy_no_atom_array_to_host": None,
     "test_lj_gpu.py::test_device_rebuild_is_the_cpu_full_list_path_bit_for_bit": None,
     "test_lj_gpu.py::test_gpu_restart_bit_for_bit": None,
+    "test_gpu_launches.py::test_each_event_costs_what_the_page_says": {"transport": "device"},
+    "test_gpu_launches.py::test_the_record_sums_the_pages_events": {"ranks": 2},
     "test_nbody_gpu.py::test_gpu_backend_under_simulator_two_ranks": [{"exchange": "ring", "transport": "device"},
                                                                        {"exchange": "allgather", "transport": "host"}],
     "test_nbody_gpu.py::test_early_binding_and_round_trip_under_mpiexec": {"ranks": 3},
