@@ -19,8 +19,8 @@ from pympi_gpu.cli.counts import MAX_COUNT, CountError, parse_count
 from pympi_gpu.mpi.environment import world_rank
 
 __all__ = ["Count", "IntRange", "PositiveFloat", "world_rank_hint", "echo_root", "fail", "run_command",
-           "given", "mpi_world", "import_mpi", "MPI_MISSING", "configure_threads", "version_option",
-           "escape", "CONTEXT_SETTINGS"]
+           "given", "mpi_world", "rank_now", "abort_job", "import_mpi", "MPI_MISSING", "configure_threads",
+           "version_option", "escape", "CONTEXT_SETTINGS"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -244,13 +244,13 @@ def run_command(command: click.Command, prog_name: str | None = None,
     except click.ClickException as exc:
         if isinstance(exc, click.BadParameter):
             _name_the_variable(exc)
-        if _mpi_rank() == 0:
+        if rank_now() == 0:
             exc.show()
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # one rank failed: end the whole job
-        rank = _mpi_rank()
+        rank = rank_now()
         click.echo(f"{prog}: error on rank {rank}: {type(exc).__name__}: {exc}", err=True)
         if os.environ.get("PYMPI_DEBUG"):
             traceback.print_exc()
@@ -275,7 +275,7 @@ def _name_the_variable(exc: click.BadParameter) -> None:
         exc.param_hint = f"environment variable {var} (for {param.get_error_hint(ctx)})"
 
 
-def _mpi_rank() -> int:
+def rank_now() -> int:
     """World rank if MPI is up, else the launcher's word."""
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
@@ -289,6 +289,19 @@ def _abort(code: int) -> None:
         sys.stderr.flush()
         sys.stdout.flush()
         mpi.COMM_WORLD.Abort(code)
+
+
+def abort_job(code: int) -> None:
+    """End the whole job now, from any thread: ``MPI_Abort`` where MPI runs over ranks, else ``os._exit``.
+
+    For what cannot unwind (a watchdog thread while the main thread waits in
+    MPI): neither ``sys.exit`` (it ends only the calling thread) nor a
+    return would end the job.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _abort(code)
+    os._exit(code)
 
 
 def lazy(import_path: str) -> Callable[[], click.Command]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 
 import click
@@ -11,7 +10,7 @@ import click
 from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, configure_threads, echo_root, fail, mpi_world,
                                   select_gpu_early, version_option)
 from pympi_gpu.cli.counts import MAX_COUNT
-from pympi_gpu.cli.signals import INTERRUPTED, Stop
+from pympi_gpu.cli.signals import Stop, exit_status, signal_name
 
 SCHEMA = "pympi_gpu.pi/1"
 
@@ -120,6 +119,7 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     provenance = collect(comm, extra={"backend_reason": why, "threads_per_rank": str(nthreads), **extra})
     run = estimate_pi(comm, samples, kernels, methods=methods, seed=seed, per_rank=per_rank,
                       backend=backend_name, provenance=provenance)
+    stop.honoured()  # every rank is past the sampling's reduction
     if comm.Get_rank() == 0:
         if as_json:
             from pympi_gpu.run.records import to_dict
@@ -140,8 +140,8 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
 
     signum = comm.allreduce(stop.requested(), op=MPI.MAX)  # one verdict: every rank exits alike
     if signum:
-        name = signal.Signals(signum).name
         if comm.Get_rank() == 0:
-            click.echo(f"pympi-pi: stopped by {name} after the sampling, whose result is above "
+            click.echo(f"pympi-pi: stopped by {signal_name(signum)} after the sampling, whose result is above "
                        "(complete: nothing to save)", err=True)
-        sys.exit(INTERRUPTED if name == "SIGINT" else 128 + signum)
+        if exit_status(signum):
+            sys.exit(exit_status(signum))
