@@ -1,9 +1,11 @@
 """What every pympi command shares: count parameters, error handling, MPI start-up.
 
 The rules (see docs/errors.md): bad input is refused before any work, with
-one message printed by rank 0 only and exit status 2; an error that strikes
-some ranks only ends the whole job through ``MPI_Abort``, so no rank is left
-waiting in a collective.
+one message printed by rank 0 only and exit status 2 on every rank; an error
+that strikes some ranks only ends the whole job through ``MPI_Abort``, so no
+rank is left waiting in a collective.  What one rank alone can see (its
+options, its node's files and devices) is decided by every rank together:
+the start-up agreement of :func:`mpi_world` and :func:`refuse_together`.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import click
 from pympi_gpu.cli.counts import MAX_COUNT, CountError, parse_count
 from pympi_gpu.mpi.environment import world_rank
 
-__all__ = ["Count", "IntRange", "PositiveFloat", "world_rank_hint", "echo_root", "fail", "run_command",
-           "given", "mpi_world", "rank_now", "abort_job", "import_mpi", "MPI_MISSING", "configure_threads",
-           "version_option", "escape", "CONTEXT_SETTINGS"]
+__all__ = ["Count", "IntRange", "PositiveFloat", "world_rank_hint", "echo_root", "fail", "Refusal",
+           "refuse_together", "run_command", "given", "mpi_command", "mpi_world", "agree_at_start", "rank_now",
+           "abort_job", "import_mpi", "MPI_MISSING", "configure_threads", "largest", "version_option", "escape",
+           "CONTEXT_SETTINGS"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -140,13 +143,88 @@ def given(ctx: click.Context, name: str) -> bool:
 
 
 def fail(message: str) -> None:
-    """Refuse the run with exit status 2. Call it on every rank, with the same message."""
+    """Refuse the run with exit status 2.  Call it on every rank, with the same message.
+
+    A refusal that only some ranks can see (a file, a device, the node's own
+    state) goes through :func:`refuse_together` instead.  Should a ``fail``
+    after MPI started happen on some ranks only after all, it waits
+    :data:`REFUSAL_WAIT` seconds for the others and then ends the job with
+    ``MPI_Abort`` (:func:`run_command`): never a hang.
+    """
     raise click.UsageError(message)
+
+
+class Refusal(click.UsageError):
+    """A refusal every rank already knows of (:func:`refuse_together`, the start-up agreement)."""
+
+    agreed = True
+
+
+#: seconds a refusal made after MPI started waits for every rank to make it before it ends the job
+REFUSAL_WAIT = 10.0
+
+#: options each rank may be given a value of its own (by its node's environment); all others must agree
+PER_RANK_OPTIONS = frozenset({"threads"})
+
+
+def refuse_together(comm, problem: str | None) -> None:
+    """Refuse the run on every rank where any rank has a problem; collective over comm.
+
+    ``problem`` is this rank's own finding (None: none), for what only a rank
+    can see: a GPU, a directory, its node.  The first rank's problem is the
+    message (with that rank named where not every rank has it), exit status 2
+    on every rank, printed once by rank 0.
+    """
+    problems = comm.allgather(problem)
+    found = _first_problem(problems)
+    if found:
+        raise Refusal(found)
+
+
+def _first_problem(problems) -> str | None:
+    bad = [(rank, p) for rank, p in enumerate(problems) if p]
+    if not bad:
+        return None
+    rank, text = bad[0]
+    if len(bad) == len(problems) and all(p == text for _, p in bad):
+        return text
+    return f"{text} (rank {rank} of {len(problems)})"
+
+
+def mpi_command(command: click.Command) -> click.Command:
+    """Mark ``command`` as one whose ranks start MPI (:func:`mpi_world`).
+
+    A refusal such a command makes before MPI starts (a bad value, a check of
+    this node) is not final on its own: under a launcher of several ranks the
+    refusing rank starts MPI too and hands it to the start-up agreement, so
+    that every rank refuses together instead of waiting for it in
+    ``MPI_Init`` (:func:`run_command`).
+    """
+    import functools
+
+    command.starts_mpi = True
+    callback = command.callback
+
+    @functools.wraps(callback)
+    def body(*args, **kwargs):
+        global _in_mpi_command
+        _in_mpi_command = True
+        return callback(*args, **kwargs)
+
+    command.callback = body
+    return command
+
+
+_in_mpi_command = False
 
 
 def mpi_world(check: bool = True):
     """``MPI.COMM_WORLD``; the one place where the world communicator is bound.
 
+    The first call makes the start-up agreement (:func:`agree_at_start`):
+    every rank hands in its refusal (None) and its options, so a rank that
+    refused before MPI started, or options that differ between ranks (a
+    ``PYMPI_*`` variable set on one node only), refuse the run on every rank.
     With ``check``, warns once on stderr (from the launcher's rank 0) when the
     world has 1 rank but Slurm or the PMI said more: the host's launcher and this
     MPI do not match.  Commands that report the mismatch themselves pass False.
@@ -154,6 +232,8 @@ def mpi_world(check: bool = True):
     MPI = import_mpi()
     comm = MPI.COMM_WORLD
     global _world_checked
+    if _refusals is None:
+        agree_at_start(comm, None, click.get_current_context(silent=True))
     if check and not _world_checked:
         _world_checked = True
         from pympi_gpu.mpi.worldcheck import world_mismatch
@@ -165,6 +245,66 @@ def mpi_world(check: bool = True):
 
 
 _world_checked = False
+_refusals = None  # a duplicate of the world for refusals (run_command), made by agree_at_start
+
+
+def agree_at_start(comm, problem: str | None, ctx: click.Context | None) -> None:
+    """The start-up agreement: the first collective of every rank; raises :class:`Refusal` on every rank.
+
+    ``problem`` is a refusal this rank made before MPI started (None: none);
+    ``ctx`` the command's click context, whose options (all but
+    :data:`PER_RANK_OPTIONS`) must be the same on every rank.  Why refuse
+    rather than take rank 0's values: options that differ between ranks are
+    a job script's mistake (a variable exported on one node, an MPMD line
+    typed twice), and running with values a rank was not given would hide it.
+    """
+    global _refusals
+    _refusals = comm.Dup()
+    everyone = comm.allgather((problem, _options(ctx)))
+    found = _first_problem([p for p, _ in everyone])
+    if found is None and comm.Get_size() > 1:
+        found = _differing_option(ctx, [o for _, o in everyone])
+    if found:
+        raise Refusal(found)
+
+
+def _options(ctx: click.Context | None) -> dict:
+    """``{name: (value, environment variable or None)}`` of the options every rank must agree on."""
+    if ctx is None:
+        return {}
+    from click.core import ParameterSource
+
+    out = {}
+    for name, value in ctx.params.items():
+        if name in PER_RANK_OPTIONS:
+            continue
+        var = None
+        if ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT and ctx.auto_envvar_prefix:
+            var = f"{ctx.auto_envvar_prefix}_{name.upper()}"
+        out[name] = (value, var)
+    return out
+
+
+def _differing_option(ctx: click.Context | None, options: list[dict]) -> str | None:
+    """The refusal for the first option whose value differs from rank 0's, or None."""
+    base = options[0]
+    for rank, mine in enumerate(options[1:], start=1):
+        for name in sorted(set(base) | set(mine)):
+            (a, va), (b, vb) = base.get(name, (None, None)), mine.get(name, (None, None))
+            if a == b:
+                continue
+            via = sorted({v for v in (va, vb) if v})
+            return (f"the ranks were given different options: {_label(ctx, name)} is {a!r} on rank 0 but {b!r} "
+                    f"on rank {rank}" + (f" (from {' and '.join(via)})" if via else "")
+                    + "; give every rank the same command line and PYMPI_* variables (only --threads may differ)")
+    return None
+
+
+def _label(ctx: click.Context | None, name: str) -> str:
+    for param in (ctx.command.params if ctx is not None else ()):
+        if param.name == name:
+            return param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
+    return name
 
 
 def select_gpu_early(backend: str):
@@ -216,6 +356,17 @@ def configure_threads(comm, threads: int | None) -> int:
     return threads
 
 
+def largest(comm, value):
+    """The largest of the ranks' ``value``s; collective over comm.
+
+    For a decision that rests on what each rank's node says (its thread
+    count) but must be the same everywhere (the LJ model's list kind).
+    """
+    from mpi4py import MPI
+
+    return comm.allreduce(value, op=MPI.MAX)
+
+
 def _prog() -> str:
     return os.path.basename(sys.argv[0]) or "pympi"
 
@@ -224,10 +375,13 @@ def run_command(command: click.Command, prog_name: str | None = None,
                 args: list[str] | None = None, **extra) -> None:
     """Run a click command as a console script, applying the error rules.
 
-    Usage errors print once (rank 0 by the launcher's word, since MPI may not
-    have started) and exit 2.  Any other exception prints one line naming the
-    rank and aborts the whole MPI job, unless ``PYMPI_DEBUG`` asks for the
-    traceback.
+    Usage errors print once, by rank 0, and exit 2 on every rank: one made
+    before MPI started by a rank of a command that starts MPI (a bad value,
+    this node's check) is handed to the start-up agreement first
+    (:func:`_refuse_at_start`); one made after, on some ranks only, ends the
+    job (:func:`_refused_by_all`).  Any other exception prints one line naming
+    the rank and aborts the whole MPI job, unless ``PYMPI_DEBUG`` asks for
+    the traceback.
     """
     prog = prog_name or _prog()
     try:
@@ -242,11 +396,7 @@ def run_command(command: click.Command, prog_name: str | None = None,
             click.echo("Aborted!", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        if isinstance(exc, click.BadParameter):
-            _name_the_variable(exc)
-        if rank_now() == 0:
-            exc.show()
-        sys.exit(exc.exit_code)
+        _refused(exc, prog)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # one rank failed: end the whole job
@@ -254,8 +404,85 @@ def run_command(command: click.Command, prog_name: str | None = None,
         click.echo(f"{prog}: error on rank {rank}: {type(exc).__name__}: {exc}", err=True)
         if os.environ.get("PYMPI_DEBUG"):
             traceback.print_exc()
+        if not _mpi_running() and _joins_the_others(None):
+            _start_mpi()  # so that MPI_Abort ends the ranks waiting for this one in MPI_Init
         _abort(1)
         sys.exit(1)
+
+
+def _refused(exc: click.ClickException, prog: str) -> None:
+    """A refusal (usage error): agreed with the other ranks, shown once by rank 0, exit status 2."""
+    if isinstance(exc, click.BadParameter):
+        _name_the_variable(exc)
+    if _mpi_running():
+        _refused_by_all(exc, prog)
+    elif _joins_the_others(exc):
+        _refuse_at_start(exc)
+    if rank_now() == 0:
+        exc.show()
+    sys.exit(exc.exit_code)
+
+
+def _mpi_running() -> bool:
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
+
+
+def _joins_the_others(exc: click.ClickException | None) -> bool:
+    """Whether this refusal or error, made before MPI started, concerns other ranks too: a command that
+    starts MPI, launched as one of several ranks (by the launcher's word, not an allocation's)."""
+    ctx = getattr(exc, "ctx", None)
+    starts = _in_mpi_command or getattr(getattr(ctx, "command", None), "starts_mpi", False)
+    if not starts:
+        return False
+    from pympi_gpu.mpi.environment import expected_world_size
+
+    size = expected_world_size(scheduler=False)[0]
+    return bool(size and size > 1)
+
+
+def _start_mpi():
+    """``mpi4py.MPI``, started, or None where there is no MPI library (then there is nothing to agree over)."""
+    try:
+        return import_mpi()
+    except click.ClickException:
+        return None
+
+
+def _refuse_at_start(exc: click.ClickException) -> None:
+    """Start MPI and hand this rank's refusal to the start-up agreement the other ranks make in
+    :func:`mpi_world`, so that they refuse too instead of waiting for this rank in ``MPI_Init``."""
+    MPI = _start_mpi()
+    if MPI is None:
+        return
+    try:
+        agree_at_start(MPI.COMM_WORLD, exc.format_message(), None)
+    except Refusal:
+        pass  # the others know now; this rank shows its own refusal (rank 0) and exits 2
+
+
+def _refused_by_all(exc: click.ClickException, prog: str) -> None:
+    """A refusal made after MPI started: return once every rank made it too, else end the job.
+
+    :func:`fail` is called on every rank by rule, and a :class:`Refusal` is
+    agreed already; a ``fail`` reached by some ranks only would leave the
+    others waiting in a collective for good.  The ranks meet in a barrier on
+    a communicator of refusals only; where the others do not come within
+    :data:`REFUSAL_WAIT` seconds, this rank prints the refusal as one line
+    and ends the job through ``MPI_Abort`` (exit status 2).
+    """
+    comm = _refusals
+    if getattr(exc, "agreed", False) or comm is None or comm.Get_size() == 1:
+        return
+    import time
+
+    request, deadline = comm.Ibarrier(), time.monotonic() + REFUSAL_WAIT
+    while not request.Test():
+        if time.monotonic() > deadline:
+            click.echo(f"{prog}: error: {exc.format_message()} (rank {comm.Get_rank()}; not every rank refused: "
+                       "ending the job with MPI_Abort)", err=True)
+            abort_job(exc.exit_code)
+        time.sleep(0.005)
 
 
 def _name_the_variable(exc: click.BadParameter) -> None:

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, configure_threads, echo_root, fail, mpi_world,
-                                  select_gpu_early, version_option)
+from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, configure_threads, echo_root, fail,
+                                  mpi_command, mpi_world, refuse_together, select_gpu_early, version_option)
 from pympi_gpu.cli.counts import MAX_COUNT
 from pympi_gpu.cli.signals import Stop, exit_status, signal_name
 
@@ -49,6 +49,7 @@ def format_run(run, threads: int, verbose: bool = False, reason: str | None = No
     return "\n".join(lines)
 
 
+@mpi_command
 @click.command(context_settings=CONTEXT_SETTINGS)
 @version_option()
 @click.argument("samples", type=Count())
@@ -109,8 +110,9 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
         from pympi_gpu.device.gpu import bind_device, describe, gpu_usable, simulator
 
         usable, reason = gpu_usable()
-        if not (usable or simulator()):
-            fail(f"--backend gpu: no usable GPU ({reason}); use --backend numba or auto")
+        # Decided together: a rank on a node without a GPU must not leave the others waiting in bind_device.
+        refuse_together(comm, None if usable or simulator() else
+                        f"--backend gpu: no usable GPU ({reason}); use --backend numba or auto")
         extra["gpu"] = describe(bind_device(comm, early))
     kernels = kernels_for(backend_name)
     # NumPy runs on one thread; only numba has a thread pool to size.
