@@ -92,8 +92,8 @@ def grace_from_env(default: float = DEFAULT_GRACE) -> float:
 class Stop:
     """True once a stop request came; :attr:`signal` is its number.
 
-    Installed by :meth:`install` (from the main thread), put back by
-    :meth:`restore`.  ``prog`` names the command in its lines; ``twice`` says
+    Installed by :meth:`install` (from the main thread); :meth:`restore` says
+    the run is over.  ``prog`` names the command in its lines; ``twice`` says
     what a second Ctrl-C leaves.  The signals are read by a thread from
     Python's wakeup file descriptor, where the interpreter writes each one
     as it arrives: so a second Ctrl-C, and the watchdog, act while the main
@@ -130,6 +130,17 @@ class Stop:
         return self
 
     def restore(self) -> None:
+        """The run is over: a later request has nothing left to stop (a second Ctrl-C still ends at once).
+
+        The handlers stay: put back, a default handler would let a request that
+        arrives while the summary is printed (a launcher's relayed second
+        request, a scheduler's) kill the rank, and the launcher report that as
+        a failure.  :meth:`uninstall` puts everything back.
+        """
+        self.honoured()
+
+    def uninstall(self) -> None:
+        """Put back the handlers and the wakeup descriptor found at :meth:`install`."""
         self.honoured()
         if self._pipe is None:
             return
@@ -156,8 +167,9 @@ class Stop:
         """
         now = time.monotonic()
         if self.signal is None:
-            self.signal, self.when = signum, now
-            self._arm(self.grace)
+            if not self._done:  # after the run, a first request is moot
+                self.signal, self.when = signum, now
+                self._arm(self.grace)
         elif now - self.when > REPEAT_WINDOW and self._twice(signum):
             if rank_now() == 0:
                 sys.stderr.write(f"{self.prog}: interrupted twice: stopped at once, {self.twice}\n")
