@@ -261,3 +261,13 @@ def test_a_yes_forced_on_one_rank_only_gives_every_rank_the_same_verdict():
 
     agreed = [agree(Ranks(), mine) for mine in verdicts]
     assert agreed[0] == agreed[1] and not agreed[1].forced
+
+
+def test_an_mpi_error_on_rank_0_does_not_blame_rank_0():
+    """A rank killed while rank 0 receives from it (a checkpoint streaming) made rank 0 say 'error on rank 0'."""
+    p, took = timed(mpiexec_argv(2) + [sys.executable, str(ROOT / "tests" / "data" / "peer_lost.py")])
+    assert p.returncode != 0
+    ours = [line for line in p.stderr.splitlines() if line.startswith("peer-lost:")]
+    assert ours == ["peer-lost: MPI error on rank 0 (Other MPI error): usually another rank failed or was killed "
+                    "first (the launcher's message names it); ending the job"], p.stderr
+    assert "peer-lost: error on rank" not in p.stderr and took < WITHIN

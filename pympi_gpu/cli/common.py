@@ -400,14 +400,29 @@ def run_command(command: click.Command, prog_name: str | None = None,
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # one rank failed: end the whole job
-        rank = rank_now()
-        click.echo(f"{prog}: error on rank {rank}: {type(exc).__name__}: {exc}", err=True)
+        click.echo(_error_line(prog, rank_now(), exc), err=True)
         if os.environ.get("PYMPI_DEBUG"):
             traceback.print_exc()
         if not _mpi_running() and _joins_the_others(None):
             _start_mpi()  # so that MPI_Abort ends the ranks waiting for this one in MPI_Init
         _abort(1)
         sys.exit(1)
+
+
+def _error_line(prog: str, rank: int, exc: Exception) -> str:
+    """The one line of an unexpected error on ``rank``.
+
+    An error MPI itself raised (a peer that died mid-message: a rank killed
+    while a checkpoint streams through rank 0) is not this rank's fault: it
+    is said so, rather than "error on rank 0", which blamed the rank that
+    noticed.  The launcher's own message names the rank that died.
+    """
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and isinstance(exc, mpi.Exception):
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return (f"{prog}: MPI error on rank {rank} ({first}): usually another rank failed or was killed first "
+                "(the launcher's message names it); ending the job")
+    return f"{prog}: error on rank {rank}: {type(exc).__name__}: {exc}"
 
 
 def _refused(exc: click.ClickException, prog: str) -> None:
