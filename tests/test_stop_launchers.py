@@ -152,11 +152,30 @@ def test_pympi_launch_second_ctrl_c_ends_at_once_without_hydra_noise(tmp_path):
         os.killpg(job.proc.pid, signal.SIGINT)
         stdout, stderr, took = job.finish(30)
     assert job.proc.returncode == 130, stdout + stderr
-    assert stderr.strip().splitlines() == ["pympi-nbody: interrupted twice: stopped at once, nothing more written "
-                                           "(checkpoints on disk are as they were)"], stderr
-    assert "Ctrl-C" not in stdout and "HYD" not in stdout + stderr
+    # relayed as SIGUSR2, of which Hydra dies, its proxy killing the ranks: pympi-launch says it
+    assert stderr.strip().splitlines() == ["pympi-launch: interrupted twice: the job ended at once, nothing more "
+                                           "written (checkpoints on disk are as they were)"], stderr
+    assert "Ctrl-C" not in stdout and "HYD" not in stdout + stderr and "assert" not in stderr
     assert not path.exists()
     assert took < 15
+
+
+def test_under_open_mpi_pympi_launch_second_ctrl_c_ends_at_once(tmp_path, openmpi):
+    """mpirun passes the relayed SIGUSR2 on: the ranks end at once and say so (before: mpirun's kill)."""
+    path = tmp_path / "c.npz"
+    argv = [openmpi.python, "-m", "pympi_gpu", "launch", "-n", "2", "--", openmpi.python, "-m", "pympi_gpu",
+            "nbody", *LARGE, "--checkpoint", str(path), "-q"]
+    with started(argv, env={**openmpi.env(), "PYTHONPATH": str(ROOT)}) as job:
+        job.wait_for("Step")
+        os.killpg(job.proc.pid, signal.SIGINT)
+        time.sleep(0.5)
+        os.killpg(job.proc.pid, signal.SIGINT)
+        stdout, stderr, took = job.finish(30)
+    assert job.proc.returncode == 130, stdout + stderr
+    ours = [line for line in stderr.splitlines() if "interrupted twice" in line]
+    assert ours == ["pympi-nbody: interrupted twice: stopped at once, nothing more written (checkpoints on disk "
+                    "are as they were)"], stderr
+    assert not path.exists() and took < 15
 
 
 def test_ctrl_c_through_pympi_launch_keeps_json_clean(tmp_path):

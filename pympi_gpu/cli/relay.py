@@ -11,10 +11,13 @@ signal every launcher passes on to every rank untouched.
 So ``pympi-launch`` runs the launcher as its child in a process group of its
 own (a terminal's Ctrl-C and hang-up reach ``pympi-launch`` only; a
 terminal's input is not passed on, since a process outside the foreground
-group may not read it) and passes each stop request on as SIGUSR1, with
-``PYMPI_STOP_RELAY`` set in the ranks' environment: they name the relay in
-their line, and a second relayed request, sent for a second Ctrl-C only,
-ends them at once.  The exit status is the launcher's, or, where the ranks
+group may not read it) and passes the first stop request on as SIGUSR1, a
+second Ctrl-C as SIGUSR2, with ``PYMPI_STOP_RELAY`` set in the ranks'
+environment: they name the relay in their line, and a relayed SIGUSR2 ends
+them at once (Hydra dies of it, and its proxies kill the ranks: at once too).
+A repeated request passes nothing on, so a warning that reaches the job by
+two ways (Slurm's ``scancel --batch`` signals the batch shell's children
+too) is one request.  The exit status is the launcher's, or, where the ranks
 stopped cleanly, that of the signal ``pympi-launch`` was sent (130 after
 Ctrl-C, 129 after a hang-up: :func:`~pympi_gpu.cli.signals.exit_status`).
 """
@@ -32,8 +35,15 @@ from pympi_gpu.cli.signals import RELAY_VARIABLE, REPEAT_WINDOW, STOP_SIGNALS, e
 
 __all__ = ["Relay", "run"]
 
-#: the signal every launcher passes on to every rank untouched
+#: the signal every launcher passes on to every rank untouched: a stop request
 RELAYED_AS = signal.SIGUSR1
+#: a second Ctrl-C: srun and mpirun pass it on (the ranks stop at once); Hydra dies of it, and its proxies
+#: kill the ranks, silently: at once too
+AT_ONCE = signal.SIGUSR2
+
+#: the line where the launcher itself was ended at once (the ranks had no time to say it)
+TWICE = ("pympi-launch: interrupted twice: the job ended at once, nothing more written "
+         "(checkpoints on disk are as they were)")
 
 
 class Relay:
@@ -46,21 +56,29 @@ class Relay:
         self.again = False
 
     def arrived(self, signum: int, frame=None) -> None:
-        """A stop request for the job: the first is passed on, then only a second Ctrl-C."""
+        """A stop request for the job: the first is passed on (SIGUSR1), then only a second Ctrl-C (SIGUSR2).
+
+        Repeats of a request (a job script and Slurm both sending the warning)
+        pass nothing on: the ranks stop once whatever they get.
+        """
         now = time.monotonic()
         if self.first is None:
-            self.first, self.when = signum, now
+            self.first, self.when, sent = signum, now, RELAYED_AS
         elif signum == signal.SIGINT and not self.again and now - self.when > REPEAT_WINDOW:
-            self.again = True
+            self.again, sent = True, AT_ONCE
         else:
             return
         try:
-            os.kill(self.pid, RELAYED_AS)
+            os.kill(self.pid, sent)
         except ProcessLookupError:
             pass
 
     def status(self, returncode: int) -> int:
         """The exit status of ``pympi-launch``: the launcher's, or the stop request's where it ended well."""
+        if self.again:
+            if returncode == -AT_ONCE:  # Hydra: ended, and the ranks with it, before they could say so
+                print(TWICE, file=sys.stderr, flush=True)
+            return exit_status(signal.SIGINT)
         code = 128 - returncode if returncode < 0 else returncode
         if code == 0 and self.first is not None:
             return exit_status(self.first)

@@ -26,8 +26,8 @@ docs/faults.md): MPICH's Hydra passes on SIGTERM, SIGINT and SIGUSR1 but
 dies of SIGHUP and SIGUSR2; Open MPI's mpirun and srun pass on SIGUSR1 and
 SIGUSR2 but kill the ranks on SIGTERM, SIGINT and SIGHUP.  SIGUSR1 is the
 one every launcher passes on untouched, so job scripts send it, and
-``pympi-launch`` relays every stop request to its launcher as SIGUSR1
-(:data:`RELAY_VARIABLE` tells the ranks so).
+``pympi-launch`` relays every stop request to its launcher as SIGUSR1 (and
+a second Ctrl-C as SIGUSR2; :data:`RELAY_VARIABLE` tells the ranks so).
 """
 
 from __future__ import annotations
@@ -162,8 +162,8 @@ class Stop:
     def arrived(self, signum: int) -> None:
         """One signal: the first asks for a stop (and starts the watchdog); a second Ctrl-C ends at once.
 
-        Under ``pympi-launch`` every request arrives as SIGUSR1, and the relay
-        sends a second one only for a second Ctrl-C.
+        Under ``pympi-launch`` a stop request arrives as SIGUSR1 and a second
+        Ctrl-C as SIGUSR2.
         """
         now = time.monotonic()
         if self.signal is None:
@@ -176,10 +176,10 @@ class Stop:
                 sys.stderr.flush()
             os._exit(INTERRUPTED)
 
-    def _twice(self, signum: int) -> bool:
-        if signum == signal.SIGINT:
-            return True
-        return signum == self.signal == signal.SIGUSR1 and bool(os.environ.get(RELAY_VARIABLE))
+    @staticmethod
+    def _twice(signum: int) -> bool:
+        """A second Ctrl-C: SIGINT, or the SIGUSR2 ``pympi-launch`` sends for one (:mod:`pympi_gpu.cli.relay`)."""
+        return signum == signal.SIGINT or (signum == signal.SIGUSR2 and bool(os.environ.get(RELAY_VARIABLE)))
 
     def requested(self) -> int:
         """The signal number that asked for the stop, or 0 (polled once a step)."""
