@@ -33,7 +33,7 @@ def env(**extra):
 
 
 def mpmd(*parts: list[str], ranks=(1, 1), launcher: list[str] | None = None) -> list[str]:
-    """``mpiexec -n r0 A : -n r1 B ...``: the parts with their rank counts (the first rank count is the first part's)."""
+    """``mpiexec -n r0 A : -n r1 B ...``: each part with its count of ranks."""
     base = launcher or mpiexec_argv(1)[:-2]
     argv = list(base)
     for i, (n, part) in enumerate(zip(ranks, parts)):
@@ -185,7 +185,7 @@ def test_a_refusal_on_one_rank_after_start_ends_the_job():
     p, took = timed(mpiexec_argv(ranks) + [sys.executable, str(ROOT / "tests" / "data" / "one_rank_refuses.py")])
     assert p.returncode == 2, p.stdout + p.stderr
     ours = [line for line in p.stderr.splitlines() if line.startswith("one-rank-refuses:")]
-    assert len(ours) == 1 and "the scratch directory is full on this node" in ours[0], p.stderr
+    assert len(ours) == 1 and "the scratch directory is full on this node" in ours[0], (p.stdout, p.stderr, took)
     assert f"(rank {ranks - 1}; not every rank refused: ending the job with MPI_Abort)" in ours[0]
     assert "unreachable" not in p.stdout and took < WITHIN
 

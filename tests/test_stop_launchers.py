@@ -122,10 +122,12 @@ def _stop_and_check(argv, path, sig, *, to_group=False, run_env=None, expect_nam
 
 
 def test_sigusr1_to_mpiexec_writes_the_checkpoint(tmp_path):
-    """Slurm's --signal=USR1@T reaches the launcher; Hydra passes it on (was: ignored by the ranks)."""
+    """Slurm's --signal=USR1@T reaches the launcher; Hydra passes it on (was: ignored by the ranks).  A system
+    whose step and checkpoint take over half a second, as under Open MPI below."""
     path = tmp_path / "c.npz"
-    _stop_and_check(mpiexec_argv(2) + [NBODY, *SMALL, "--checkpoint", str(path), "-q"], path, signal.SIGUSR1,
-                    expect_name="SIGUSR1", status=0)
+    took = _stop_and_check(mpiexec_argv(2) + [NBODY, *LARGE, "--checkpoint", str(path), "-q"], path, signal.SIGUSR1,
+                           expect_name="SIGUSR1", status=0)
+    assert took > 0.6, f"the stop took {took:.2f} s: too small a system"
 
 
 #: (signal, sent to pympi-launch's whole group as a terminal does, its exit status)

@@ -525,11 +525,19 @@ def rank_now() -> int:
     return world_rank_hint()
 
 
+#: seconds between a rank's last line and its MPI_Abort: the launcher forwards the ranks' output through
+#: its proxies, and kills them on the abort, so a line written just before could be lost (seen under load)
+ABORT_PAUSE = 0.5
+
+
 def _abort(code: int) -> None:
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
         sys.stderr.flush()
         sys.stdout.flush()
+        import time
+
+        time.sleep(ABORT_PAUSE)
         mpi.COMM_WORLD.Abort(code)
 
 
