@@ -76,6 +76,14 @@ def test_gpu_on_some_ranks_only_is_refused_together(ranks, without):
     assert f"(rank {missing} of {sum(ranks)})" in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize("model", ["gravity", "lj"])
+def test_gpu_on_one_rank_only_is_refused_by_pympi_nbody_too(model):
+    """pympi-nbody decided this together already (cli.simulation.choose_devices): kept so, both models."""
+    nbody = [NBODY, "4000", "--model", model, "--backend", "gpu", "--steps", "1"]
+    p, took = timed(mpmd(["env", SIM, *nbody], nbody))
+    refused_once(p, took, "--backend gpu: no usable GPU on rank 1")
+
+
 # ---------------------------------------------------------------- thread count and the LJ list kind
 
 def test_lj_list_kind_is_agreed_when_one_rank_is_capped_at_one_core(tmp_path):
