@@ -35,11 +35,11 @@ def _ranks_of(marker: str) -> list[int]:
 
 def test_a_timed_out_run_leaves_no_checkpoint_and_no_rank(tmp_path):
     bodies = "20011"  # a count no other test runs: how this test finds its own ranks
-    p, took = timed([SCALE, "--ranks", "1,2", "--timeout", "5", "--out", "study", "--", NBODY, bodies,
+    p, took = timed([SCALE, "--ranks", "2", "--timeout", "5", "--out", "study", "--", NBODY, bodies,
                      "--steps", "1000000", "--threads", "1", "--backend", "numba"], cwd=tmp_path, env=env())
     assert p.returncode != 0 or "no successful point" in p.stderr + p.stdout, p.stdout + p.stderr
     runs = [json.loads(line) for line in (tmp_path / "study.jsonl").read_text().splitlines()]
-    assert [r["error"] for r in runs] == ["timed out after 5 s"] * 2, runs
+    assert [r["error"] for r in runs] == ["timed out after 5 s"], runs
     assert sorted(f.name for f in tmp_path.iterdir()) == ["study.csv", "study.json", "study.jsonl",
                                                           "study.jsonl.lock"]
     time.sleep(0.5)
