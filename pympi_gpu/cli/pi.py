@@ -116,7 +116,7 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     stop.honoured()  # every rank is past the sampling's reduction
     if comm.Get_rank() == 0:
         click.echo(_json(run, methods, nthreads, why, verbose) if as_json else format_run(run, nthreads, verbose, why))
-    stop.restore()
+    stop.finished()
     _exit_if_stopped(comm, stop)
 
 

@@ -92,7 +92,7 @@ def grace_from_env(default: float = DEFAULT_GRACE) -> float:
 class Stop:
     """True once a stop request came; :attr:`signal` is its number.
 
-    Installed by :meth:`install` (from the main thread); :meth:`restore` says
+    Installed by :meth:`install` (from the main thread); :meth:`finished` says
     the run is over.  ``prog`` names the command in its lines; ``twice`` says
     what a second Ctrl-C leaves.  The signals are read by a thread from
     Python's wakeup file descriptor, where the interpreter writes each one
@@ -111,44 +111,30 @@ class Stop:
         self.grace = grace_from_env() if grace is None else grace
         self.signal = None
         self.when = 0.0
-        self.previous = {}
         self.slowest = 0.0          # the longest time between two polls: a step
         self._polled = None
         self._timer = None
         self._done = False
-        self._pipe = None
-        self._wakeup = -1
 
     def install(self) -> Stop:
         read, write = os.pipe()
         os.set_blocking(write, False)
-        self._pipe = (read, write)
-        self._wakeup = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
         # Python-level handlers must be set for the wakeup descriptor to be written; the thread acts.
-        self.previous = {s: signal.signal(s, _note) for s in self.SIGNALS}
+        for s in self.SIGNALS:
+            signal.signal(s, _note)
         threading.Thread(target=self._watch, args=(read,), name="pympi-signals", daemon=True).start()
         return self
 
-    def restore(self) -> None:
+    def finished(self) -> None:
         """The run is over: a later request has nothing left to stop (a second Ctrl-C still ends at once).
 
-        The handlers stay: put back, a default handler would let a request that
-        arrives while the summary is printed (a launcher's relayed second
-        request, a scheduler's) kill the rank, and the launcher report that as
-        a failure.  :meth:`uninstall` puts everything back.
+        The handlers stay until the process ends: put back, a default handler
+        would let a request that arrives while the summary is printed (a
+        scheduler's, a launcher's repeat) kill the rank, and the launcher
+        report a bad termination.
         """
         self.honoured()
-
-    def uninstall(self) -> None:
-        """Put back the handlers and the wakeup descriptor found at :meth:`install`."""
-        self.honoured()
-        if self._pipe is None:
-            return
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
-        signal.set_wakeup_fd(self._wakeup)
-        os.close(self._pipe[1])  # the thread reads end-of-file and ends; it closes the read end
-        self.previous, self._pipe = {}, None
 
     def _watch(self, fd: int) -> None:
         try:

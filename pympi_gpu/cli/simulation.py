@@ -140,7 +140,7 @@ class BlownUp(click.ClickException):
 
 @contextlib.contextmanager
 def simulating(bar, stop: Stop):
-    """Around a run: a checkpoint error or a blow-up becomes one message; the bar and signal handlers are put back."""
+    """Around a run: a checkpoint error or a blow-up becomes one message; the bar stops, the stop request is over."""
     from pympi_gpu.nbody.blowup import BlowUp
     from pympi_gpu.nbody.checkpoint import CheckpointError
     from pympi_gpu.nbody.dump import DumpError
@@ -154,7 +154,7 @@ def simulating(bar, stop: Stop):
     finally:
         if bar is not None:
             bar.stop()
-        stop.restore()
+        stop.finished()
 
 
 def clear_stale_temporaries(comm, paths) -> None:
