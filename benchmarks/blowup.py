@@ -79,16 +79,16 @@ def lj_case(comm, atoms: int, steps: int) -> dict:
     from pympi_gpu.nbody.blowup import finite_rows
     from pympi_gpu.nbody.lj import kernels_cpu as kc
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
     from pympi_gpu.nbody.lj.lattice import cells_for
     from pympi_gpu.nbody.lj.record import Thermo
 
-    kc.warmup()
     config = LjConfig(cells=cells_for(atoms))
+    kc.warmup(kc.force_kernels(config.pair_term))
     cart = make_cart(comm)
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
-        system = LjSystem(cart, config, *initial_arrays(config, brick))
+        system = LjSystem(cart, config, *initial_arrays(config, brick)).atoms
         system.start()
         rebuilds0 = system.rebuilds
         times = []
@@ -122,11 +122,12 @@ def lj_case(comm, atoms: int, steps: int) -> dict:
 def gravity_case(comm, bodies: int, steps: int) -> dict:
     from mpi4py import MPI
 
+    from pympi_gpu.device.device import CPU
     from pympi_gpu.nbody.gravity.backends import make_backend
     from pympi_gpu.nbody.gravity.driver import NbodyConfig, compute_forces, initial_state
     from pympi_gpu.nbody.gravity.exchange import make_exchange
 
-    be = make_backend("numba", "fp32")
+    be = make_backend(CPU, "fp32")
     be.warmup()
     config = NbodyConfig(bodies=bodies)
     ex = make_exchange(comm, be, bodies, "ring", "host")

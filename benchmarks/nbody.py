@@ -103,10 +103,23 @@ def cpu_kernels(n: int, n_numpy: int, repeats: int) -> list[dict]:
     return rows
 
 
+#: what a launcher (mpiexec, srun, PMI) sets for the ranks it starts: a child run must not inherit it,
+#: or its own mpiexec would take itself for a rank of the outer job.  The user's own settings stay:
+#: OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), and OMPI_MCA_* parameters such as plm_rsh_agent, without which
+#: Open MPI 4.1 as root on a machine without ssh (the GPU machine) starts nothing.
+LAUNCHER_VARS = ("PMI_", "PMIX_", "SLURM_", "MPI_LOCAL", "HYDRA_", "MV2_", "PRTE_", "OMPI_COMM_WORLD_",
+                 "OMPI_UNIVERSE_SIZE", "OMPI_FILE_LOCATION", "OMPI_APP_CTX_", "OMPI_FIRST_RANKS",
+                 "OMPI_NUM_APP_CTX", "OMPI_ARGV", "OMPI_COMMAND", "OMPI_MCA_orte_", "OMPI_MCA_ess",
+                 "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir", "OMPI_MCA_shmem_RUNTIME_QUERY_hint")
+
+
+def child_env() -> dict[str, str]:
+    """This environment for a child run, less the launcher's variables (:data:`LAUNCHER_VARS`)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_VARS)}
+
+
 def _run_json(argv: list[str], timeout: float = 1200) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "HYDRA_"))}
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=child_env())
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout)
@@ -149,10 +162,14 @@ def _device_name() -> str:
 
 
 def cuda_samples(binary: str, n: int, fp64: bool, repeats: int) -> dict:
+    """``nbody -benchmark`` figures; RuntimeError (with the reason) if the binary is missing or fails."""
     rates = []
     for _ in range(repeats):
         argv = [binary, "-benchmark", f"-numbodies={n}"] + (["-fp64"] if fp64 else [])
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
+        except OSError as exc:  # no such file, not executable
+            raise RuntimeError(f"cannot run cuda-samples nbody {binary!r}: {exc}") from exc
         m = re.search(r"=\s*([0-9.]+)\s*billion interactions per second", out.stdout)
         if not m:
             raise RuntimeError(f"cannot read cuda-samples output: {out.stdout[-500:]} {out.stderr[-500:]}")
@@ -162,7 +179,7 @@ def cuda_samples(binary: str, n: int, fp64: bool, repeats: int) -> dict:
             "gflops": statistics.median(rates) * FLOPS / 1e9, "binary": binary}
 
 
-def gpu_rows(n: int, steps: int, repeats: int, samples_bin: str | None) -> list[dict]:
+def gpu_rows(n: int, steps: int, repeats: int, samples_bin: str | None, skipped: list[str]) -> list[dict]:
     rows = []
     for precision in ("fp32",):
         docs = [_run_json([_exe("pympi-nbody"), str(n), "--steps", str(steps), "--benchmark", "--backend", "gpu",
@@ -173,7 +190,11 @@ def gpu_rows(n: int, steps: int, repeats: int, samples_bin: str | None) -> list[
                      "median_step_s": statistics.median(d["median_step_time"] for d in docs),
                      "runs": [d["throughput"] for d in docs]})
         if samples_bin:
-            ref = cuda_samples(samples_bin, n, precision == "fp64", repeats)
+            try:
+                ref = cuda_samples(samples_bin, n, precision == "fp64", repeats)
+            except RuntimeError as exc:  # the GPU rows stand without the yardstick
+                skipped.append(f"cuda-samples nbody: {exc}")
+                continue
             rows.append(ref)
             rows[-2]["vs_cuda_samples"] = rate / ref["interactions_per_s"]
     return rows
@@ -229,7 +250,7 @@ def main() -> int:
             samples = args.cuda_samples or shutil.which("nbody")
             if not samples:
                 result["skipped"].append("cuda-samples nbody: no binary (--cuda-samples PATH)")
-            rows += gpu_rows(args.gpu_bodies, 10, repeats, samples)
+            rows += gpu_rows(args.gpu_bodies, 10, repeats, samples, result["skipped"])
         else:
             result["skipped"].append(f"GPU: {why}")
     result["load_average_after"] = os.getloadavg()

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +23,8 @@ from conftest import mpiexec_argv, run, script
 from pympi_gpu.nbody import blowup
 from pympi_gpu.nbody.gravity import checkpoint as gravity_ckpt
 from pympi_gpu.nbody.lj import checkpoint as lj_ckpt
-from pympi_gpu.run.fileio import atomic_write_bytes, remove_stale_temporaries, stale_temporaries
+from pympi_gpu.run.fileio import (STALE_AFTER, atomic_open, atomic_write_bytes, host_name,
+                                  remove_stale_temporaries, stale_temporaries)
 from test_faults import env, one_message
 
 NBODY = script("pympi-nbody")
@@ -108,38 +113,75 @@ def test_a_healthy_run_is_untouched_by_the_checks(tmp_path):
 
 # ---------------------------------------------------------------- stale temporaries
 
+def dead_pid() -> int:
+    """The pid of a process of this host that has ended."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def temporary(target: Path, tag: str, *, host: str | None = None, pid: int | None = None, age: float = 0) -> Path:
+    """A temporary a writer of ``target`` left: named with its owner (none: an older writer's name), ``age`` s old."""
+    owner = "" if pid is None else f"{host or host_name()}.{pid}."
+    path = target.parent / f".{target.name}.{owner}{tag}.tmp"
+    path.write_bytes(b"half a checkpoint")
+    if age:
+        t = time.time() - age
+        os.utime(path, (t, t))
+    return path
+
+
 @pytest.mark.parametrize("model", ["gravity", "lj"])
 def test_start_of_a_run_removes_what_a_killed_writer_left_and_says_so_once(tmp_path, model):
     good = tmp_path / "good.npz"
-    left = [tmp_path / f".good.npz.{tag}.tmp" for tag in ("k2j4_x0a", "zzzzzzzz", "a1b2c3d4")]
-    for p in left:
-        p.write_bytes(b"half a checkpoint")
+    old = STALE_AFTER + 60
+    left = [temporary(good, "k2j4_x0a", pid=dead_pid()),                       # this host, its writer gone
+            temporary(good, "zzzzzzzz", host="node7", pid=1, age=old),          # another host's, long untouched
+            temporary(good, "a1b2c3d4", age=old)]                               # an older writer's name, long untouched
+    live = [temporary(good, "livelive", pid=os.getpid()),                     # this host, its writer runs
+            temporary(good, "node7new", host="node7", pid=1),                   # another host's, written just now
+            temporary(good, "fresh123")]
     other = tmp_path / ".other.npz.abcdefgh.tmp"
     other.write_bytes(b"not ours")
+    os.utime(other, (time.time() - old,) * 2)
     proc = nbody(3, "4000", "--model", model, "--steps", "2", "--checkpoint", str(good))
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("removed 3 temporary file(s)") == 1, proc.stderr
     assert not any(p.exists() for p in left) and other.exists() and good.exists()
+    assert all(p.exists() for p in live)  # a file a live writer may still be writing is never removed
 
 
 def test_the_next_checkpoint_write_removes_stale_temporaries(tmp_path):
     target = tmp_path / "c.npz"
-    stale = tmp_path / ".c.npz.q1w2e3r4.tmp"
-    stale.write_bytes(b"x")
+    stale = temporary(target, "q1w2e3r4", pid=dead_pid())
+    running = temporary(target, "r1u2n3n4", pid=os.getpid())
     gravity_ckpt.write_file(str(target), {"x": np.zeros(3)}, {"step": 1})
-    assert not stale.exists() and target.exists()
+    assert not stale.exists() and running.exists() and target.exists()
 
 
 def test_stale_temporaries_match_only_the_writer_names(tmp_path):
     target = tmp_path / "run.npz"
-    ours = tmp_path / ".run.npz.abcd_123.tmp"
-    for name in (".run.npz.abcd_123.tmp", ".run.npz.short.tmp", "run.npz.abcdefgh.tmp", ".run.npzz.abcdefgh.tmp",
-                 ".run.npz.abcdefgh.tmp.bak"):
+    old = time.time() - STALE_AFTER - 1
+    ours = [temporary(target, "abcd_123", pid=dead_pid()), temporary(target, "abcd_124", age=STALE_AFTER + 1),
+            temporary(target, "abcd_125", host="far.away-host", pid=12, age=STALE_AFTER + 1)]
+    for name in (".run.npz.short.tmp", "run.npz.abcdefgh.tmp", ".run.npzz.abcdefgh.tmp",
+                 ".run.npz.abcdefgh.tmp.bak", f".run.npz.{host_name()}.x1.abcdefgh.tmp"):
         (tmp_path / name).write_bytes(b"")
-    assert stale_temporaries(target) == [ours]
-    assert remove_stale_temporaries(target) == [ours] and not ours.exists()
+        os.utime(tmp_path / name, (old, old))
+    assert stale_temporaries(target) == sorted(ours)
+    assert remove_stale_temporaries(target) == sorted(ours) and not any(p.exists() for p in ours)
     atomic_write_bytes(target, b"data")  # the writer's own temporary is gone after the rename
     assert stale_temporaries(target) == []
+
+
+def test_temporaries_carry_their_writer(tmp_path):
+    """The name says host and pid, so another job's run never takes a live file for a dead one's."""
+    target = tmp_path / "c.npz"
+    with atomic_open(target) as fh:
+        seen = [p.name for p in tmp_path.iterdir()]
+        fh.write(b"x")
+    assert len(seen) == 1 and seen[0].startswith(f".c.npz.{host_name()}.{os.getpid()}.")
+    assert stale_temporaries(target, now=time.time() + 10 * STALE_AFTER) == []  # its writer (we) still runs
 
 
 # ---------------------------------------------------------------- the checks

@@ -95,10 +95,62 @@ def test_the_container_tiers_run_last():
     assert order[-2:] == containers, order
 
 
-def test_ci_starts_the_prebuild_before_the_tests_and_stops_it_at_exit():
-    lines = (ROOT / ".ci" / "run").read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if "containers prebuild --background" in line)
-    stop = next(i for i, line in enumerate(lines) if line.startswith("trap") and "prebuild --stop" in line)
-    tests = next(i for i, line in enumerate(lines) if "python -m pytest" in line)
-    setup = next(i for i, line in enumerate(lines) if "setup.d" in line and line.startswith("for"))
-    assert setup < start < stop < tests
+#: Stands for python3 in a copy of .ci/run: logs each call; ``-m venv DIR`` makes a venv whose
+#: pip and python log too (python -m pytest exits with $FAKE_PYTEST_RC); the prebuild's start
+#: exits with $FAKE_PREBUILD_RC.
+FAKE_PYTHON3 = r"""#!/bin/bash
+echo "python3 $*" >> "$CI_LOG"
+if [ "$1" = -m ] && [ "$2" = venv ]; then
+    mkdir -p "$3/bin"
+    printf 'export PATH="%s:$PATH"\n' "$(cd "$3/bin" && pwd)" > "$3/bin/activate"
+    printf '#!/bin/bash\necho "pip $*" >> "$CI_LOG"\n' > "$3/bin/pip"
+    printf '#!/bin/bash\necho "python $*" >> "$CI_LOG"\n[ "$2" = pytest ] && exit "${FAKE_PYTEST_RC:-0}"\nexit 0\n' \
+        > "$3/bin/python"
+    chmod +x "$3/bin/pip" "$3/bin/python"
+fi
+if [ "$*" = "-m tests.system.containers prebuild --background" ]; then exit "${FAKE_PREBUILD_RC:-0}"; fi
+exit 0
+"""
+
+
+def _ci_run(tmp_path, **env):
+    """Run a copy of .ci/run with two fake setup scripts and a fake python3: (exit status, what ran, in order)."""
+    repo = tmp_path / "repo"
+    (repo / ".ci" / "setup.d").mkdir(parents=True)
+    (repo / ".ci" / "run").write_text((ROOT / ".ci" / "run").read_text())
+    for name in ("10-first", "20-second"):
+        (repo / ".ci" / "setup.d" / f"{name}.sh").write_text(
+            f'echo "setup {name}" >> "$CI_LOG"\n[ "${{FAKE_SETUP_FAIL:-}}" != {name} ]\n')
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text(FAKE_PYTHON3)
+    (stub / "python3").chmod(0o755)
+    log = tmp_path / "ci.log"
+    log.write_text("")
+    proc = subprocess.run(["bash", str(repo / ".ci" / "run")], capture_output=True, text=True, timeout=60,
+                          env={"PATH": f"{stub}:/usr/bin:/bin", "CI_LOG": str(log), "HOME": str(tmp_path), **env})
+    return proc.returncode, log.read_text().splitlines()
+
+
+START = "python3 -m tests.system.containers prebuild --background"
+STOP = "python3 -m tests.system.containers prebuild --stop"
+TESTS = "python -m pytest"
+
+
+def test_ci_starts_the_prebuild_before_the_tests_and_stops_it_at_exit(tmp_path):
+    """.ci/run, run with stand-ins: setup scripts, then the prebuild, then the README's test command, then
+    the prebuild stopped; stopped also when the tests fail; the tests run even if the prebuild did not start;
+    a failing setup script stops everything before anything starts."""
+    status, ran = _ci_run(tmp_path / "ok")
+    assert status == 0, ran
+    assert ran == ["setup 10-first", "setup 20-second", START, "python3 -m venv .venv",
+                   'pip install -q -e .[test,mpich,plot]', TESTS, STOP]
+
+    status, ran = _ci_run(tmp_path / "red", FAKE_PYTEST_RC="1")
+    assert status == 1 and ran[-2:] == [TESTS, STOP], ran
+
+    status, ran = _ci_run(tmp_path / "noprebuild", FAKE_PREBUILD_RC="1")
+    assert status == 0 and ran[-3:] == ['pip install -q -e .[test,mpich,plot]', TESTS, STOP], ran
+
+    status, ran = _ci_run(tmp_path / "nosetup", FAKE_SETUP_FAIL="10-first")
+    assert status != 0 and ran == ["setup 10-first"], ran

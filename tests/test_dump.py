@@ -17,7 +17,7 @@ from conftest import mpiexec_argv, run, script
 from pympi_gpu.nbody.dump import ExtxyzDump, format_of
 from pympi_gpu.nbody.gravity import checkpoint as gravity_ckpt
 from pympi_gpu.nbody.lj import checkpoint as lj_ckpt
-from pympi_gpu.nbody.lj.driver import LjConfig
+from pympi_gpu.nbody.lj.system import LjConfig
 from test_faults import env, one_message
 
 NBODY = script("pympi-nbody")

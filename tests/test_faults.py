@@ -424,18 +424,29 @@ BAD_INPUTS = ([(app, [count], words) for app in ("pi", "nbody") for count, words
               + [(app, ["1000", *opts], words) for app in ("pi", "nbody") for opts, words in BAD_OPTIONS]
               + [("nbody", ["100", "--dt", "１e-3"], "is not a number"),
                  ("nbody", ["1e12"], "1e+12 bodies would need about 128 TB of memory"),
-                 ("nbody", ["2e9"], "need about 256 GB of memory on this node")])
+                 ("nbody", ["2e9"], "need about 256 GB of memory on this node"),
+                 # issue 31: LJ sized before it starts, and inputs that ended as internal errors
+                 ("nbody", ["1e9", "--model", "lj"], "1,000,188,000 atoms"),
+                 ("nbody", ["2e8", "--model", "lj"], "bytes an atom with its ghosts and Verlet lists"),
+                 ("nbody", ["4000", "--model", "lj", "--density", "1e-320"], "is too small: the fcc cell edge"),
+                 ("nbody", ["4000", "--model", "lj", "--density", "1e-9"], "cells of the neighbour search"),
+                 ("nbody", ["4000", "--model", "lj", "--cutoff", "1e-3", "--skin", "0"],
+                  "cells of the neighbour search"),
+                 ("nbody", ["100", "--softening", "1e308"], "where eps^2 overflows fp32"),
+                 ("nbody", ["1"], "BODIES (1) must be at least 2")])
+#: inputs refused for the memory they need, and the bytes that takes (a node with more runs them)
+NEEDS_MEMORY = {"2e9": 256e9, "1e9": 800e9, "2e8": 160e9}
 
 
 @pytest.mark.parametrize("ranks", [1, 2])
 @pytest.mark.parametrize("app, args, words", BAD_INPUTS,
                          ids=[f"{a}:{' '.join(x)}" for a, x, _ in BAD_INPUTS])
 def test_bad_input_one_message_exit_2(app, args, words, ranks):
-    if app == "nbody" and args == ["2e9"]:
-        from pympi_gpu.nbody.gravity.memory import available_bytes
+    if app == "nbody" and args[0] in NEEDS_MEMORY:
+        from pympi_gpu.nbody.memory import available_bytes
 
-        if (available_bytes() or 0) >= 256e9:
-            pytest.skip("this node has the memory for 2e9 bodies")
+        if (available_bytes() or 0) >= NEEDS_MEMORY[args[0]]:
+            pytest.skip(f"this node has the memory for {args[0]}")
     cmd = [PI if app == "pi" else NBODY, *args]
     t0 = time.monotonic()
     p = run(mpiexec_argv(ranks) + cmd if ranks > 1 else cmd, timeout=120, env=env())
@@ -453,3 +464,16 @@ def test_unicode_and_hex_counts_in_scale_and_launch(tmp_path, argv, words):
     p = run(argv, env=env(), timeout=60, cwd=tmp_path)
     one_message(p, words)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_lj_1e9_is_refused_at_once():
+    """`pympi-nbody 1e9 --model lj` ended after 19 s in MemoryError (exit 1); now refused within 5 s."""
+    from pympi_gpu.nbody.memory import available_bytes
+
+    if (available_bytes() or 0) >= NEEDS_MEMORY["1e9"]:
+        pytest.skip("this node has the memory for 1e9 LJ atoms")
+    t0 = time.monotonic()
+    p = run([NBODY, "1e9", "--model", "lj"], timeout=120, env=env())
+    took = time.monotonic() - t0
+    one_message(p, "1,000,188,000 atoms (1x1x1 rank grid) need about")
+    assert took < 5.0, f"refused after {took:.1f} s"

@@ -3,13 +3,17 @@ summary), fed with real outputs of the CPU paths and of the CUDA simulator."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
+import os
+import re
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, clean_env, mpiexec_argv, run, script
+from conftest import ROOT, clean_env, mpiexec_argv, require_system, run, script
 
 spec = importlib.util.spec_from_file_location("gpu_acceptance", ROOT / "benchmarks" / "gpu_acceptance.py")
 acc = importlib.util.module_from_spec(spec)
@@ -151,3 +155,148 @@ def test_lj_thermo_compared_across_backends(tmp_path):
     doc["thermo"][-1]["press"] *= 1 + 1e-6                # beyond summation order: must be caught
     steps[2] = _step("lj gpu device", "lj", "lj-thermo", json.dumps(doc))
     assert acc.compare(steps, tmp_path)[0]["status"] == "failed"
+
+
+# ------------------------------------------------------------------ issue 27: parts, results as they go, env
+
+def test_parts_fit_a_device_call(tmp_path):
+    """Every step belongs to a part; each part's own steps, and the setup, fit one 10-minute call."""
+    steps = acc.plan(tmp_path / "carry", tmp_path / "mpi", tmp_path / "venv", tmp_path)
+    assert {s.part for s in steps} == set(acc.PARTS)
+    for part in acc.PARTS:
+        own = sum(s.est for s in steps if s.part == part)
+        assert 0 < own <= 540, (part, own)
+    setup = [s.name for s in steps if s.part == "setup"]
+    assert setup == ["venv", "cuda-aware Open MPI + mpi4py", "build cuda-samples nbody",
+                     "cuda-samples nbody: linked against the carry"]
+    # the gpu-marked tests run only the modules that hold some (the others import what is not carried)
+    (tests,) = [s for s in steps if s.name == "gpu-marked tests"]
+    files = [a for a in tests.argv if a.endswith(".py")]
+    assert str(ROOT / "tests" / "test_nbody_gpu.py") in files
+    assert all(acc.GPU_MARK.search(open(f).read()) for f in files), files
+    assert str(ROOT / "tests" / "test_dump.py") not in files and str(Path(__file__)) not in files
+
+
+def test_mpi_env_for_root_without_ssh(monkeypatch, tmp_path):
+    monkeypatch.setattr(acc.shutil, "which", lambda name: None)  # the GPU machine: no ssh, no rsh
+    env = acc.mpi_env(tmp_path / "mpi", tmp_path / "venv")
+    assert env["OMPI_MCA_plm_rsh_agent"] == "false"
+    if acc.os.geteuid() == 0:
+        assert env["OMPI_ALLOW_RUN_AS_ROOT"] == env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
+
+
+def test_results_written_as_the_steps_go(tmp_path):
+    """A call cut short still leaves the results of the steps it ran; a step done once is not redone;
+    a step longer than what is left of the budget is not started."""
+    out = tmp_path / "part.json"
+    steps = [acc.Step("built once", [sys.executable, "-c", "print('built')"], once=True, est=1),
+             acc.Step("quick", [sys.executable, "-c", "import json; print(json.dumps({'ok': 1}))"], est=1),
+             acc.Step("too long", ["false"], est=10_000)]
+    seen = []
+    doc = acc.execute(steps, tmp_path / "work", out, 600, {"part": "x"},
+                      log=lambda line: seen.append(json.loads(out.read_text()) if out.exists() else None))
+    assert [s["status"] for s in doc["steps"]] == ["passed", "passed", "not run"]
+    assert "run it in a call of its own" in doc["steps"][2]["detail"]
+    assert seen[0] is None or seen[0]["steps"][0]["status"] == "planned"
+    assert json.loads(out.read_text())["steps"][1]["status"] == "passed"   # rewritten after every step
+    again = acc.execute([acc.Step("built once", ["false"], once=True, est=1)], tmp_path / "work",
+                        tmp_path / "again.json", 600, {})
+    assert again["steps"][0]["status"] == "passed" and again["steps"][0]["detail"].startswith("done earlier")
+
+
+def test_merge_parts(tmp_path):
+    def part(name, status):
+        s = acc.Step(f"{name} step", ["true"], part=name, status=status)
+        setup = acc.Step("venv", ["true"], status="passed", detail="done earlier on this machine: x")
+        return {"schema": "pympi_gpu.gpu_acceptance/2", "device": "NVIDIA H100 80GB HBM3, 580.1", "part": name,
+                "steps": [acc.dataclasses.asdict(setup), acc.dataclasses.asdict(s)], "checks": []}
+    for name in acc.PARTS:
+        (tmp_path / f"gpu-acceptance-nvidia-h100-80gb-hbm3-{name}.json").write_text(
+            json.dumps(part(name, "failed" if name == "lj" else "passed")))
+    assert acc.merge(tmp_path) == 1                     # the lj part failed
+    assert acc.merge(tmp_path) == 1                     # the merged file itself is not taken for a part
+    doc = json.loads((tmp_path / "gpu-acceptance-nvidia-h100-80gb-hbm3.json").read_text())
+    assert doc["parts"] == list(acc.PARTS) and not doc["parts_missing"]
+    assert [s["name"] for s in doc["steps"]].count("venv") == 1
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_child_environments_keep_the_users_mpi_settings(monkeypatch):
+    """conftest, benchmarks/nbody.py and benchmarks/lj.py drop what a launcher sets for its ranks, and
+    keep what the user set for Open MPI: as root on a machine without ssh, nothing starts without it."""
+    import conftest
+
+    kept = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_plm_rsh_agent": "false",
+            "OMPI_MCA_opal_cuda_support": "true"}
+    dropped = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_MCA_orte_hnp_uri": "x",
+               "OMPI_MCA_ess": "pmi", "PMIX_RANK": "1", "PMI_RANK": "1", "SLURM_PROCID": "0",
+               "MPI_LOCALRANKID": "0", "HYDRA_CONTROL_FD": "5"}
+    for k, v in {**kept, **dropped}.items():
+        monkeypatch.setenv(k, v)
+    for name, env in (("conftest.clean_env", conftest.clean_env()), ("nbody.child_env", _load("nbody").child_env()),
+                      ("lj._env", _load("lj")._env())):
+        assert {k: env.get(k) for k in kept} == kept, name
+        assert not set(dropped) & set(env), (name, set(dropped) & set(env))
+    assert conftest.LAUNCHER_VARS == _load("nbody").LAUNCHER_VARS == _load("lj").LAUNCHER_VARS
+
+
+def test_nbody_benchmark_without_the_cuda_samples_binary(tmp_path):
+    nb = _load("nbody")
+    with pytest.raises(RuntimeError, match="cannot run cuda-samples nbody"):
+        nb.cuda_samples(str(tmp_path / "no-such-nbody"), 1024, False, 1)
+
+
+# ------------------------------------------------------------------ the rehearsal, offline
+
+#: the carry folder made once per machine (its inputs in the name), so a rerun downloads nothing
+CARRY_CACHE = Path(os.environ.get("PYMPI_ACCEPTANCE_CARRY", "/var/tmp/pympi-acceptance-carry"))
+
+
+def _carry() -> Path:
+    key = hashlib.sha256(json.dumps([acc.CARRY_REQUIREMENTS, acc.GL_PACKAGES, acc.MPI4PY_SDIST,
+                                     acc.CUDA_HEADERS_WHEEL, acc.DEVICE_PYTHON]).encode()).hexdigest()[:12]
+    carry = CARRY_CACHE / key
+    if not acc.carry_missing(carry):
+        return carry
+    out = run([sys.executable, str(ROOT / "benchmarks" / "gpu_acceptance.py"), "prepare", str(carry)], timeout=900)
+    if out.returncode != 0:
+        msg = f"prepare could not fill the carry folder (PyPI and Debian must answer): {out.stderr[-1500:]}"
+        if require_system():
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return carry
+
+
+#: the lines of the rehearsal's log that CI's output shows (the step table and what each step proved)
+REHEARSAL_LINES = re.compile(r"^(rehearsal: |venv: installed offline|linked |audit: |ok |FAILED |\d+/\d+ tests? collected|"
+                             r"(passed|failed|not run) +\d)")
+
+
+def test_rehearsal_offline(tmp_path, capsys):
+    """Everything of the GPU plan that needs no GPU, from the carry folder alone, network cut: the wheels
+    installed offline, the package, mpi4py from its sdist, mpiexec as root without ssh, cuda-samples'
+    nbody built and linked against the carried libraries, the gpu-marked tests collected cleanly."""
+    why = acc.rehearsal_blockers()
+    if why:
+        pytest.skip("the rehearsal cannot run here: " + "; ".join(why))
+    carry = _carry()
+    out = run([sys.executable, str(ROOT / "benchmarks" / "gpu_acceptance.py"), "rehearse", str(carry),
+               "--work", str(tmp_path / "work"), "--out", str(tmp_path / "rehearsal.json")], timeout=1500)
+    log = out.stdout + out.stderr
+    with capsys.disabled():  # in CI's output even when the test passes
+        print("\n" + "\n".join(line[:300] for line in log.splitlines() if REHEARSAL_LINES.match(line)))
+    assert out.returncode == 0, log[-4000:]
+    doc = json.loads((tmp_path / "rehearsal.json").read_text())
+    assert doc["passed"] and all(s["status"] == "passed" for s in doc["steps"]), doc["steps"]
+    assert "network cut" in log and "ssh agent for Open MPI: false" in log
+    assert re.search(r"venv: installed offline from \S+: .*cython-3.*rich-", log), log[-3000:]
+    assert re.search(r"^linked \S+/cuda-samples-nbody$", log, re.M), log[-3000:]  # cuda-samples' nbody
+    assert "none from the system" in log                                 # ... against the carried GL only
+    assert log.count("no launcher flag: 2 ranks of") == 3                # tests', nbody.py's, lj.py's env
+    assert re.search(r"1/\d+ tests? collected \(\d+ deselected\)", log), log[-3000:]

@@ -25,9 +25,21 @@ def header(text: str) -> str:
     return "\n".join(lines)
 
 
-def test_the_job_scripts_exist():
-    names = {p.name for p in SCRIPTS}
-    assert {"frontera-clx-pi.sbatch", "frontera-rtx-nbody.sbatch", "generic-srun.sbatch"} <= names
+def test_every_job_script_named_exists_and_each_is_documented_and_run():
+    """The scripts the README, the docs, the recipes and the tests name exist; each script in jobs/
+    is shown to users (README or docs/) and run by a test (named in tests/; this check names none)."""
+    root = JOBS.parent
+    texts = {p: p.read_text() for p in [root / "README.md", *(root / "docs").glob("*.md"), *SCRIPTS,
+                                        *(root / "apptainer").glob("*"), *(root / "tests").rglob("*.py")]
+             if p.is_file()}
+    named = {m for text in texts.values() for m in re.findall(r"\bjobs/([\w.-]+\.sbatch)\b", text)}
+    assert named, "nothing names a job script"
+    assert named <= {p.name for p in SCRIPTS}, f"named but missing in jobs/: {sorted(named - {p.name for p in SCRIPTS})}"
+    docs = [t for p, t in texts.items() if p.suffix == ".md"]
+    tests = [t for p, t in texts.items() if p.suffix == ".py"]
+    for script in SCRIPTS:
+        assert any(script.name in t for t in docs), f"{script.name}: not in the README or docs/"
+        assert any(script.name in t for t in tests), f"{script.name}: no test runs it"
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)

@@ -99,14 +99,15 @@ import json, sys
 import numpy as np
 from mpi4py import MPI
 from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-from pympi_gpu.nbody.lj.driver import LjConfig, initial_arrays
-from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
+from pympi_gpu.device.device import Device
+from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
 
 config = LjConfig(cells=4, temperature=3.0, newton=False)
 cart = make_cart(MPI.COMM_WORLD)
 brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
 x, v, ids = initial_arrays(config, brick)
-system = GpuLjSystem(cart, config, x, v, ids, transport=sys.argv[1])
+system = LjSystem(cart, config, x, v, ids,
+                  device=Device(backend="gpu", transport=sys.argv[1], simulated=True)).atoms
 system.start()
 before = dict(system.dev.copies)
 for k in range(40):
@@ -149,15 +150,15 @@ import json, sys
 import numpy as np
 from mpi4py import MPI
 from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
-from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
+from pympi_gpu.device.device import Device
+from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
 
 config = LjConfig(cells=4, temperature=3.0, newton=False)
 cart = make_cart(MPI.COMM_WORLD)
 brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
 init = initial_arrays(config, brick)
-gpu = GpuLjSystem(cart, config, *init, transport="host")
-cpu = LjSystem(cart, config, *init)
+gpu = LjSystem(cart, config, *init, device=Device(backend="gpu", transport="host", simulated=True)).atoms
+cpu = LjSystem(cart, config, *init).atoms
 gpu.start()
 cpu.start()
 worst = {}
@@ -204,15 +205,15 @@ import json, sys
 import numpy as np
 from mpi4py import MPI
 from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
-from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
+from pympi_gpu.device.device import Device
+from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
 
 config = LjConfig(cells=int(sys.argv[2]), temperature=3.0, newton=True)
 cart = make_cart(MPI.COMM_WORLD)
 brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
 init = initial_arrays(config, brick)
-gpu = GpuLjSystem(cart, config, *init, transport=sys.argv[1])
-cpu = LjSystem(cart, config, *init)
+gpu = LjSystem(cart, config, *init, device=Device(backend="gpu", transport=sys.argv[1], simulated=True)).atoms
+cpu = LjSystem(cart, config, *init).atoms
 gpu.start()
 cpu.start()
 worst = {}

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pympi_gpu.nbody.lj import kernels_cpu as kc
+from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.lj.domain import brick_of, grid_problem, owner_coords, wrap
 from pympi_gpu.nbody.lj.lattice import cell_edge, cells_for, dof, fcc_positions, temperature, velocities
 from pympi_gpu.nbody.lj.verify import reference_forces
@@ -111,14 +112,15 @@ def test_forces_match_direct_sum_newton_and_one_sided():
     lo, inv = np.full(3, -cut), np.full(3, int(2 * (box + 2 * cut) / cut) / (box + 2 * cut))
     cell_of, start, atoms = kc.bin_atoms(pos, len(pos), lo, inv, ncell)
     ref, mag = reference_forces(own, box, rc, np.arange(n))
+    forces = kc.force_kernels(LjConfig(cells=1).pair_term)
     results = []
     gid = np.concatenate([np.arange(n)] * 27)
     for half in (True, False):
         oc, on, gc, gn, ok = kc.neighbor_lists(pos, n, gid, cell_of, start, atoms, ncell, 2, cut * cut, rc * rc,
                                                half, 200, 200)
         f = np.zeros((len(pos), 3))
-        e1, w1 = kc.pair_forces(pos, f, 0, n, oc, on, rc * rc, half)
-        e2, w2 = kc.pair_forces(pos, f, 0, n, gc, gn, rc * rc, half)
+        e1, w1 = forces.pair_forces(pos, f, 0, n, oc, on, rc * rc, half)
+        e2, w2 = forces.pair_forces(pos, f, 0, n, gc, gn, rc * rc, half)
         s = 1.0 if half else 0.5
         results.append((s * (e1 + e2), s * (w1 + w2)))
         if half:  # Newton across the periodic boundary: the images' forces belong to their atoms
@@ -144,7 +146,7 @@ def test_lammps_bench_step_zero():
     from mpi4py import MPI
 
     from pympi_gpu.nbody.lj.domain import make_cart
-    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
     from pympi_gpu.nbody.loop import RunOptions, simulate
 
     config = LjConfig(cells=20)
@@ -169,7 +171,7 @@ def test_small_box_several_images_of_a_neighbour(newton):
     from mpi4py import MPI
 
     from pympi_gpu.nbody.lj.domain import make_cart
-    from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
     from pympi_gpu.nbody.loop import RunOptions, simulate
 
     config = LjConfig(cells=3, newton=newton)
@@ -177,8 +179,8 @@ def test_small_box_several_images_of_a_neighbour(newton):
     try:
         system = LjSystem(cart, config, *initial_arrays(config, brick_of(config.box, (1, 1, 1), (0, 0, 0))))
         simulate(cart, system, RunOptions(steps=20))
-        system.compute_forces(forward=True)
-        got = system.owned()
+        system.atoms.compute_forces(forward=True)
+        got = system.atoms.owned()
     finally:
         cart.Free()
     order = np.argsort(got["id"])

@@ -31,7 +31,7 @@ def nbody(ranks, *args, timeout=300):
 def read_log(path):
     if format_of(path) == "csv":
         with open(path, newline="") as fh:
-            rows = list(csv.reader(fh))
+            rows = [r for r in csv.reader(fh) if not r[0].startswith("#")]  # the line naming the run
         return rows[0], [[float(v) for v in r] for r in rows[1:]]
     docs = [d for d in yaml.safe_load_all(open(path)) if d]
     keys = docs[0]["keywords"]

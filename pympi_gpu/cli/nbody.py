@@ -17,6 +17,7 @@ from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, PositiveFlo
 from pympi_gpu.nbody.gravity.config import DEFAULT_SEED as GRAVITY_SEED
 from pympi_gpu.nbody.gravity.config import NbodyConfig
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED as LJ_SEED
+from pympi_gpu.nbody.lj import pairs
 from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.loop import RunOptions
 
@@ -24,7 +25,7 @@ MAX_BODIES = 2**31 - 1
 MODELS = ("gravity", "lj")
 #: gravity options that mean nothing to the LJ model, and the reverse
 GRAVITY_ONLY = ("softening", "precision", "exchange", "init")
-LJ_ONLY = ("density", "temperature", "cutoff", "skin")
+LJ_ONLY = ("density", "temperature", "cutoff", "skin", "pair", "pair_coeff")
 
 
 class _Count(Count):
@@ -50,6 +51,28 @@ class _Bodies(_Count):
         return n
 
 
+class PairCoeff(click.ParamType):
+    """``NAME=VALUE``: one coefficient of the pair style (checked against the style once it is known)."""
+
+    name = "name=value"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        import math
+
+        name, eq, number = str(value).partition("=")
+        try:
+            if not number.isascii():  # float() reads any script's digits
+                raise ValueError(number)
+            x = float(number)
+        except ValueError:
+            x = math.nan
+        if not eq or not name.strip() or not math.isfinite(x):
+            self.fail(f"{value!r} is not NAME=VALUE with a finite number (e.g. d0=1.5)", param, ctx)
+        return name.strip(), x
+
+
 def _float(allow_zero=False):
     return PositiveFloat(allow_zero=allow_zero)
 
@@ -68,6 +91,14 @@ def lj_options(f):
                      help="lj: pair cutoff (sigma)."),
         click.option("--skin", type=_float(allow_zero=True), default=LjConfig.skin, show_default=True,
                      help="lj: Verlet-list skin (sigma); lists are rebuilt when an atom moves skin/2."),
+        click.option("--pair", type=click.Choice(sorted(pairs.styles())), default=LjConfig.pair, show_default=True,
+                     help="lj: the pair style, as LAMMPS names it: "
+                          + "; ".join(f"{s.name}: {s.summary}" for s in pairs.styles().values()) + "."),
+        click.option("--pair-coeff", "pair_coeff", type=PairCoeff(), multiple=True, metavar="NAME=VALUE",
+                     help="lj: a coefficient of the pair style (repeat for more): "
+                          + "; ".join(f"{s.name}: " + ", ".join(f"{c.name} ({c.help}, default {c.default:g})"
+                                                                 for c in s.coeffs)
+                                      for s in pairs.styles().values()) + "."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -79,7 +110,7 @@ def check_model_options(ctx, model: str) -> None:
     wrong = LJ_ONLY if model == "gravity" else GRAVITY_ONLY
     for name in wrong:
         if given(ctx, name):
-            fail(f"--{name} applies to --model {'lj' if model == 'gravity' else 'gravity'} only")
+            fail(f"--{name.replace('_', '-')} applies to --model {'lj' if model == 'gravity' else 'gravity'} only")
 
 
 @mpi_command
@@ -128,6 +159,9 @@ def check_model_options(ctx, model: str) -> None:
                    "the first step and every --dump-every steps; a restart appends.")
 @click.option("--dump-every", type=_Count(minimum=1, maximum=10**12), default=None, metavar="K",
               help="Steps between trajectory frames  [default: 100]")
+@click.option("--overwrite", is_flag=True,
+              help="Replace a --dump or --thermo-file that holds another run's output (else refused, unless "
+                   "--restart continues the run that wrote it); never a file of another kind.")
 @click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/nbody.md; "
@@ -193,6 +227,7 @@ class Job:
     thermo_file: str | None
     dump: str | None
     dump_every: int | None
+    overwrite: bool
     threads: int | None
     as_json: bool
     quiet: bool
@@ -201,6 +236,8 @@ class Job:
     temperature: float
     cutoff: float
     skin: float
+    pair: str
+    pair_coeff: tuple[tuple[str, float], ...]
 
     def run_options(self, *, name: str, thermo: bool = True) -> RunOptions:
         """The loop's options; ``name`` (``pympi-nbody-N``) names the files a stop and a blow-up write."""

@@ -61,32 +61,57 @@ def run_gravity(ctx, args, simd_note: str) -> None:
     config = restart[0] if restart else config
     from pympi_gpu.nbody.gravity.precision import PRECISIONS
 
-    devices = choose_devices(comm, args.backend, args.transport, early, PRECISIONS[config.precision])
+    device = choose_devices(comm, args.backend, args.transport, early, PRECISIONS[config.precision])
     nthreads = configure_threads(comm, args.threads)
-    system = _system(comm, config, args, devices, restart)
+    outputs = _claim(comm, args, config)
+    system = _system(comm, config, args, device, restart)
     from pympi_gpu.run.provenance import collect
 
-    provenance = collect(comm, extra={**devices.provenance(), "threads_per_rank": str(nthreads),
+    provenance = collect(comm, extra={**device.provenance(), "threads_per_rank": str(nthreads),
                                       "simd": simd_note})
     options = args.run_options(name=f"pympi-nbody-{config.bodies}", thermo=not args.benchmark or args.verify)
     from pympi_gpu.nbody.gravity import thermo as gravity_thermo
 
-    run, shown = execute(comm, system, options, devices=devices, provenance=provenance, stop=stop,
+    run, shown = execute(comm, system, options, device=device, provenance=provenance, stop=stop,
                          thermo_module=gravity_thermo, title=gravity_title(config, comm.Get_size()), args=args,
-                         box=None)
+                         box=None, outputs=outputs)
     if args.verify:
         run = _verify(comm, system, config, run, args)
     report(comm, run, as_json=args.as_json, human=lambda: format_run(run, nthreads, shown=shown),
-           document=lambda: _document(run, nthreads, devices))
+           document=lambda: _document(run, nthreads, device))
 
 
 def _config(args) -> NbodyConfig:
     """The system the command line asks for (a restart may replace it); refusals before MPI starts."""
+    import math
+
+    import numpy as np
+
+    from pympi_gpu.nbody.gravity.precision import PRECISIONS
+
+    if args.bodies < 2:
+        fail(f"BODIES ({args.bodies}) must be at least 2: a lone body feels no force, and its virial ratio "
+             "-2K/U has no potential energy to divide by")
     if args.softening < MIN_SOFTENING:
         fail(f"--softening {args.softening:g} is below {MIN_SOFTENING:g}")
+    # the kernels add eps^2 to r^2 in the run's precision: it must stay finite there
+    largest = math.sqrt(float(np.finfo(PRECISIONS[args.precision]).max)) / 4
+    if args.softening > largest:
+        fail(f"--softening {args.softening:g} is above {largest:.3g}, where eps^2 overflows {args.precision}")
     return NbodyConfig(bodies=args.bodies, dt=NbodyConfig.dt if args.dt is None else args.dt,
                        softening=args.softening, precision=args.precision, init=args.init,
                        seed=NbodyConfig.seed if args.seed is None else args.seed)
+
+
+def _claim(comm, args, config: NbodyConfig):
+    """Lock the checkpoint, claim --dump and --thermo-file for this run (refusals on every rank)."""
+    from pympi_gpu.cli.simulation import claim_outputs
+    from pympi_gpu.nbody.gravity import thermo as gravity_thermo
+    from pympi_gpu.run.outputs import RunIdentity
+
+    identity = RunIdentity.of("gravity", config.bodies, None, config.seed, init=config.init,
+                              precision=config.precision, dt=config.dt, softening=config.softening)
+    return claim_outputs(comm, args, identity, thermo_module=gravity_thermo, box=None)
 
 
 def _check_size(comm, config: NbodyConfig) -> None:
@@ -122,15 +147,15 @@ def _restart(ctx, comm, args, config: NbodyConfig):
     return dataclasses.replace(config, **fixed), meta, local
 
 
-def _system(comm, config: NbodyConfig, args, devices, restart):
+def _system(comm, config: NbodyConfig, args, device, restart):
     """This rank's :class:`~pympi_gpu.nbody.gravity.driver.GravitySystem`: its backend, exchange and bodies."""
     from pympi_gpu.nbody.gravity.backends import make_backend
     from pympi_gpu.nbody.gravity.driver import GravitySystem, initial_state, state_from_arrays
     from pympi_gpu.nbody.gravity.exchange import make_exchange
 
-    backend = make_backend(devices.backend, config.precision)
+    backend = make_backend(device, config.precision)
     backend.warmup()
-    exchange = make_exchange(comm, backend, config.bodies, args.exchange, devices.transport)
+    exchange = make_exchange(comm, backend, config.bodies, args.exchange, device.transport)
     state = state_from_arrays(backend, restart[2], restart[1]) if restart else initial_state(comm, backend, config)
     return GravitySystem(comm, config, backend, exchange, state)
 
@@ -145,12 +170,12 @@ def _verify(comm, system, config: NbodyConfig, run, args):
     return dataclasses.replace(run, verification=result)
 
 
-def _document(run, nthreads: int, devices) -> dict:
+def _document(run, nthreads: int, device) -> dict:
     from pympi_gpu.run.records import to_dict
 
     doc = to_dict(run, schema=SCHEMA, app="nbody", work_unit="interactions")
     doc["threads_per_rank"] = nthreads
-    aware = devices.awareness
+    aware = device.awareness
     doc["awareness"] = None if aware is None else {"supported": aware.supported, "method": aware.method,
                                                   "detail": aware.detail}
     return doc

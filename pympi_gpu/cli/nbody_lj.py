@@ -6,9 +6,10 @@ import dataclasses
 
 import numpy as np
 
-from pympi_gpu.cli.common import configure_threads, fail, largest, mpi_world, select_gpu_early
+from pympi_gpu.cli.common import configure_threads, fail, given, largest, mpi_world, select_gpu_early
 from pympi_gpu.cli.signals import Stop
 from pympi_gpu.cli.simulation import TWICE, choose_devices, execute, format_tail, report, restart_values
+from pympi_gpu.nbody.lj import pairs
 from pympi_gpu.nbody.lj.config import LjConfig
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
@@ -17,10 +18,11 @@ _FROM_FILE = ("dt", "seed", "density", "temperature", "cutoff", "skin")
 
 
 def lj_title(config, ranks: int, grid) -> str:
-    """The summary's first line, from the run's :class:`~pympi_gpu.nbody.lj.driver.LjConfig` (or record)."""
+    """The summary's first line, from the run's :class:`~pympi_gpu.nbody.lj.config.LjConfig` (or record)."""
     return (f"lj: {config.atoms:,} atoms ({config.cells}^3 fcc cells, density {config.density:g}, box "
             f"{config.box:.6g}), {ranks} rank(s) as a {'x'.join(map(str, grid))} grid, T0 {config.temperature:g} "
-            f"(seed {config.seed}), dt {config.dt:g}, cutoff {config.cutoff:g} + skin {config.skin:g}")
+            f"(seed {config.seed}), dt {config.dt:g}, pair {pairs.style(config.pair).describe(config.pair_coeffs)} "
+            f"cut at {config.cutoff:g} + skin {config.skin:g}")
 
 
 def format_lj(run, threads: int, shown: bool = False) -> str:
@@ -66,20 +68,22 @@ def run_lj(ctx, args) -> None:
     stop = Stop("pympi-nbody", TWICE).install()
     cart = make_cart(comm)
     try:
+        _check_memory(cart, config, args.backend)
         restart = _restart(ctx, cart, args, config)
         config = restart[0] if restart else config
         _check_grid(cart, config, args.bodies)
-        devices = choose_devices(comm, args.backend, args.transport, early, np.float64)
-        if devices.gpu:  # the device-resident path holds its arrays in CuPy (NumPy under the simulator)
+        device = choose_devices(comm, args.backend, args.transport, early, np.float64)
+        if device.gpu:  # the device-resident path holds its arrays in CuPy (NumPy under the simulator)
             _need_cupy(comm)
         nthreads = configure_threads(comm, args.threads)
         # one list kind for all: each rank's thread count is its node's (numba caps it at the cpuset)
-        config = dataclasses.replace(config, newton=largest(comm, nthreads) == 1 and not devices.gpu)
-        system = _system(cart, config, devices, restart)
+        config = dataclasses.replace(config, newton=largest(comm, nthreads) == 1 and not device.gpu)
+        outputs = _claim(cart, args, config)
+        system = _system(cart, config, device, restart)
         from pympi_gpu.run.provenance import collect
 
-        provenance = collect(comm, extra={**devices.provenance(), "threads_per_rank": str(nthreads), "model": "lj"})
-        run, shown = _execute(cart, system, config, args, devices, provenance, stop)
+        provenance = collect(comm, extra={**device.provenance(), "threads_per_rank": str(nthreads), "model": "lj"})
+        run, shown = _execute(cart, system, config, args, device, provenance, stop, outputs)
         if args.verify:
             run = _verify(cart, system, config, run, args)
     finally:
@@ -90,13 +94,52 @@ def run_lj(ctx, args) -> None:
 
 def _config(args) -> LjConfig:
     """The system the command line asks for (a restart may replace it); refusals before MPI starts."""
+    import math
+
     from pympi_gpu.nbody.lj.lattice import cells_for
 
     if args.bodies < 4:
         fail(f"ATOMS ({args.bodies}) is too few for the fcc lattice: one cell holds 4 atoms")
-    return LjConfig(cells=cells_for(args.bodies), density=args.density, temperature=args.temperature,
-                    cutoff=args.cutoff, skin=args.skin, dt=LjConfig.dt if args.dt is None else args.dt,
-                    seed=LjConfig.seed if args.seed is None else args.seed)
+    config = LjConfig(cells=cells_for(args.bodies), density=args.density, temperature=args.temperature,
+                      cutoff=args.cutoff, skin=args.skin, dt=LjConfig.dt if args.dt is None else args.dt,
+                      seed=LjConfig.seed if args.seed is None else args.seed, pair=args.pair,
+                      pair_coeffs=tuple(args.pair_coeff))
+    try:
+        config.coefficients
+    except ValueError as exc:
+        fail(f"--pair-coeff: {exc}")
+    if not math.isfinite(config.box):  # 4 / density overflows: the box would be infinite
+        fail(f"--density {args.density:g} is too small: the fcc cell edge (4 / density)^(1/3) overflows")
+    try:  # the neighbour lists are sized from this count
+        neighbours = config.cutneigh ** 3 * config.density
+    except OverflowError:
+        neighbours = math.inf
+    if not math.isfinite(neighbours):
+        fail(f"--cutoff {args.cutoff:g} + --skin {args.skin:g} is too large: the neighbour count overflows")
+    return config
+
+
+def _check_memory(cart, config: LjConfig, backend: str) -> None:
+    """Refuse a run that does not fit some rank's node (decided together, before anything is allocated)."""
+    from pympi_gpu.device.gpu import local_rank
+    from pympi_gpu.nbody.lj.memory import too_large
+
+    dims = tuple(cart.Get_topo()[0])
+    verdicts = cart.allgather(too_large(config, dims, local_rank(cart)[1], gpu=backend == "gpu"))
+    if any(verdicts):
+        fail(next(v for v in verdicts if v))
+
+
+def _claim(cart, args, config: LjConfig):
+    """Lock the checkpoint, claim --dump and --thermo-file for this run (refusals on every rank)."""
+    from pympi_gpu.cli.simulation import claim_outputs
+    from pympi_gpu.nbody.lj import thermo as lj_thermo
+    from pympi_gpu.run.outputs import RunIdentity
+
+    identity = RunIdentity.of("lj", config.atoms, config.box, config.seed, temperature=config.temperature,
+                              dt=config.dt, cutoff=config.cutoff, skin=config.skin, pair=config.pair,
+                              **{f"pair_{k}": v for k, v in config.coefficients.items()})
+    return claim_outputs(cart, args, identity, thermo_module=lj_thermo, box=config.box)
 
 
 def _restart(ctx, cart, args, config: LjConfig):
@@ -114,9 +157,22 @@ def _restart(ctx, cart, args, config: LjConfig):
     if meta["atoms"] != config.atoms:
         fail(f"--restart: {path!r} holds {meta['atoms']} atoms, but ATOMS is {args.bodies}")
     fixed = restart_values(ctx, path, meta, {name: getattr(config, name) for name in _FROM_FILE})
+    fixed.update(_restart_pair(ctx, path, meta, config))
     if meta["step"] > args.steps:
         fail(f"--restart: {path!r} is at step {meta['step']}, beyond --steps {args.steps}")
     return dataclasses.replace(config, **fixed), meta, local
+
+
+def _restart_pair(ctx, path: str, meta: dict, config: LjConfig) -> dict:
+    """The pair style and coefficients a checkpoint fixes (one written before styles: lj/cut's defaults)."""
+    pair = meta.get("pair", "lj/cut")
+    coeffs = meta.get("pair_coeffs") or {}
+    if given(ctx, "pair") and config.pair != pair:
+        fail(f"--restart: {path!r} was run with --pair {pair}, not {config.pair}")
+    if given(ctx, "pair_coeff") and config.pair == pair and config.coefficients != \
+            dataclasses.replace(config, pair_coeffs=tuple(coeffs.items())).coefficients:
+        fail(f"--restart: {path!r} was run with the {pair} coefficients {coeffs}, not {config.coefficients}")
+    return {"pair": pair, "pair_coeffs": tuple(coeffs.items())}
 
 
 def _check_grid(cart, config: LjConfig, bodies: int) -> None:
@@ -136,49 +192,42 @@ def _need_cupy(comm) -> None:
              "'pympi_gpu[gpu]'); or run it with --backend numba")
 
 
-def _system(cart, config: LjConfig, devices, restart):
-    """This brick's :class:`~pympi_gpu.nbody.lj.driver.LjSystem` (on the GPU: device-resident)."""
-    from pympi_gpu.nbody.lj import kernels_cpu
+def _system(cart, config: LjConfig, device, restart):
+    """This brick's :class:`~pympi_gpu.nbody.lj.system.LjSystem` on ``device`` (on a GPU: device-resident)."""
     from pympi_gpu.nbody.lj.domain import brick_of
-    from pympi_gpu.nbody.lj.driver import LjSystem, initial_arrays
+    from pympi_gpu.nbody.lj.system import LjSystem, initial_arrays
 
-    kernels_cpu.warmup()
-    if devices.gpu:
-        from functools import partial
+    if not device.gpu:
+        from pympi_gpu.nbody.lj import kernels_cpu
 
-        from pympi_gpu.nbody.lj.gpu_system import GpuLjSystem
-
-        make = partial(GpuLjSystem, transport=devices.transport)
-    else:
-        make = LjSystem
+        kernels_cpu.warmup(kernels_cpu.force_kernels(config.pair_term))
     if restart is None:
         brick = brick_of(config.box, tuple(cart.Get_topo()[0]), cart.Get_coords(cart.Get_rank()))
-        return make(cart, config, *initial_arrays(config, brick))
+        return LjSystem(cart, config, *initial_arrays(config, brick, cart), device=device)
     _, meta, local = restart
-    system = make(cart, config, local["x"], local["v"], local["id"], local["f"])
     from pympi_gpu.nbody.lj.record import Thermo
 
     initial = meta.get("initial")
-    system.timestep = meta["step"]
-    system.initial = Thermo(**{**initial, "momentum": tuple(initial["momentum"])}) if initial else None
-    return system
+    return LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"], device=device,
+                    timestep=meta["step"],
+                    initial=Thermo(**{**initial, "momentum": tuple(initial["momentum"])}) if initial else None)
 
 
-def _execute(cart, system, config: LjConfig, args, devices, provenance, stop):
+def _execute(cart, system, config: LjConfig, args, device, provenance, stop, outputs=None):
     from pympi_gpu.nbody.lj import thermo as lj_thermo
 
     options = args.run_options(name=f"pympi-nbody-lj-{config.atoms}")
-    return execute(cart, system, options, devices=devices, provenance=provenance, stop=stop,
+    return execute(cart, system, options, device=device, provenance=provenance, stop=stop,
                    thermo_module=lj_thermo, title=lj_title(config, cart.Get_size(), tuple(cart.Get_topo()[0])),
-                   args=args, box=config.box)
+                   args=args, box=config.box, outputs=outputs)
 
 
 def _verify(cart, system, config: LjConfig, run, args):
     from pympi_gpu.nbody.lj.verify import DRIFT_BOUND, verify
 
     tolerance = DRIFT_BOUND if args.energy_tolerance is None else args.energy_tolerance
-    result = verify(cart, system.owned(), config.box, config.cutoff, run.energy_drift, run.momentum_change,
-                    tolerance)
+    result = verify(cart, system.atoms.owned(), config.box, config.cutoff, run.energy_drift, run.momentum_change,
+                    tolerance, config.pair_term)
     return dataclasses.replace(run, verification=result)
 
 

@@ -1,12 +1,14 @@
 """The run harness both n-body commands share (``pympi-nbody``, gravity and LJ).
 
 What a model's command needs between parsing its options and printing its
-record: one collective choice of backend and transport, the GPU bound, rank
-0's progress display, the temporaries a killed checkpoint writer left, the
-checkpoint error and the blow-up made one message each (a blow-up exits 3),
-the summary's closing lines and the exit status of a failed ``--verify``
-(the stop signals are :mod:`pympi_gpu.cli.signals`).  It imports no model:
-each model's command imports it.
+record: one collective choice of backend and transport, the GPU bound, the
+output files claimed before the run (:func:`claim_outputs`: a trajectory or
+thermo log of another run refused, the checkpoint locked), rank 0's progress
+display, the temporaries a killed checkpoint writer left, a checkpoint or
+output error and the blow-up made one message each (a blow-up exits 3), the
+summary's closing lines and the exit status of a failed ``--verify`` (the
+stop signals are :mod:`pympi_gpu.cli.signals`).  It imports no model: each
+model's command imports it.
 """
 
 from __future__ import annotations
@@ -19,46 +21,25 @@ import click
 
 from pympi_gpu.cli.common import fail, given, prove_device_transport
 from pympi_gpu.cli.signals import Stop
+from pympi_gpu.device.device import Device
 from pympi_gpu.nbody.blowup import EXIT_STATUS
 from pympi_gpu.nbody.loop import Labels, RunOptions, Writer
 
 #: what a second Ctrl-C says of the run's files
 TWICE = "nothing more written (checkpoints on disk are as they were)"
 
-__all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "open_trajectory", "Devices", "choose_devices", "progress",
-           "simulating", "format_tail", "exit_if_unverified", "exit_if_stopped", "clear_stale_temporaries",
-           "restart_values", "execute", "StopAgreed", "report"]
+__all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "Outputs", "claim_outputs", "labels",
+           "choose_devices", "progress", "simulating", "format_tail", "exit_if_unverified", "exit_if_stopped",
+           "clear_stale_temporaries", "restart_values", "execute", "StopAgreed", "report"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Devices:
-    """Where a run computes and how its messages travel, with the reasons, the same on every rank."""
-
-    backend: str
-    backend_reason: str
-    transport: str
-    transport_reason: str
-    binding: dict          # the GPU binding (pympi_gpu.device.gpu.bind_device), {} on CPUs
-    awareness: object      # the agreed CudaAwareness, or None where it was not asked
-
-    @property
-    def gpu(self) -> bool:
-        return self.backend == "gpu"
-
-    def provenance(self) -> dict[str, str]:
-        """The backend's entries for the run's provenance."""
-        from pympi_gpu.device.gpu import describe
-
-        return {"backend_reason": self.backend_reason,
-                **({"gpu": describe(self.binding)} if self.binding else {})}
-
-    def labels(self, provenance) -> Labels:
-        """What the run's record says of where it ran, and why."""
-        return Labels(backend=self.backend, backend_reason=self.backend_reason, transport=self.transport,
-                      transport_reason=self.transport_reason, provenance=provenance)
+def labels(device: Device, provenance) -> Labels:
+    """What a run's record says of where it ran, and why: the device's choice and the run's provenance."""
+    return Labels(backend=device.backend, backend_reason=device.backend_reason, transport=device.transport,
+                  transport_reason=device.transport_reason, provenance=provenance)
 
 
-def choose_devices(comm, backend: str, transport: str, early, dtype) -> Devices:
+def choose_devices(comm, backend: str, transport: str, early, dtype) -> Device:
     """Decide the backend and the transport once for the whole job; collective over comm.
 
     ``backend`` is the option (``auto`` takes the GPU only if every rank has
@@ -99,11 +80,13 @@ def choose_devices(comm, backend: str, transport: str, early, dtype) -> Devices:
         transport_name, transport_why = choose_transport(transport, name == "gpu", awareness)
     except ValueError as exc:
         fail(str(exc))
-    if transport_name == "device" and not awareness.forced:
-        from pympi_gpu.device.buffers import DeviceBuffers
+    from pympi_gpu.device.gpu import simulator
 
-        transport_why = prove_device_transport(comm, DeviceBuffers(dtype), transport, transport_why)
-    return Devices(name, reason, transport_name, transport_why, binding, awareness)
+    device = Device(name, reason, transport_name, transport_why, name == "gpu" and simulator(), binding, awareness)
+    if transport_name == "device" and not awareness.forced:
+        why = prove_device_transport(comm, device.buffers(dtype), transport, transport_why)
+        device = dataclasses.replace(device, transport_reason=why)
+    return device
 
 
 def progress(comm, enabled: bool, bar_ok: bool):
@@ -143,11 +126,11 @@ def simulating(bar, stop: Stop):
     """Around a run: a checkpoint error or a blow-up becomes one message; the bar stops, the stop request is over."""
     from pympi_gpu.nbody.blowup import BlowUp
     from pympi_gpu.nbody.checkpoint import CheckpointError
-    from pympi_gpu.nbody.dump import DumpError
+    from pympi_gpu.run.outputs import OutputError
 
     try:
         yield
-    except (CheckpointError, DumpError) as exc:
+    except (CheckpointError, OutputError) as exc:  # raised on every rank alike: one message, exit 1
         raise click.ClickException(str(exc)) from None
     except BlowUp as exc:
         raise BlownUp(str(exc)) from None
@@ -224,17 +207,24 @@ class ThermoOutput:
 
     ``model`` is the model's thermo module (``KEYWORDS``, ``HEADER``,
     ``values``, ``format_row``); ``echo`` prints the rows on stdout (not with
-    ``--json``, whose stdout is one object), ``title`` first; ``path`` is
-    ``--thermo-file`` (CSV or YAML by its suffix, flushed per row).  Called
-    with each row on every rank; only rank 0 acts.  :meth:`close` ends the file.
+    ``--json``, whose stdout is one object), ``title`` first; ``log`` is rank
+    0's :class:`~pympi_gpu.run.thermolog.ThermoLog` of ``--thermo-file``
+    (:func:`claim_outputs` opens it), or ``path`` to open one here.  Called
+    with each row on every rank: only rank 0 writes, and where there is a
+    file its verdict is broadcast, so a row that cannot be written raises
+    :class:`~pympi_gpu.run.outputs.OutputError` on every rank.  :meth:`close`
+    ends the file.
     """
 
-    def __init__(self, comm, model, *, echo: bool, path: str | None, title: str | None = None):
+    def __init__(self, comm, model, *, echo: bool, path: str | None = None, title: str | None = None, log=None):
         from pympi_gpu.run.thermolog import ThermoLog
 
-        self.rank0 = comm.Get_rank() == 0
+        self.comm, self.rank0 = comm, comm.Get_rank() == 0
         self.model, self.echo, self.title = model, echo and self.rank0, title
-        self.log = ThermoLog(path, model.KEYWORDS) if path and self.rank0 else None
+        self.checked = bool(path) or log is not None  # the same on every rank: a file is written
+        if self.rank0 and log is None and path:
+            log = ThermoLog(path, model.KEYWORDS)
+        self.log = log if self.rank0 else None
         self.rows = 0
 
     def start(self) -> None:
@@ -243,15 +233,25 @@ class ThermoOutput:
             click.echo(self.title)
 
     def __call__(self, row) -> None:
-        if not self.rank0:
-            return
-        if self.echo:
-            if not self.rows:
-                click.echo("  thermo   " + self.model.HEADER)
-            click.echo("           " + self.model.format_row(row))  # click.echo flushes
-        if self.log is not None:
-            self.log.write(self.model.values(row))
-        self.rows += 1
+        """Print and write ``row`` on rank 0; collective where there is a file (the write's verdict)."""
+        from pympi_gpu.run.outputs import OutputError
+
+        error = None
+        if self.rank0:
+            if self.echo:
+                if not self.rows:
+                    click.echo("  thermo   " + self.model.HEADER)
+                click.echo("           " + self.model.format_row(row))  # click.echo flushes
+            if self.log is not None:
+                try:
+                    self.log.write(self.model.values(row))
+                except OutputError as exc:
+                    error = str(exc)
+            self.rows += 1
+        if self.checked:
+            error = self.comm.bcast(error, root=0)
+            if error:
+                raise OutputError(error)
 
     @property
     def shown(self) -> bool:
@@ -282,12 +282,101 @@ def check_thermo_file(path: str | None) -> None:
         fail(f"--thermo-file: {path!r} is a directory")
 
 
-def open_trajectory(comm, path: str | None, box: float | None):
-    """Rank 0's trajectory writer for ``--dump`` (None elsewhere or without one), as a context manager."""
-    from pympi_gpu.nbody.dump import open_dump
+@dataclasses.dataclass
+class Outputs:
+    """A run's output files, claimed before it starts by :func:`claim_outputs` (rank 0's; None elsewhere).
 
-    writer = open_dump(path, box) if path and comm.Get_rank() == 0 else None
-    return contextlib.closing(writer) if writer is not None else contextlib.nullcontext()
+    ``thermo`` the open :class:`~pympi_gpu.run.thermolog.ThermoLog`, ``dump``
+    the trajectory writer, ``lock`` the
+    :class:`~pympi_gpu.nbody.checkpoint.CheckpointLock` of ``--checkpoint``;
+    ``created`` the files this claim made (removed if the claim is abandoned).
+    :meth:`close` ends the files and releases the lock.
+    """
+
+    thermo: object = None
+    dump: object = None
+    lock: object = None
+    created: list = dataclasses.field(default_factory=list)
+
+    def close(self) -> None:
+        for item in (self.thermo, self.dump):
+            if item is not None:
+                item.close()
+        self.thermo = self.dump = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def abandon(self) -> None:
+        """Close, and remove the files the claim created: a refused run leaves the directory as it was."""
+        import os
+
+        self.close()
+        for path in self.created:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def claim_outputs(comm, args, identity, *, thermo_module, box: float | None) -> Outputs:
+    """Lock ``--checkpoint`` and open ``--dump`` and ``--thermo-file`` for this run; collective over comm.
+
+    Rank 0 decides (:func:`pympi_gpu.run.outputs.decide`: another run's file,
+    a file of another kind, one that exists without ``--restart`` or
+    ``--overwrite``, one that cannot be written) and opens; its verdict is
+    broadcast, so a refusal is one message and exit status 2 on every rank,
+    before anything was written.  ``identity`` is the run's
+    :class:`~pympi_gpu.run.outputs.RunIdentity`, ``box`` the periodic box edge
+    (None: open space).
+    """
+    from pympi_gpu.nbody.checkpoint import CheckpointError
+    from pympi_gpu.run.outputs import OutputError
+
+    outputs, error = Outputs(), None
+    if comm.Get_rank() == 0:
+        try:
+            _claim(outputs, args, identity, thermo_module, box)
+        except (OutputError, CheckpointError) as exc:
+            outputs.abandon()
+            error = str(exc)
+    error = comm.bcast(error, root=0)
+    if error:
+        fail(error)
+    if outputs.lock is not None and outputs.lock.unlocked:
+        click.echo(f"pympi-nbody: {outputs.lock.unlocked}", err=True)
+    return outputs
+
+
+def _claim(outputs: Outputs, args, identity, thermo_module, box) -> None:
+    """Rank 0's part of :func:`claim_outputs`: every decision first, then the files opened."""
+    import os
+
+    from pympi_gpu.nbody import dump
+    from pympi_gpu.nbody.checkpoint import CheckpointLock
+    from pympi_gpu.run import thermolog
+    from pympi_gpu.run.outputs import APPEND, OutputRefused, decide
+
+    if args.checkpoint:
+        outputs.lock = CheckpointLock(args.checkpoint).acquire()
+    overwrite = bool(getattr(args, "overwrite", False))
+    modes = {}
+    for option, path, module in (("--dump", args.dump, dump), ("--thermo-file", args.thermo_file, thermolog)):
+        if path:
+            try:
+                found = module.inspect(path)
+            except OSError as exc:
+                raise OutputRefused(f"{option} {path!r} cannot be read: {exc.strerror or exc}") from None
+            modes[option] = decide(option, path, found, identity, restart=bool(args.restart), overwrite=overwrite)
+    for option, path in (("--dump", args.dump), ("--thermo-file", args.thermo_file)):
+        if path and modes[option] != APPEND and not os.path.exists(path):
+            outputs.created.append(path)
+    if args.dump:
+        try:
+            outputs.dump = dump.open_dump(args.dump, box, identity, modes["--dump"])
+        except OSError as exc:
+            raise OutputRefused(f"--dump {args.dump!r} cannot be written: {exc.strerror or exc}") from None
+    if args.thermo_file:
+        outputs.thermo = thermolog.ThermoLog(args.thermo_file, thermo_module.KEYWORDS, identity,
+                                             modes["--thermo-file"])
 
 
 def restart_values(ctx, restart: str, meta: dict, values: dict) -> dict:
@@ -301,27 +390,30 @@ def restart_values(ctx, restart: str, meta: dict, values: dict) -> dict:
     return {name: meta[name] for name in values}
 
 
-def execute(comm, system, options: RunOptions, *, devices: Devices, provenance, stop: Stop, thermo_module,
-            title: str, args, box: float | None):
+def execute(comm, system, options: RunOptions, *, device: Device, provenance, stop: Stop, thermo_module,
+            title: str, args, box: float | None, outputs: Outputs | None = None):
     """Run ``system`` through the loop with the command's writers; collective over comm.
 
     Rank 0 prints the title and each thermo row as it comes (not with
     ``--json``) and appends them to ``--thermo-file``, shows progress, writes
-    the ``--dump`` frames.  Returns ``(record, shown)``: ``shown`` says the
-    title and rows are on stdout already.
+    the ``--dump`` frames, into the files ``outputs`` holds (claimed here,
+    with no run identity to check, if None).  Returns ``(record, shown)``:
+    ``shown`` says the title and rows are on stdout already.
     """
     from pympi_gpu.nbody import loop
 
+    if outputs is None:
+        outputs = claim_outputs(comm, args, None, thermo_module=thermo_module, box=box)
     clear_stale_temporaries(comm, [options.checkpoint, options.stop_checkpoint])
     rows = ThermoOutput(comm, thermo_module, echo=not args.as_json and options.thermo, path=args.thermo_file,
-                        title=title)
+                        title=title, log=outputs.thermo)
     rows.start()
     bar, on_step = progress(comm, not args.quiet, not args.as_json and options.steps - system.timestep >= 20)
-    with simulating(bar, stop), contextlib.closing(rows), open_trajectory(comm, options.dump, box) as frames:
-        writers = [StopAgreed(stop), *loop.standard_writers(comm, options, on_thermo=[rows], dump=frames,
+    with simulating(bar, stop), contextlib.closing(outputs):
+        writers = [StopAgreed(stop), *loop.standard_writers(comm, options, on_thermo=[rows], dump=outputs.dump,
                                                             on_step=on_step)]
         run = loop.simulate(comm, system, options, writers, stop_requested=stop.requested,
-                            labels=devices.labels(provenance))
+                            labels=labels(device, provenance))
     return run, rows.shown
 
 

@@ -14,16 +14,30 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from pympi_gpu.device.gpu import simulator
+__all__ = ["DeviceBuffers", "DeviceArrays", "array_namespace", "mpi_buffer", "COPY_KINDS", "quiet_small_grids"]
 
-__all__ = ["DeviceBuffers", "DeviceArrays", "array_namespace", "mpi_buffer", "COPY_KINDS"]
+#: numba.cuda's warning at every launch of fewer than 128 blocks (its text since numba 0.57)
+SMALL_GRID_WARNING = r"Grid size \d+ will likely result in GPU under-utilization due to low occupancy"
 
 
-def mpi_buffer(a):
+def quiet_small_grids() -> None:
+    """Silence numba.cuda's low-occupancy warning, which the package's small launches would print.
+
+    numba.cuda warns at every launch configured with fewer than 128 blocks, once per grid size:
+    the LJ model's thirds of the atoms and its ghost lists, a small rank's gravity kernels and the
+    finiteness counts are small by design, and a run would print a line on stderr for each new
+    size.  Only that warning is filtered (by its text); numba's other performance warnings stay.
+    """
+    import warnings
+
+    warnings.filterwarnings("ignore", message=SMALL_GRID_WARNING)
+
+
+def mpi_buffer(a, simulated: bool):
     """What mpi4py takes for device array ``a``: the array itself (it exposes
-    ``__cuda_array_interface__``), or under the simulator, whose "device"
-    arrays are host arrays without that interface, the array underneath."""
-    return a._ary if simulator() else a
+    ``__cuda_array_interface__``), or under the simulator (``simulated``), whose
+    "device" arrays wrap host arrays, the array underneath."""
+    return a._ary if simulated else a
 
 
 class DeviceBuffers:
@@ -31,12 +45,15 @@ class DeviceBuffers:
 
     Every copy is asynchronous on :attr:`stream` except :meth:`to_host`, which
     waits for its result; call :meth:`sync` before handing a buffer to MPI.
+    ``simulated``: the GPU is numba's CUDA simulator (the device's word,
+    :class:`~pympi_gpu.device.device.Device`).
     """
 
     device = True
 
-    def __init__(self, dtype):
+    def __init__(self, dtype, simulated: bool = False):
         self.dtype = np.dtype(dtype)
+        self.simulated = simulated
         self.stream = cuda.stream()
 
     def empty(self, n: int, dtype=None):
@@ -58,7 +75,7 @@ class DeviceBuffers:
         self.stream.synchronize()
 
     def mpi_buffer(self, a):
-        return mpi_buffer(a)
+        return mpi_buffer(a, self.simulated)
 
     def pinned(self, n: int, dtype=None) -> np.ndarray:
         return cuda.pinned_array(n, dtype=dtype or self.dtype)
@@ -72,13 +89,13 @@ class DeviceBuffers:
             dev.copy_to_device(host, stream=self.stream)
 
 
-def array_namespace():
-    """The array namespace of device arrays: NumPy under the simulator, else CuPy.
+def array_namespace(simulated: bool):
+    """The array namespace of device arrays: NumPy under the simulator (``simulated``), else CuPy.
 
     CuPy is imported here and only here, when a real GPU is in use, so that a
     CPU-only path (and the simulator in CI) never imports it.
     """
-    if simulator():
+    if simulated:
         return np
     import cupy
 
@@ -108,9 +125,9 @@ class DeviceArrays:
     ``host_copies_per_step``.
     """
 
-    def __init__(self):
-        self.xp = array_namespace()
-        self.simulated = self.xp is np
+    def __init__(self, simulated: bool = False):
+        self.xp = array_namespace(simulated)
+        self.simulated = simulated
         if self.simulated:
             self.stream = cuda.stream()
             self._stream = None
@@ -123,8 +140,6 @@ class DeviceArrays:
             self.stream = cuda.external_stream(self._stream.ptr)  # and numba's kernels too
         #: device-to-host copies so far, by kind
         self.copies = dict.fromkeys(COPY_KINDS, 0)
-        #: bytes of those copies, by kind
-        self.copied_bytes = dict.fromkeys(COPY_KINDS, 0)
 
     def view(self, a):
         """``a`` as a numba.cuda kernel argument (no copy)."""
@@ -166,7 +181,6 @@ class DeviceArrays:
         if what not in COPY_KINDS:
             raise ValueError(f"unknown kind of copy {what!r}; one of {COPY_KINDS}")
         self.copies[what] += 1
-        self.copied_bytes[what] += a.nbytes
         if self.simulated:
             if out is None:
                 return np.array(a)

@@ -8,15 +8,26 @@ writes HOOMD-blue's GSD through the ``gsd`` package (the ``dump`` extra),
 with the ids in each frame's ``log['particles/id']``.  Frames hold every
 body in id order, written by rank 0 (the caller gathers them).
 
-A frame is added in one write and flushed, so a reader sees whole frames
-(bar the one being written), and a job killed mid-frame leaves at most one
-torn frame at the end, which the next :func:`open_dump` of the same file
-(a restart) cuts off.  A writer continuing a file skips the frames up to the
-step the file already holds: a restarted run repeats none.
+Every frame names its run (:class:`~pympi_gpu.run.outputs.RunIdentity`):
+extended XYZ as ``key=value`` fields of its header (``model=lj n=4000
+box=... seed=...``, which ASE puts in ``atoms.info``), GSD as the text of
+``log['pympi/run']``.  :func:`inspect` reads what a file already there holds,
+so that a run never writes onto another run's trajectory or onto a file that
+is none (see :func:`pympi_gpu.run.outputs.decide`).
+
+A frame is added in one write (short writes continued) and flushed, so a
+reader sees whole frames (bar the one being written); a write that fails (a
+full disk) cuts the file back to its last whole frame and raises.  A job
+killed mid-frame leaves at most one torn frame at the end, which the next
+:func:`open_dump` that continues the file (a restart) cuts off.  GSD commits a
+frame only after all its data are written: a torn one is never read.  A
+writer continuing a file skips the frames up to the step the file already
+holds: a restarted run repeats none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import os
@@ -24,13 +35,21 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FORMATS", "DumpError", "format_of", "open_dump", "write_frame", "read_frame", "ExtxyzDump", "GsdDump"]
+from pympi_gpu.run.fileio import append_whole
+from pympi_gpu.run.outputs import APPEND, NEW, Found, OutputError, RunIdentity, parse_fields
+
+__all__ = ["FORMATS", "DumpError", "format_of", "open_dump", "write_frame", "read_frame", "inspect", "ExtxyzDump",
+           "GsdDump", "IDENTITY_LOG"]
 
 #: the suffixes understood, and their format
 FORMATS = {".extxyz": "extxyz", ".xyz": "extxyz", ".gsd": "gsd"}
+#: the GSD log entry that names the run (its ``key=value`` text as bytes)
+IDENTITY_LOG = "pympi/run"
+#: bytes of an extended-XYZ file read to judge what it is
+_PEEK = 65536
 
 
-class DumpError(Exception):
+class DumpError(OutputError):
     """A trajectory frame that cannot be written; the message is for people."""
 
 
@@ -44,7 +63,8 @@ def write_frame(comm, writer, step: int, time: float, full: dict | None, path: s
         try:
             writer.write(step, time, full["id"], full["x"], full["v"])
         except OSError as exc:
-            error = f"cannot write dump {path!r}: {exc.strerror or exc}"
+            error = (f"cannot write dump {path!r}: {exc.strerror or exc} (the trajectory keeps every frame "
+                     "before this one)")
     error = comm.bcast(error, root=0)
     if error:
         raise DumpError(error)
@@ -62,17 +82,73 @@ def format_of(path: str | os.PathLike) -> str:
     return FORMATS[suffix]
 
 
-def open_dump(path: str | os.PathLike, box: float | None):
-    """A writer for ``path`` (format by suffix); ``box`` is the periodic cube's edge, or None (open space)."""
-    return (GsdDump if format_of(path) == "gsd" else ExtxyzDump)(path, box)
+def open_dump(path: str | os.PathLike, box: float | None, identity: RunIdentity | None = None,
+              mode: str | None = None):
+    """A writer for ``path`` (format by suffix); ``box`` is the periodic cube's edge, or None (open space).
+
+    ``identity`` names the run in every frame; ``mode``: ``NEW`` (start the
+    file afresh), ``APPEND`` (continue it) or None (continue a file that
+    exists, else start it).  Raises OSError where the file cannot be opened.
+    """
+    return (GsdDump if format_of(path) == "gsd" else ExtxyzDump)(path, box, identity, mode)
+
+
+def inspect(path: str | os.PathLike) -> Found:
+    """What the file at ``path`` holds (see :class:`~pympi_gpu.run.outputs.Found`), without reading it whole."""
+    p = Path(path)
+    if not p.exists() or (p.is_file() and p.stat().st_size == 0):
+        return Found("nothing")
+    if format_of(p) == "gsd":
+        return _inspect_gsd(p)
+    what = "a trajectory (extended XYZ: an atom count, a header line, a line per atom)"
+    if not p.is_file():
+        return Found("foreign", detail=what)
+    with open(p, "rb") as fh:
+        lines = fh.read(_PEEK).split(b"\n")
+    count = lines[0].strip()
+    if not count.isdigit() or (len(lines) > 2 and int(count) and len(lines[2].split()) < 4):
+        return Found("foreign", detail=what)
+    header = lines[1].decode("utf-8", "replace") if len(lines) > 2 else ""
+    fields = parse_fields(header)
+    start = f", from step {fields['step']}" if "step" in fields else ""
+    return Found("data", fields, f"a trajectory of {int(count):,} atoms{start}")
+
+
+def _inspect_gsd(path: Path) -> Found:
+    import gsd.fl
+
+    try:
+        with gsd.fl.open(os.fspath(path), "r") as f:
+            if f.nframes == 0:
+                return Found("nothing")
+            fields = None
+            if f.chunk_exists(frame=0, name=f"log/{IDENTITY_LOG}"):
+                fields = parse_fields(bytes(f.read_chunk(frame=0, name=f"log/{IDENTITY_LOG}")).decode("utf-8",
+                                                                                                     "replace"))
+            last = f.nframes - 1
+            step = (int(f.read_chunk(frame=last, name="configuration/step")[0])
+                    if f.chunk_exists(frame=last, name="configuration/step") else 0)
+            return Found("data", fields, f"a GSD trajectory of {f.nframes} frame(s), the last at step {step}")
+    except (RuntimeError, OSError, ValueError, KeyError) as exc:
+        if isinstance(exc, PermissionError):
+            raise
+        return Found("foreign", detail="a GSD trajectory")
 
 
 class ExtxyzDump:
-    """Extended XYZ frames appended to ``path``."""
+    """Extended XYZ frames appended to ``path`` (see :func:`open_dump`)."""
 
-    def __init__(self, path: str | os.PathLike, box: float | None):
+    def __init__(self, path: str | os.PathLike, box: float | None, identity: RunIdentity | None = None,
+                 mode: str | None = None):
         self.path, self.box = Path(path), box
-        self.after = self._repair()
+        self.identity = "" if identity is None else " " + identity.text()
+        if mode is None:
+            mode = APPEND if self.path.is_file() and self.path.stat().st_size else NEW
+        self.after = self._repair() if mode == APPEND else None
+        # opened now: a directory or file that cannot be written is found before the run
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if mode == APPEND else os.O_TRUNC),
+                     0o644)
+        os.close(fd)
 
     def _repair(self) -> int | None:
         """Cut a torn last frame off an existing file; return the last whole frame's step."""
@@ -107,14 +183,15 @@ class ExtxyzDump:
             b = self.box
             cell = f'Lattice="{b!r} 0.0 0.0 0.0 {b!r} 0.0 0.0 0.0 {b!r}" '
             pbc = 'pbc="T T T"'
-        head = f"{n}\n{cell}Properties=species:S:1:id:I:1:pos:R:3:velo:R:3 step={step} time={time!r} {pbc}\n"
+        head = (f"{n}\n{cell}Properties=species:S:1:id:I:1:pos:R:3:velo:R:3 step={step} time={time!r} {pbc}"
+                f"{self.identity}\n")
         buf = io.StringIO()
         np.savetxt(buf, np.column_stack([np.asarray(x, np.float64), np.asarray(v, np.float64)]),
                    fmt="%.17g")  # every digit: a float64 reads back exactly
         body = "".join(f"X {i} {row}\n" for i, row in zip(np.asarray(ids).tolist(), buf.getvalue().splitlines()))
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, (head + body).encode("ascii"))  # one write: readers see whole frames
+            append_whole(fd, (head + body).encode("ascii"))  # whole, or cut off again: readers see whole frames
         finally:
             os.close(fd)
         return True
@@ -131,13 +208,17 @@ def _field(header: str, key: str) -> str:
 
 
 class GsdDump:
-    """GSD frames (HOOMD-blue's schema) appended to ``path``."""
+    """GSD frames (HOOMD-blue's schema) appended to ``path`` (see :func:`open_dump`)."""
 
-    def __init__(self, path: str | os.PathLike, box: float | None):
+    def __init__(self, path: str | os.PathLike, box: float | None, identity: RunIdentity | None = None,
+                 mode: str | None = None):
         import gsd.hoomd
 
         self.path, self.box = Path(path), box
-        self.file = gsd.hoomd.open(os.fspath(path), mode="a")
+        self.identity = None if identity is None else np.frombuffer(identity.text().encode("utf-8"), np.uint8)
+        if mode is None:
+            mode = APPEND if self.path.is_file() and self.path.stat().st_size else NEW
+        self.file = gsd.hoomd.open(os.fspath(path), mode="a" if mode == APPEND else "w")
         self.after = int(self.file[-1].configuration.step) if len(self.file) else None
 
     def write(self, step: int, time: float, ids, x, v) -> bool:
@@ -160,12 +241,16 @@ class GsdDump:
         frame.log["particles/id"] = np.asarray(ids, np.int64)
         frame.log["time"] = np.array([time])
         frame.log["periodic"] = np.array([self.box is not None], np.uint8)
+        if self.identity is not None:
+            frame.log[IDENTITY_LOG] = self.identity
         self.file.append(frame)
-        self.file.flush()
+        self.file.flush()  # GSD writes the frame's data, then its index: a failure leaves the frames before
         return True
 
     def close(self) -> None:
-        self.file.close()
+        """Close the file; every frame was flushed when written, so an error here loses nothing."""
+        with contextlib.suppress(OSError):
+            self.file.close()
 
 
 def read_frame(path: str | os.PathLike, index: int = -1) -> dict:

@@ -15,7 +15,9 @@ A model hands the loop a *system* (this rank's share of the state, see
    ``waiting``).  Before anything is written the ranks also agree that no
    state is broken;
 3. the writers whose trigger fires at this step (:class:`Writer`): thermo
-   rows, trajectory frames, checkpoints, progress.
+   rows, trajectory frames, checkpoints, progress.  A row or frame that
+   cannot be written (a full disk) ends the run on every rank, after the
+   state is saved (:func:`save_and_raise`).
 
 A stop request ends the run after the step in which every rank has seen it,
 with a checkpoint (the writers' :meth:`Writer.finish`); a fault, or a
@@ -41,7 +43,7 @@ from pympi_gpu.nbody.blowup import BlowUp
 from pympi_gpu.run.phases import PhaseClock, Phases, Traffic, summarise
 
 __all__ = ["RunOptions", "Labels", "System", "Writer", "ThermoRows", "Frames", "Checkpoints", "Progress", "agree",
-           "LoopResult", "run", "simulate", "standard_writers"]
+           "LoopResult", "run", "simulate", "standard_writers", "save_and_raise"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,12 +156,17 @@ class ThermoRows(Writer):
         return super().due(step, last_step) and (not self.rows or self.rows[-1].step != step)
 
     def write(self, run: Run) -> None:
+        from pympi_gpu.run.outputs import OutputError
+
         row = run.system.thermo()
         self.rows.append(row)
         if run.initial is None:
             run.initial = row
-        for sink in self.sinks:
-            sink(row)
+        try:
+            for sink in self.sinks:
+                sink(row)
+        except OutputError as exc:  # raised on every rank alike (the sink agrees)
+            save_and_raise(run, exc)
 
     def finish(self, run: Run, stopped: bool) -> None:
         if self.rows and self.rows[-1].step != run.system.timestep:  # a stop between two rows
@@ -167,7 +174,11 @@ class ThermoRows(Writer):
 
 
 class Frames(Writer):
-    """A trajectory frame at the first step and every ``every`` steps (``--dump``)."""
+    """A trajectory frame at the first step and every ``every`` steps (``--dump``).
+
+    A frame that cannot be written ends the run on every rank (the verdict is
+    rank 0's, broadcast) with the state saved first (:func:`save_and_raise`).
+    """
 
     first = True
     writes_state = True
@@ -176,11 +187,38 @@ class Frames(Writer):
         self.every, self.writer, self.path = every, writer, path
 
     def write(self, run: Run) -> None:
-        from pympi_gpu.nbody.dump import write_frame
+        from pympi_gpu.nbody.dump import DumpError, write_frame
 
         system = run.system
-        with run.clock.phase("io"):
-            write_frame(run.comm, self.writer, system.timestep, system.timestep * system.dt, system.frame(), self.path)
+        try:
+            with run.clock.phase("io"):
+                write_frame(run.comm, self.writer, system.timestep, system.timestep * system.dt, system.frame(),
+                            self.path)
+        except DumpError as exc:
+            save_and_raise(run, exc)
+
+
+def save_and_raise(run: Run, exc: Exception):
+    """After an output that failed on every rank (a full disk): save the state, then raise ``exc`` with where.
+
+    Nothing computed is lost: where steps were taken, the state goes to the
+    checkpoint a stop would write (``--checkpoint``, else the stop's default
+    name), and the message says so, or that this failed too.  Collective.
+    """
+    ckpt = next((w for w in run.writers if isinstance(w, Checkpoints)), None)
+    path = ckpt and (ckpt.path or ckpt.on_stop)
+    if not run.step_times or not path:  # nothing computed yet: the state is the run's start
+        raise exc
+    from pympi_gpu.nbody.checkpoint import CheckpointError
+
+    step = run.system.timestep
+    try:
+        run.check_health()
+        ckpt.write(run, path)
+        ckpt.final = path
+    except CheckpointError as failed:
+        raise type(exc)(f"{exc}; the state at step {step} could not be saved either: {failed}") from None
+    raise type(exc)(f"{exc}; the state at step {step} is saved in {path} (resume with --restart {path})") from None
 
 
 class Checkpoints(Writer):

@@ -22,15 +22,13 @@ ENERGIES = ("KinEng", "PotEng", "E_pair", "TotEng")
 SKIPPED = ("Step", "Px", "Py", "Pz")
 
 
-def _pyplot():
+def _figure(**kw):
+    """A matplotlib Figure of its own (no pyplot: no global backend chosen, no figure kept alive)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg", force=True)
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError as exc:
         raise ImportError(f"matplotlib is not installed ({exc}); pip install 'pympi_gpu[plot]'") from None
-    return plt
+    return Figure(dpi=100, layout="constrained", **kw)
 
 
 def plot_thermo(path: str | os.PathLike, out: str | os.PathLike) -> Path:
@@ -43,9 +41,8 @@ def plot_thermo(path: str | os.PathLike, out: str | os.PathLike) -> Path:
     energies = [k for k in keywords if k in ENERGIES]
     others = [k for k in keywords if k not in ENERGIES and k not in SKIPPED]
     panels = ([energies] if energies else []) + [[k] for k in others]
-    plt = _pyplot()
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels) + 0.6), dpi=100, sharex=True,
-                             layout="constrained", squeeze=False)
+    fig = _figure(figsize=(7, 2.2 * len(panels) + 0.6))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)
     for ax, names in zip(axes[:, 0], panels):
         for k in names:
             ax.plot(step, data[:, keywords.index(k)], ".-" if len(step) < 60 else "-", label=k, lw=1.2, ms=3)
@@ -57,7 +54,6 @@ def plot_thermo(path: str | os.PathLike, out: str | os.PathLike) -> Path:
     fig.suptitle(f"thermo: {Path(path).name} ({len(rows)} rows)")
     out = Path(out)
     fig.savefig(out)
-    plt.close(fig)
     return out
 
 
@@ -67,8 +63,8 @@ def plot_frame(path: str | os.PathLike, out: str | os.PathLike, index: int = -1)
 
     frame = read_frame(path, index)
     x, speed = frame["x"], np.linalg.norm(frame["v"], axis=1)
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 5.6), dpi=100, layout="constrained")
+    fig = _figure(figsize=(6.4, 5.6))
+    ax = fig.subplots()
     size = max(0.5, min(20.0, 2e4 / max(len(x), 1)))
     dots = ax.scatter(x[:, 0], x[:, 1], c=speed, s=size, cmap="viridis", linewidths=0, rasterized=True)
     fig.colorbar(dots, ax=ax, label="speed |v|")
@@ -81,5 +77,4 @@ def plot_frame(path: str | os.PathLike, out: str | os.PathLike, index: int = -1)
     ax.set_title(f"{Path(path).name}: step {frame['step']}, {len(x):,} bodies (projected along z)")
     out = Path(out)
     fig.savefig(out)
-    plt.close(fig)
     return out

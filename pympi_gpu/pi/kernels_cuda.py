@@ -11,10 +11,12 @@ import numpy as np
 from numba import cuda, float64, uint64
 
 from pympi_gpu import rng
+from pympi_gpu.device.buffers import quiet_small_grids
 from pympi_gpu.pi.grid import chunk_size
 from pympi_gpu.rng import GAMMA, counter, hit_of
 
 rng.register_numba()
+quiet_small_grids()  # a small batch is a grid of a few blocks
 
 __all__ = ["CudaKernels"]
 

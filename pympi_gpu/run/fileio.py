@@ -1,16 +1,35 @@
-"""Writing files so that a crash never leaves half of one: temp file, fsync, rename."""
+"""Writing files so that a crash never leaves half of one: temp file, fsync, rename.
+
+A temporary file carries its writer: ``.NAME.HOST.PID.XXXXXXXX.tmp`` beside
+``NAME``.  A writer killed mid-write (SIGKILL, a node failure) leaves it
+behind; :func:`stale_temporaries` finds those whose writer is surely gone, so
+that a second job never removes a file another job is still writing:
+
+- written on this host: stale when no process ``PID`` runs here;
+- written on another host (a shared filesystem), or by a writer older than
+  these names (``.NAME.XXXXXXXX.tmp``): stale when untouched for
+  :data:`STALE_AFTER` seconds (a live writer keeps adding to its file, a block
+  at a time; this host cannot ask another whether a process lives).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["atomic_open", "atomic_write_bytes", "stale_temporaries", "remove_stale_temporaries"]
+__all__ = ["atomic_open", "atomic_write_bytes", "append_whole", "stale_temporaries", "remove_stale_temporaries",
+           "host_name", "STALE_AFTER"]
+
+#: seconds without a change after which a temporary of another host (or of no known writer) is stale
+STALE_AFTER = 15 * 60
 
 
 @contextlib.contextmanager
@@ -20,12 +39,13 @@ def atomic_open(path: str | os.PathLike, mode: int = 0o644) -> Iterator[BinaryIO
     When the block ends normally the data are flushed and fsync'd, the file is
     renamed over ``path`` (atomic on POSIX) and the rename itself is made
     durable; on an exception the temporary file is removed and ``path`` is
-    left as it was.
+    left as it was.  The temporary's name says which host and process write it.
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=_prefix(path), suffix=_SUFFIX, dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=f"{_prefix(path)}{host_name()}.{os.getpid()}.", suffix=_SUFFIX,
+                               dir=directory)
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
@@ -52,29 +72,66 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 
 _SUFFIX = ".tmp"
+#: what tempfile puts between prefix and suffix
+_RANDOM = r"[A-Za-z0-9_]{8}"
 
 
 def _prefix(path: Path) -> str:
     return f".{path.name}."
 
 
-def stale_temporaries(path: str | os.PathLike) -> list[Path]:
-    """The temporary files that writers of ``path`` killed mid-write left beside it (:func:`atomic_open`'s names)."""
+def host_name() -> str:
+    """This host's name as temporaries and lock files carry it (letters, digits, ``.`` and ``-`` only)."""
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "localhost"
+
+
+def _writer_gone(host: str | None, pid: int | None, mtime: float, now: float) -> bool:
+    """Whether the writer of a temporary is surely gone (see the module's docstring)."""
+    if host == host_name() and pid is not None:
+        if pid == os.getpid():
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # another user's live process
+            return False
+        return False
+    return now - mtime > STALE_AFTER
+
+
+def stale_temporaries(path: str | os.PathLike, now: float | None = None) -> list[Path]:
+    """The temporaries of ``path`` that writers killed mid-write left beside it (their writers gone)."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
-    pattern = re.compile(re.escape(_prefix(path)) + r"[A-Za-z0-9_]{8}" + re.escape(_SUFFIX))
+    owned = re.compile(re.escape(_prefix(path)) + r"(?P<host>[A-Za-z0-9._-]+)\.(?P<pid>[0-9]+)\." + _RANDOM
+                       + re.escape(_SUFFIX))
+    legacy = re.compile(re.escape(_prefix(path)) + _RANDOM + re.escape(_SUFFIX))
+    now = time.time() if now is None else now
     try:
         names = os.listdir(directory)
     except OSError:
         return []
-    return sorted(directory / n for n in names if pattern.fullmatch(n) and (directory / n).is_file())
+    stale = []
+    for name in names:
+        match = owned.fullmatch(name)
+        if not (match or legacy.fullmatch(name)):
+            continue
+        try:
+            st = os.stat(directory / name)
+        except OSError:
+            continue
+        host, pid = (match["host"], int(match["pid"])) if match else (None, None)
+        if os.path.isfile(directory / name) and _writer_gone(host, pid, st.st_mtime, now):
+            stale.append(directory / name)
+    return sorted(stale)
 
 
 def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
     """Remove :func:`stale_temporaries` of ``path``; return those removed.
 
-    Call it where no other writer of ``path`` can be running: the start of a
-    run, or just before the run's own next write.
+    A temporary whose writer may still run (this host's live process, or
+    another host's file changed within :data:`STALE_AFTER`) is kept.
     """
     removed = []
     for tmp in stale_temporaries(path):
@@ -82,3 +139,25 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
             tmp.unlink()
             removed.append(tmp)
     return removed
+
+
+def append_whole(fd: int, data: bytes) -> None:
+    """Append ``data`` to the file open at ``fd`` (``O_APPEND``) whole, or not at all.
+
+    ``os.write`` may write part of its data and return (a filesystem filling
+    up); the rest is written by further calls, and a failure of any of them
+    cuts the file back to its length before the call and raises the
+    ``OSError``: a reader never finds a torn frame or row at the end.
+    """
+    size = os.fstat(fd).st_size
+    view = memoryview(data)
+    try:
+        while view:
+            written = os.write(fd, view)
+            if written == 0:  # no progress and no error: as full as a full disk
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[written:]
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise

@@ -1,27 +1,42 @@
 """A thermo log users can watch while the job runs: CSV or LAMMPS-style YAML, one row at a time.
 
-:class:`ThermoLog` appends each row as it is computed and flushes it, so a
-job killed at any moment keeps every row it printed, and ``tail -f`` or a
-plot of the file shows the run as it goes.  The format comes from the
-suffix: ``.csv`` (a header line, then one line a row) or ``.yaml``/``.yml``
+:class:`ThermoLog` appends each row as it is computed, in one write, so a job
+killed at any moment keeps every row it printed, and ``tail -f`` or a plot of
+the file shows the run as it goes.  The format comes from the suffix:
+``.csv`` (a header line, then one line a row) or ``.yaml``/``.yml``
 (LAMMPS's ``thermo_style yaml`` layout: a document with ``keywords`` and
-``data``, one flow list a row, ``...`` when the run ends).  A run that
-continues a log (a restart) appends to it and skips the rows up to the step
-the log already holds, so no step is written twice.  Written by rank 0 only.
+``data``, one flow list a row, ``...`` when the run ends).  The first line
+is a comment naming the run (``# pympi-nbody model=lj n=4000 ...``, see
+:mod:`pympi_gpu.run.outputs`): YAML readers skip it, pandas with
+``comment="#"``.
+
+A run that continues a log (a restart) first cuts a torn last row (a job
+killed mid-row), then appends and skips the rows up to the step the log
+already holds, so no step is written twice.  A row that cannot be written
+(a full disk) is cut off again and raises :class:`~pympi_gpu.run.outputs.OutputError`.
+Written by rank 0 only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["ThermoLog", "FORMATS", "format_of", "last_step", "read"]
+from pympi_gpu.run.fileio import append_whole
+from pympi_gpu.run.outputs import APPEND, NEW, Found, OutputError, RunIdentity, parse_fields
+
+__all__ = ["ThermoLog", "FORMATS", "format_of", "last_step", "read", "inspect", "IDENTITY_MARK"]
 
 #: the suffixes understood, and their format
 FORMATS = {".csv": "csv", ".yaml": "yaml", ".yml": "yaml"}
+#: how the comment line naming the run begins
+IDENTITY_MARK = "# pympi-nbody "
+#: bytes read from either end of a log to judge it (rows are short)
+_PEEK = 65536
 
 
 def format_of(path: str | os.PathLike) -> str:
@@ -33,6 +48,19 @@ def format_of(path: str | os.PathLike) -> str:
     return FORMATS[suffix]
 
 
+def _whole_lines(data: bytes) -> list[str]:
+    """The lines of ``data`` that end in a newline (a torn last one is left out)."""
+    return data[:data.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines()
+
+
+def _row_step(line: str, fmt: str) -> int | None:
+    """The step of a whole row line, or None if the line is no row."""
+    if fmt == "yaml" and not (line.startswith("  - [") and line.rstrip().endswith("]")):
+        return None
+    head = line.strip().removeprefix("- [").split(",", 1)[0].strip()
+    return int(head) if head.lstrip("-").isdigit() else None
+
+
 def last_step(path: str | os.PathLike) -> int | None:
     """The step of the last whole row in an existing log (None if there is none)."""
     p = Path(path)
@@ -40,35 +68,102 @@ def last_step(path: str | os.PathLike) -> int | None:
         return None
     with open(p, "rb") as fh:
         fh.seek(0, os.SEEK_END)
-        fh.seek(max(0, fh.tell() - 65536))
-        lines = fh.read().decode("utf-8", "replace").splitlines()
+        fh.seek(max(0, fh.tell() - _PEEK))
+        lines = _whole_lines(fh.read())
+    fmt = format_of(p)
     for line in reversed(lines):
-        text = line.strip().removeprefix("- [").lstrip("[")
-        head = text.split(",", 1)[0].strip()
-        if head.lstrip("-").isdigit() and (line.rstrip().endswith("]") or format_of(p) == "csv"):
-            return int(head)
+        if not line.startswith("#") and (step := _row_step(line, fmt)) is not None:
+            return step
     return None
 
 
-class ThermoLog:
-    """Append thermo rows of ``keywords`` (the first is the step) to ``path``, flushed per row."""
+def inspect(path: str | os.PathLike) -> Found:
+    """What the file at ``path`` holds (see :class:`~pympi_gpu.run.outputs.Found`); reads its first bytes only."""
+    p = Path(path)
+    fmt = format_of(p)
+    if not p.exists() or (p.is_file() and p.stat().st_size == 0):
+        return Found("nothing")
+    what = "a thermo log (" + ("a header line Step,..." if fmt == "csv" else "a YAML document with keywords") + ")"
+    if not p.is_file():
+        return Found("foreign", detail=what)
+    with open(p, "rb") as fh:
+        head = fh.read(_PEEK)
+    lines = _whole_lines(head)
+    fields = next((parse_fields(line[len(IDENTITY_MARK):]) for line in lines if line.startswith(IDENTITY_MARK)),
+                  None)
+    content = [line for line in lines if line.strip() and not line.startswith("#")]
+    ours = bool(content) and (content[0].split(",", 1)[0].strip() == "Step" if fmt == "csv"
+                              else content[0].strip() == "---" or content[0].startswith("keywords:"))
+    if not ours:
+        return Found("foreign", detail=what)
+    if not any(_row_step(line, fmt) is not None for line in content[1:]):
+        return Found("nothing", fields)
+    return Found("data", fields, f"thermo rows up to step {last_step(p)}")
 
-    def __init__(self, path: str | os.PathLike, keywords: Sequence[str]):
+
+def cut_torn_tail(path: str | os.PathLike) -> int:
+    """Cut what follows the last newline of ``path`` (a row a killed job left half written); its new length."""
+    with open(path, "r+b") as fh:
+        end = fh.seek(0, os.SEEK_END)
+        pos = end
+        while pos > 0:
+            start = max(0, pos - _PEEK)
+            fh.seek(start)
+            chunk = fh.read(pos - start)
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                pos = start + newline + 1
+                break
+            pos = start
+        if pos != end:
+            fh.truncate(pos)
+        return pos
+
+
+class ThermoLog:
+    """Append thermo rows of ``keywords`` (the first is the step) to ``path``, one write per row.
+
+    ``identity`` names the run in the log's first line (None: no such line);
+    ``mode`` is :data:`~pympi_gpu.run.outputs.NEW` (start the file, replacing
+    what it held), ``APPEND`` (continue it, after cutting a torn last row) or
+    None (append to a file that holds something, else start it).  Raises
+    :class:`~pympi_gpu.run.outputs.OutputError` where a write fails, after
+    cutting what it wrote (a new file is removed).
+    """
+
+    def __init__(self, path: str | os.PathLike, keywords: Sequence[str], identity: RunIdentity | None = None,
+                 mode: str | None = None):
         self.path = Path(path)
         self.format = format_of(path)
         self.keywords = list(keywords)
-        self.after = last_step(self.path)
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        self.fh = open(self.path, "a", encoding="utf-8", newline="")
+        self.fd = None
+        if mode is None:
+            mode = APPEND if self.path.is_file() and self.path.stat().st_size else NEW
+        self.after = None
+        try:
+            if mode == APPEND:
+                cut_torn_tail(self.path)
+                self.after = last_step(self.path)
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if mode == APPEND else
+                                                                                  os.O_TRUNC), 0o644)
+            self._write(self._start(identity, mode))
+        except OSError as exc:
+            self._close_fd()
+            if mode != APPEND:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+            raise OutputError(f"cannot write thermo file {os.fspath(path)!r}: {exc.strerror or exc}") from None
+
+    def _start(self, identity: RunIdentity | None, mode: str) -> str:
+        """What begins the file (a new one) or the run's part of it (a continued YAML log)."""
+        text = "" if mode == APPEND or identity is None else f"{IDENTITY_MARK}{identity.text()}\n"
         if self.format == "csv":
-            if new:
-                self._write(",".join(self.keywords) + "\n")
-        else:
-            self._write("---\nkeywords: [" + ", ".join(f"'{k}'" for k in self.keywords) + ", ]\ndata:\n")
+            return text if mode == APPEND else text + ",".join(self.keywords) + "\n"
+        return text + "---\nkeywords: [" + ", ".join(f"'{k}'" for k in self.keywords) + ", ]\ndata:\n"
 
     def _write(self, text: str) -> None:
-        self.fh.write(text)
-        self.fh.flush()
+        if text:
+            append_whole(self.fd, text.encode("utf-8"))
 
     def write(self, values: Sequence[float]) -> None:
         """One row: the step first, then the values in the order of ``keywords``."""
@@ -77,16 +172,29 @@ class ThermoLog:
         if self.format == "csv":
             buf = io.StringIO()
             csv.writer(buf, lineterminator="\n").writerow([_text(v) for v in values])
-            self._write(buf.getvalue())
+            row = buf.getvalue()
         else:
-            self._write("  - [" + ", ".join(_yaml(v) for v in values) + ", ]\n")
+            row = "  - [" + ", ".join(_yaml(v) for v in values) + ", ]\n"
+        try:
+            self._write(row)
+        except OSError as exc:  # the torn row is cut off already
+            raise OutputError(f"cannot write thermo file {os.fspath(self.path)!r}: {exc.strerror or exc} "
+                              "(the log keeps every row before this one)") from None
 
     def close(self) -> None:
-        if self.fh.closed:
+        """End the file; YAML's end-of-document mark is left out if it cannot be written (it is optional)."""
+        if self.fd is None:
             return
         if self.format == "yaml":
-            self._write("...\n")
-        self.fh.close()
+            with contextlib.suppress(OSError):
+                self._write("...\n")
+        self._close_fd()
+
+    def _close_fd(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
 
     def __enter__(self) -> ThermoLog:
         return self
@@ -111,7 +219,7 @@ def read(path: str | os.PathLike) -> tuple[list[str], list[list[float]]]:
     fmt = format_of(path)
     text = Path(path).read_text(encoding="utf-8")
     if fmt == "csv":
-        lines = list(csv.reader(io.StringIO(text)))
+        lines = [r for r in csv.reader(io.StringIO(text)) if r and not r[0].startswith("#")]
         if not lines:
             raise ValueError(f"{os.fspath(path)!r} is empty")
         keywords, rows = lines[0], [[float(v) for v in r] for r in lines[1:] if len(r) == len(lines[0])]

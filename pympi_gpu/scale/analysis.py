@@ -160,54 +160,38 @@ def _latest(runs: Sequence[dict[str, Any]], repeat: int) -> dict[str, dict[int, 
     return out
 
 
-def summarise(runs: Sequence[dict[str, Any]], points: Sequence[Point], repeat: int,
-              kind: str, command: Sequence[str], *, threads: int | None = None,
-              cores_per_node: int | None = None) -> StudySummary:
-    """The scaling table of ``points`` from the stored ``runs`` (pure).
+def _point_row(p: Point, got: dict[int, dict[str, Any]], repeat: int, threads: int | None,
+               cores_per_node: int | None) -> dict[str, Any]:
+    """One point's row of the table from its stored runs by repeat (pure)."""
+    ok = [got[i] for i in sorted(got) if got[i].get("ok")]
+    bad = [got[i] for i in sorted(got) if not got[i].get("ok")]
+    times = tuple(float(r["record"]["wall_time"]) for r in ok)
+    status = "missing" if not got else "failed" if not ok else "ok" if len(ok) == repeat else "partial"
+    err = bad[-1] if bad else None
+    thr = [float(r["record"]["throughput"]) for r in ok if r["record"].get("throughput") is not None]
+    seen = [int(r["record"]["threads_per_rank"]) for r in ok if r["record"].get("threads_per_rank")]
+    nthreads = max(seen) if seen else threads
+    backends = sorted({str(r["record"]["backend"]) for r in ok if r["record"].get("backend")})
+    loads = [float(r["load"]) for r in ok if r.get("load") is not None]
+    return dict(
+        backend=",".join(backends) or None, threads_per_rank=nthreads,
+        cores=cores_used(p, nthreads) if nthreads else None,
+        oversubscribed=bool(nthreads) and oversubscribed(p, nthreads, cores_per_node),
+        ranks=p.ranks, nodes=p.nodes, tasks_per_node=p.tasks_per_node, status=status, repeats=len(ok), times=times,
+        time=statistics.median(times) if times else None, time_min=min(times) if times else None,
+        time_max=max(times) if times else None,
+        elapsed=statistics.median(float(r["elapsed"]) for r in ok) if ok else None,
+        load=statistics.median(loads) if loads else None,
+        throughput=statistics.median(thr) if thr else None,
+        throughput_per_rank=statistics.median(thr) / p.ranks if thr else None,
+        launcher=(ok or bad)[-1].get("launcher") if got else None,
+        error=err.get("error") if err else None, returncode=err.get("returncode") if err else None,
+        stderr_tail=err.get("stderr_tail", "") if err else "",
+        **_where_time_goes([r["record"] for r in ok]))
 
-    ``threads`` is the threads per rank the study fixed; a point's
-    ``threads_per_rank`` is what its runs' records report, when they do.
-    ``cores`` is cores busy per node (ranks per node x threads), and
-    ``oversubscribed`` says that is more than ``cores_per_node``.
-    """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
-    latest = _latest(runs, repeat)
-    rows = []
-    first_ok = None
-    for p in points:
-        got = latest.get(p.key, {})
-        ok = [got[i] for i in sorted(got) if got[i].get("ok")]
-        bad = [got[i] for i in sorted(got) if not got[i].get("ok")]
-        if ok and first_ok is None:
-            first_ok = ok[0]
-        times = tuple(float(r["record"]["wall_time"]) for r in ok)
-        status = ("missing" if not got else "failed" if not ok
-                  else "ok" if len(ok) == repeat else "partial")
-        err = bad[-1] if bad else None
-        thr = [float(r["record"]["throughput"]) for r in ok if r["record"].get("throughput") is not None]
-        seen = [int(r["record"]["threads_per_rank"]) for r in ok if r["record"].get("threads_per_rank")]
-        nthreads = max(seen) if seen else threads
-        backends = sorted({str(r["record"]["backend"]) for r in ok if r["record"].get("backend")})
-        rows.append(dict(
-            backend=",".join(backends) or None,
-            threads_per_rank=nthreads,
-            cores=cores_used(p, nthreads) if nthreads else None,
-            oversubscribed=bool(nthreads) and oversubscribed(p, nthreads, cores_per_node),
-            ranks=p.ranks, nodes=p.nodes, tasks_per_node=p.tasks_per_node, status=status,
-            repeats=len(ok), times=times,
-            time=statistics.median(times) if times else None,
-            time_min=min(times) if times else None, time_max=max(times) if times else None,
-            elapsed=statistics.median(float(r["elapsed"]) for r in ok) if ok else None,
-            load=statistics.median(loads) if (loads := [float(r["load"]) for r in ok
-                                                        if r.get("load") is not None]) else None,
-            throughput=statistics.median(thr) if thr else None,
-            throughput_per_rank=statistics.median(thr) / p.ranks if thr else None,
-            launcher=(ok or bad)[-1].get("launcher") if got else None,
-            error=err.get("error") if err else None,
-            returncode=err.get("returncode") if err else None,
-            stderr_tail=err.get("stderr_tail", "") if err else "",
-            **_where_time_goes([r["record"] for r in ok])))
+
+def _scaling(rows: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    """Speedup, efficiency, Karp-Flatt fraction and superlinearity of each row against the first timed one."""
     base = next((r for r in rows if r["time"]), None)
     for r in rows:
         r["speedup"] = r["ideal"] = r["efficiency"] = None
@@ -224,6 +208,25 @@ def summarise(runs: Sequence[dict[str, Any]], points: Sequence[Point], repeat: i
         # the most pessimistic pairing of repeats: the baseline's fastest against this size's slowest
         worst = base["time_min"] / r["time_max"]
         r["superlinear"] = r is not base and (worst / ideal if kind == "strong" else worst) > 1.0
+    return base
+
+
+def summarise(runs: Sequence[dict[str, Any]], points: Sequence[Point], repeat: int,
+              kind: str, command: Sequence[str], *, threads: int | None = None,
+              cores_per_node: int | None = None) -> StudySummary:
+    """The scaling table of ``points`` from the stored ``runs`` (pure).
+
+    ``threads`` is the threads per rank the study fixed; a point's
+    ``threads_per_rank`` is what its runs' records report, when they do.
+    ``cores`` is cores busy per node (ranks per node x threads), and
+    ``oversubscribed`` says that is more than ``cores_per_node``.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    latest = _latest(runs, repeat)
+    rows = [_point_row(p, latest.get(p.key, {}), repeat, threads, cores_per_node) for p in points]
+    base = _scaling(rows, kind)
+    first_ok = next((r for p in points for i, r in sorted(latest.get(p.key, {}).items()) if r.get("ok")), None)
     rec = first_ok["record"] if first_ok else {}
     return StudySummary(
         kind=kind, command=tuple(command), app=rec.get("app"), work_unit=rec.get("work_unit"),

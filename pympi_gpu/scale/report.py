@@ -66,68 +66,77 @@ def write_plot(summary: StudySummary, path: Path) -> tuple[Path | None, str]:
     rows = [p for p in summary.points if p.speedup is not None]
     if not rows:
         return None, "no successful point to plot"
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg", force=True)
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
+    try:  # a Figure of its own, no pyplot: no global backend chosen, no figure kept alive
+        from matplotlib.figure import Figure
     except ImportError as exc:
         return None, f"matplotlib is not installed ({exc}); pip install 'pympi_gpu[plot]'"
-
-    x = [p.ranks for p in rows]
-    weak = summary.kind == "weak"
     phased = [p for p in rows if p.phases]
-    fig, axes = plt.subplots(1, 3 if phased else 2, figsize=(15 if phased else 10, 4.2), dpi=100,
-                             layout="constrained")
-    ax1, ax2 = axes[0], axes[1]
-    ideal_x = [min(x), max(x)]
-    ideal_y = [p / summary.baseline_ranks for p in ideal_x]
-    ax1.plot(ideal_x, ideal_y, "--", color="0.5", label="ideal")
-    ax1.plot(x, [p.speedup for p in rows], "o-", color="C0", label="measured")
-    ax1.set_xscale("log", base=2)
-    ax1.set_yscale("log", base=2)
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    ax1.yaxis.set_major_locator(LogLocator(base=2))
-    ax1.yaxis.set_major_formatter(plain)
-    ax1.set_xlabel("MPI ranks")
-    ax1.set_ylabel("scaled speedup" if weak else "speedup")
-    ax1.set_title(("weak scaling: scaled speedup" if weak else "strong scaling: speedup")
-                  + f" vs {summary.baseline_ranks} rank(s)")
-    ax1.grid(True, which="both", alpha=0.3)
-    ax1.legend()
-
-    ax2.axhline(1.0, ls="--", color="0.5", label="ideal")
-    ax2.plot(x, [p.efficiency for p in rows], "o-", color="C1", label="measured")
-    ax2.set_xscale("log", base=2)
-    for ax in (ax1, ax2):  # a tick at every measured size
-        ax.xaxis.set_major_locator(FixedLocator(x))
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.xaxis.set_major_formatter(plain)
-    ax2.set_ylim(0, max(1.1, max(p.efficiency for p in rows) * 1.1))
-    ax2.set_xlabel("MPI ranks")
-    ax2.set_ylabel("parallel efficiency")
-    ax2.set_title("weak scaling: efficiency t_b / t_p" if weak
-                  else "strong scaling: efficiency S / (p / p_b)")
-    ax2.grid(True, alpha=0.3)
-    ax2.legend()
+    fig = Figure(figsize=(15 if phased else 10, 4.2), dpi=100, layout="constrained")
+    axes = fig.subplots(1, 3 if phased else 2)
+    _speedup_panel(axes[0], summary, rows)
+    _efficiency_panel(axes[1], summary, rows)
     if phased:
-        ax3 = axes[2]
-        labels = [str(p.ranks) for p in phased]
-        bottom = [0.0] * len(phased)
-        for i, ph in enumerate(PHASES):
-            height = [p.phases.get(ph) or 0.0 for p in phased]
-            ax3.bar(labels, height, bottom=bottom, color=f"C{i + 2}", label=ph)
-            bottom = [b + h for b, h in zip(bottom, height)]
-        ax3.plot(labels, [p.time for p in phased], "k_", markersize=18, label="wall time")
-        ax3.set_xlabel("MPI ranks")
-        ax3.set_ylabel("seconds (mean over ranks)")
-        ax3.set_title("where the time goes")
-        ax3.legend(fontsize=8)
-        ax3.grid(True, axis="y", alpha=0.3)
+        _phases_panel(axes[2], phased)
     fig.suptitle(" ".join(summary.command), fontsize=9)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
-    plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
     return Path(path), ""
+
+
+def _ranks_axis(ax, x) -> None:
+    """A log2 ranks axis with a tick at every measured size, labelled plainly."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(x))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("MPI ranks")
+
+
+def _speedup_panel(ax, summary: StudySummary, rows) -> None:
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    x = [p.ranks for p in rows]
+    weak = summary.kind == "weak"
+    ideal_x = [min(x), max(x)]
+    ax.plot(ideal_x, [p / summary.baseline_ranks for p in ideal_x], "--", color="0.5", label="ideal")
+    ax.plot(x, [p.speedup for p in rows], "o-", color="C0", label="measured")
+    _ranks_axis(ax, x)
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_locator(LogLocator(base=2))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylabel("scaled speedup" if weak else "speedup")
+    ax.set_title(("weak scaling: scaled speedup" if weak else "strong scaling: speedup")
+                 + f" vs {summary.baseline_ranks} rank(s)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+
+
+def _efficiency_panel(ax, summary: StudySummary, rows) -> None:
+    ax.axhline(1.0, ls="--", color="0.5", label="ideal")
+    ax.plot([p.ranks for p in rows], [p.efficiency for p in rows], "o-", color="C1", label="measured")
+    _ranks_axis(ax, [p.ranks for p in rows])
+    ax.set_ylim(0, max(1.1, max(p.efficiency for p in rows) * 1.1))
+    ax.set_ylabel("parallel efficiency")
+    ax.set_title("weak scaling: efficiency t_b / t_p" if summary.kind == "weak"
+                 else "strong scaling: efficiency S / (p / p_b)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+
+
+def _phases_panel(ax, phased) -> None:
+    """Mean seconds per phase, stacked, at each size, and the wall time."""
+    labels = [str(p.ranks) for p in phased]
+    bottom = [0.0] * len(phased)
+    for i, ph in enumerate(PHASES):
+        height = [p.phases.get(ph) or 0.0 for p in phased]
+        ax.bar(labels, height, bottom=bottom, color=f"C{i + 2}", label=ph)
+        bottom = [b + h for b, h in zip(bottom, height)]
+    ax.plot(labels, [p.time for p in phased], "k_", markersize=18, label="wall time")
+    ax.set_xlabel("MPI ranks")
+    ax.set_ylabel("seconds (mean over ranks)")
+    ax.set_title("where the time goes")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)

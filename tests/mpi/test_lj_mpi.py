@@ -13,7 +13,7 @@ import pytest
 
 from pympi_gpu.nbody.lj import checkpoint as ckpt
 from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-from pympi_gpu.nbody.lj.driver import LjConfig, LjSystem, initial_arrays
+from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
 from pympi_gpu.nbody.loop import RunOptions, simulate
 
 pytestmark = pytest.mark.mpi(min_size=2)
@@ -39,7 +39,7 @@ def _run(comm, config, options, drift=(0.0, 0.0, 0.0), restart=None):
             system = LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"], timestep=meta["step"],
                               initial=init)
         run = simulate(cart, system, options)
-        full = ckpt.gather(cart, system.owned())
+        full = ckpt.gather(cart, system.atoms.owned())
         return run, cart.bcast(full, root=0)
     finally:
         cart.Free()
@@ -137,10 +137,10 @@ def _forces_at(comm, config, x, v, ids):
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
         xw = wrap(x, config.box)
         mine = np.all(owner_coords(xw, config.box, brick.dims) == np.array(brick.coords), axis=1)
-        system = LjSystem(cart, config, xw[mine], v[mine], ids[mine])
+        system = LjSystem(cart, config, xw[mine], v[mine], ids[mine]).atoms
         system.rebuild()
         system.f[...] = 0.0
-        system._pairs(system.f, forward=False, eflag=True)
+        system.pair_forces(system.f, forward=False, eflag=True)
         ghost_share = float(np.abs(system.f[system.nlocal:]).sum())
         if config.newton:
             system.halo.reverse(system.f)
@@ -189,7 +189,7 @@ def test_reverse_sums_every_copy_of_a_ghost():
     cart = make_cart(comm)
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
-        system = LjSystem(cart, config, *initial_arrays(config, brick))
+        system = LjSystem(cart, config, *initial_arrays(config, brick)).atoms
         system.rebuild()
         n = system.nlocal
         gh = system.gid[n:]

@@ -17,12 +17,23 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
 from conftest import need_root, need_tool, require_system
 
 from .slurm import TOOLS, SlurmCluster, SlurmError
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects: `pytest -m "not system"` leaves every test here out
+def pytest_collection_modifyitems(items):
+    """Every test under tests/system/ carries the ``system`` marker, whether its file says so or not."""
+    for item in items:
+        if HERE in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.system)
 
 
 @pytest.fixture(scope="session")

@@ -77,10 +77,11 @@ class HostBackend:
         self.kernels.warmup(self.dtype.type)
 
 
-def make_backend(name: str, precision: str, **options):
-    """The backend object of a concrete backend name and precision."""
+def make_backend(device, precision: str):
+    """The backend object of a :class:`~pympi_gpu.device.device.Device` (its ``backend``) and a precision."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (choose from {', '.join(PRECISIONS)})")
+    name = device.backend
     if name == "numba":
         from pympi_gpu.nbody.gravity.kernels_cpu import NumbaKernels
 
@@ -92,5 +93,5 @@ def make_backend(name: str, precision: str, **options):
     if name == "gpu":
         from pympi_gpu.nbody.gravity.kernels_cuda import CudaBackend
 
-        return CudaBackend(precision, **options)
+        return CudaBackend(precision, device.simulated)
     raise ValueError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")

@@ -19,58 +19,142 @@ import math
 import numpy as np
 from numba import cuda, float32, float64, uint32
 
-from pympi_gpu.device.buffers import DeviceBuffers
-from pympi_gpu.device.gpu import simulator
+from pympi_gpu.device.buffers import DeviceBuffers, quiet_small_grids
 from pympi_gpu.nbody.gravity.precision import PRECISIONS
 from pympi_gpu.nbody.gravity.kernels_cpu import R2_MIN
 
 __all__ = ["CudaBackend", "make_kernels"]
 
+quiet_small_grids()
+
 _UNROLL = 8
 
 
-def _aligned_shared() -> bool:
-    """Whether ``cuda.shared.array`` takes ``alignment`` (numba-cuda, not the simulator)."""
-    if simulator():
-        return False
+def _takes(func, name: str) -> bool:
+    """Whether ``func`` has a parameter ``name`` (numba-cuda's releases add them one by one)."""
     import inspect
 
     try:
-        return "alignment" in inspect.signature(cuda.shared.array).parameters
+        return name in inspect.signature(func).parameters
     except (TypeError, ValueError):
         return False
 
 
-def make_kernels(dtype, block: int):
-    """Compile-on-first-use kernels for one precision and block size."""
+def _aligned_shared(simulated: bool) -> bool:
+    """Whether ``cuda.shared.array`` takes ``alignment`` (numba-cuda, not the simulator)."""
+    return not simulated and _takes(cuda.shared.array, "alignment")
+
+
+_RSQRT64 = []
+
+
+def _rsqrt64():
+    """``1/sqrt(x)`` in fp64 for finite normal ``x > 0``: libdevice's ``rsqrt`` without its slow path.
+
+    libdevice's fp64 ``rsqrt`` is ``MUFU.RSQ64H`` and one cubic Newton step (5 instructions),
+    then a test of ``x``'s exponent and a call out of line for zero, denormal, infinite or NaN
+    ``x``: 8 to 10 instructions more per interaction, for inputs the force kernel never has
+    (``r^2 + eps2 >= R2_MIN``, a normal number).  Here the same fast path, the approximation
+    written as PTX's ``rsqrt.approx.ftz.f64``: the same value for every such ``x``.  None
+    where numba.cuda cannot take inline PTX (numba's own, older numba.cuda).
+    """
+    if _RSQRT64:
+        return _RSQRT64[0]
+    try:
+        from llvmlite import ir
+        from numba.cuda.extending import intrinsic
+    except ImportError:
+        _RSQRT64.append(None)
+        return None
+
+    @intrinsic
+    def approx(typingctx, x):
+        if x != float64:
+            return None
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.DoubleType(), [ir.DoubleType()])
+            return builder.asm(fnty, "rsqrt.approx.ftz.f64 $0, $1;", "=d,d", args, side_effect=False)
+        return float64(float64), codegen
+
+    @cuda.jit(device=True)  # no fastmath: the step is evaluated as written (libdevice's order)
+    def rsqrt(x):
+        y = approx(x)
+        e = 1.0 - x * (y * y)
+        return y + (y * e) * (0.5 + 0.375 * e)
+
+    _RSQRT64.append(rsqrt)
+    return rsqrt
+
+
+def make_kernels(dtype, block: int, simulated: bool = False):
+    """Compile-on-first-use kernels for one precision and block size (``simulated``: numba's simulator).
+
+    Returns ``(accel, potential, axpy, fill_zero)``.
+    """
     dtype = np.dtype(dtype).type
-    nbt = float32 if dtype is np.float32 else float64
-    if simulator():
+    if block % _UNROLL:
+        raise ValueError(f"block must be a multiple of {_UNROLL}")
+    rsqrt = _rsqrt(dtype, simulated)
+    accel = _make_accel(dtype, block, simulated, _make_tiles(dtype, block, rsqrt, *_clamps(dtype)))
+    return (accel, _make_potential(dtype, rsqrt), *_make_axpy_fill())
+
+
+def _rsqrt(dtype, simulated: bool):
+    """``1/sqrt(x)`` in ``dtype`` for the kernels: libdevice's (or its fp64 fast path), NumPy's under the simulator."""
+    if simulated:
         # The simulator runs kernels as Python and has no libdevice; NumPy
         # scalars keep the precision.
         one = dtype(1.0)
 
         def rsqrt(x):
             return one / np.sqrt(x)
-    else:
-        from numba.cuda import libdevice
+        return rsqrt
+    from numba.cuda import libdevice
 
-        rsqrt = libdevice.rsqrtf if dtype is np.float32 else libdevice.rsqrt
+    return libdevice.rsqrtf if dtype is np.float32 else (_rsqrt64() or libdevice.rsqrt)
+
+
+def _clamps(dtype):
+    """``(clamp_pair, clamp_eps2)``: where ``r**2 >= R2_MIN`` is kept, per pair (fp32) or per thread (fp64)."""
+    r2_min = dtype(R2_MIN[dtype])
+    # r**2 is kept at or above R2_MIN so that inv**3 stays finite: at the smallest softening the
+    # self term's would overflow fp32 to inf, and inf * 0 is NaN (kernels_cpu.R2_MIN).  In fp32
+    # that is one max per interaction (FMNMX).  In fp64 a max costs 9 instructions of the 42 of
+    # an interaction (DSETP, selects, NaN handling); there eps2 is clamped once per thread
+    # instead: r**2 + eps2 >= eps2 >= R2_MIN for every pair, the same value as the per-pair
+    # clamp whenever eps2 >= R2_MIN (softening >= 1e-15, the command's least).
+    if dtype is np.float64:
+        @cuda.jit(device=True, fastmath=True)
+        def clamp_pair(r2):
+            return r2
+
+        @cuda.jit(device=True, fastmath=True)
+        def clamp_eps2(eps2):
+            return max(eps2, r2_min)
+    else:
+        @cuda.jit(device=True, fastmath=True)
+        def clamp_pair(r2):
+            return max(r2, r2_min)
+
+        @cuda.jit(device=True, fastmath=True)
+        def clamp_eps2(eps2):
+            return eps2
+
+    return clamp_pair, clamp_eps2
+
+
+def _make_tiles(dtype, block: int, rsqrt, clamp_pair, clamp_eps2):
+    """The force of one tile of ``block`` sources on a thread's target, swept from shared memory."""
     zero = dtype(0.0)
     tile_len = 4 * block
-    if block % _UNROLL:
-        raise ValueError(f"block must be a multiple of {_UNROLL}")
-
-    r2_min = dtype(R2_MIN[dtype])
 
     @cuda.jit(device=True, fastmath=True)
     def pair(xi, yi, zi, xj, yj, zj, mj, eps2, ax, ay, az):
         dx = xj - xi
         dy = yj - yi
         dz = zj - zi
-        # r**2 clamped so that inv**3 stays finite: at the smallest softening the self
-        # term's would overflow fp32 to inf, and inf * 0 is NaN (kernels_cpu.R2_MIN; one FMNMX).
-        inv = rsqrt(max(eps2 + dx * dx + dy * dy + dz * dz, r2_min))
+        inv = rsqrt(clamp_pair(eps2 + dx * dx + dy * dy + dz * dz))
         s = mj * inv * inv * inv
         return ax + s * dx, ay + s * dy, az + s * dz
 
@@ -87,6 +171,7 @@ def make_kernels(dtype, block: int):
         if i < n:
             xi, yi, zi = tx[i], ty[i], tz[i]
         axi, ayi, azi = zero, zero, zero
+        eps2 = clamp_eps2(eps2)
         for base in range(0, m, block):
             j = base + t
             if j < m:
@@ -106,8 +191,20 @@ def make_kernels(dtype, block: int):
             ay[i] += ayi
             az[i] += azi
 
-    if _aligned_shared():
-        @cuda.jit(fastmath=True)
+    return accel_tiles
+
+
+def _make_accel(dtype, block: int, simulated: bool, accel_tiles):
+    """The acceleration kernel: a shared-memory tile per block, 16-byte aligned where numba.cuda can."""
+    nbt = float32 if dtype is np.float32 else float64
+    tile_len = 4 * block
+    if _aligned_shared(simulated):
+        # fp64: at most 40 registers, so that 6 blocks of 256 (48 warps, 0.75 of the SM) fit; left to
+        # itself ptxas takes 48 (5 blocks), and 40 cost no spill nor instruction (gpu-static.json)
+        bounds = ({"launch_bounds": (block, max(1, 1536 // block))}
+                  if dtype is np.float64 and _takes(cuda.jit, "launch_bounds") else {})
+
+        @cuda.jit(fastmath=True, **bounds)
         def accel(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
             tile = cuda.shared.array(tile_len, nbt, alignment=16)
             accel_tiles(tile, tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az)
@@ -116,6 +213,12 @@ def make_kernels(dtype, block: int):
         def accel(tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az):
             tile = cuda.shared.array(tile_len, nbt)
             accel_tiles(tile, tx, ty, tz, sx, sy, sz, sm, eps2, ax, ay, az)
+    return accel
+
+
+def _make_potential(dtype, rsqrt):
+    """The potential kernel (diagnostics): one thread per target, every source from global memory."""
+    zero = dtype(0.0)
 
     @cuda.jit
     def potential(tx, ty, tz, sx, sy, sz, sm, eps2, phi):
@@ -133,6 +236,11 @@ def make_kernels(dtype, block: int):
                 acc += float64(sm[j] * rsqrt(r2 + eps2))
         phi[i] -= acc
 
+    return potential
+
+
+def _make_axpy_fill():
+    """``y += h x`` and ``y = 0``, one thread per entry."""
     @cuda.jit
     def axpy(y, h, x):
         i = cuda.grid(1)
@@ -145,7 +253,7 @@ def make_kernels(dtype, block: int):
         if i < y.shape[0]:
             y[i] = 0
 
-    return accel, potential, axpy, fill_zero
+    return axpy, fill_zero
 
 
 @cuda.jit
@@ -165,6 +273,8 @@ class CudaBackend(DeviceBuffers):
     Parameters
     ----------
     precision : {"fp32", "fp64"}
+    simulated : bool
+        The GPU is numba's CUDA simulator (the device's word, :class:`~pympi_gpu.device.device.Device`).
     block : int
         Threads per block and bodies per shared-memory tile (default 256 on a
         GPU, 32 under the simulator, where every thread is a Python thread).
@@ -172,11 +282,12 @@ class CudaBackend(DeviceBuffers):
 
     name = "gpu"
 
-    def __init__(self, precision: str, block: int | None = None):
-        super().__init__(PRECISIONS[precision])
+    def __init__(self, precision: str, simulated: bool = False, block: int | None = None):
+        super().__init__(PRECISIONS[precision], simulated)
         self.precision = precision
-        self.block = block or (32 if simulator() else 256)
-        self._accel, self._potential, self._axpy, self._zero = make_kernels(self.dtype, self.block)
+        self.block = block or (32 if simulated else 256)
+        self._accel, self._potential, self._axpy, self._zero = make_kernels(self.dtype, self.block, simulated)
+        self._counter = None  # finite()'s device counter, made on first use
 
     def _grid(self, n: int) -> int:
         return (n + self.block - 1) // self.block
@@ -205,8 +316,15 @@ class CudaBackend(DeviceBuffers):
                 tx, ty, tz, sx, sy, sz, sm, self.dtype.type(eps2), phi)
 
     def finite(self, arrays) -> bool:
-        """Are all entries of these device arrays finite?  One small kernel each, one copy back."""
-        count = cuda.to_device(np.zeros(1, np.int64), stream=self.stream)
+        """Are all entries of these device arrays finite?  One small kernel each, one copy back.
+
+        The counter is allocated once per backend and zeroed on the stream: the check runs every
+        step, and an allocation each time would cost a ``cudaMalloc`` (and a free) per step.
+        """
+        count = self._counter
+        if count is None:
+            count = self._counter = self.empty(1, np.int64)
+        self.fill_zero(count)
         for a in arrays:
             if a.shape[0]:
                 _count_nonfinite[self._grid(a.shape[0]), self.block, self.stream](a, count)

@@ -9,6 +9,7 @@ numba's and MPI's own buffers come on top.
 
 from __future__ import annotations
 
+from pympi_gpu.nbody.memory import available_bytes, human_bytes
 
 __all__ = ["bytes_per_body", "need_bytes", "available_bytes", "human_bytes", "too_large"]
 
@@ -24,26 +25,6 @@ def need_bytes(bodies: int, precision: str, ranks: int = 1) -> int:
     """Bytes one rank needs for its block of ``bodies`` spread over ``ranks``."""
     per_rank = -(-bodies // ranks)
     return per_rank * bytes_per_body(precision)
-
-
-def available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
-    """MemAvailable of this node in bytes, or None where the OS does not say."""
-    try:
-        with open(meminfo, encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def human_bytes(n: float) -> str:
-    """``1.5 GB`` style (powers of 1000, as memory is sold)."""
-    for factor, unit in ((1e15, "PB"), (1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
-        if n >= factor:
-            return f"{n / factor:.3g} {unit}"
-    return f"{int(n)} B"
 
 
 def too_large(bodies: int, precision: str, ranks: int, ranks_on_node: int,

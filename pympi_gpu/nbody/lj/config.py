@@ -1,4 +1,4 @@
-"""What an LJ system is: its lattice, density, temperature, cutoff and step (pure data, no numba, no MPI).
+"""What an LJ system is: its lattice, density, temperature, pair style, cutoff and step (pure data, no numba).
 
 The defaults are LAMMPS's ``bench/in.lj``; the command line reads them from
 here, so each is written once.
@@ -7,6 +7,8 @@ here, so each is written once.
 from __future__ import annotations
 
 import dataclasses
+
+from pympi_gpu.nbody.lj import pairs
 
 __all__ = ["LjConfig", "DEFAULT_SEED"]
 
@@ -19,8 +21,10 @@ class LjConfig:
     """The system: an fcc lattice of ``cells^3`` cells at ``density``, its temperature, the pair cutoff.
 
     What to run (steps, outputs) is a :class:`~pympi_gpu.nbody.loop.RunOptions`.
-    ``newton``: half lists with Newton's third law across bricks (one thread
-    per rank), else full lists.
+    ``pair`` names the pair style (:mod:`~pympi_gpu.nbody.lj.pairs`), cut at
+    ``cutoff``; ``pair_coeffs`` are its coefficients that differ from the
+    style's defaults, as ``(name, value)`` pairs.  ``newton``: half lists with
+    Newton's third law across bricks (one thread per rank), else full lists.
     """
 
     cells: int
@@ -31,6 +35,8 @@ class LjConfig:
     dt: float = 0.005
     seed: int = DEFAULT_SEED
     newton: bool = True
+    pair: str = "lj/cut"
+    pair_coeffs: tuple[tuple[str, float], ...] = ()
 
     @property
     def atoms(self) -> int:
@@ -44,8 +50,22 @@ class LjConfig:
     def cutneigh(self) -> float:
         return self.cutoff + self.skin
 
+    @property
+    def style(self) -> pairs.PairStyle:
+        return pairs.style(self.pair)
+
+    @property
+    def coefficients(self) -> dict[str, float]:
+        """Every coefficient of the pair style, the defaults where ``pair_coeffs`` says nothing."""
+        return self.style.values(dict(self.pair_coeffs))
+
+    @property
+    def pair_term(self):
+        """The pair term ``r2 -> (fpair, energy)`` the kernels are compiled around."""
+        return self.style.pair(self.coefficients)
+
     def meta(self) -> dict:
         """The parameters a checkpoint records (and a restart must match)."""
         return {"model": "lj", "cells": self.cells, "atoms": self.atoms, "density": self.density,
                 "temperature": self.temperature, "cutoff": self.cutoff, "skin": self.skin, "dt": self.dt,
-                "seed": self.seed}
+                "seed": self.seed, "pair": self.pair, "pair_coeffs": self.coefficients}

@@ -60,6 +60,9 @@ class DeviceHalo:
         #: per stage and direction: (d, idx, shift, dest, source, start, count); idx on the device
         self.plan: list = []
         self._staging: list = []
+        self._pinned: dict[int, np.ndarray] = {}
+        #: page-locked buffers allocated so far (the host transport; grown, never one per rebuild)
+        self.pinned_allocations = 0
         #: seconds in halo packing and waiting for halo/migration messages (reset by the caller)
         self.comm_time = 0.0
         #: the rank's communication and waiting time and traffic (the driver adds its collectives)
@@ -159,16 +162,32 @@ class DeviceHalo:
         return xp.ascontiguousarray(pos[:, :3]), pos[:, 3].astype(np.int64)
 
     def _stage(self) -> None:
-        """The send buffers of the plan (device), and pinned host buffers for the host transport."""
-        xp, dev = self.dev.xp, self.dev
+        """The send buffers of the plan (device), and pinned host buffers for the host transport.
+
+        The pinned buffers are views of page-locked arrays kept from one rebuild to the next and
+        replaced only by larger ones (:meth:`_pinned_rows`): CuPy's pinned-memory pool keeps every
+        block it ever handed out for reuse at the same size, so new buffers at every rebuild, whose
+        sizes change with the atoms near each face, would grow the process's page-locked memory
+        for the whole run.
+        """
+        xp = self.dev.xp
         self._staging = []
-        for (_, idx, _, dest, source, _, count) in self.plan:
+        for slot, (_, idx, _, dest, source, _, count) in enumerate(self.plan):
             if dest == self.me and source == self.me:
                 self._staging.append(None)
                 continue
             buf = xp.empty((idx.shape[0], 3), np.float64)
-            host = (dev.pinned((idx.shape[0], 3)), dev.pinned((count, 3))) if self.transport == "host" else None
+            host = ((self._pinned_rows(2 * slot, idx.shape[0]), self._pinned_rows(2 * slot + 1, count))
+                    if self.transport == "host" else None)
             self._staging.append((buf, host))
+
+    def _pinned_rows(self, key: int, rows: int) -> np.ndarray:
+        """``(rows, 3)`` float64 of pinned buffer ``key``, grown (never shrunk) with a quarter to spare."""
+        held = self._pinned.get(key)
+        if held is None or held.shape[0] < rows:
+            held = self._pinned[key] = self.dev.pinned((rows + rows // 4 + 16, 3))
+            self.pinned_allocations += 1
+        return held[:rows]
 
     def forward(self, pos, work=None) -> None:
         """Refresh the ghost rows of device ``pos`` from their owners, stage by stage; collective.

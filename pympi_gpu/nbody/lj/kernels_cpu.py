@@ -20,19 +20,23 @@ that radius, searched two cells out):
   ranks; the pair's energy and virial count half on each (no reverse
   communication; the GPU path and several threads per rank).
 
-LJ 12-6 with epsilon = sigma = 1: ``u(r) = 4 (r^-12 - r^-6)`` for ``r < rc``
-(no shift, as LAMMPS's ``pair_style lj/cut``), ``F = 24 (2 r^-12 - r^-6) r / r^2``.
-No ``fastmath``: the results must not depend on how the compiler reassociates.
+The force kernels are compiled around a pair style's pair term by
+:func:`force_kernels` (:mod:`~pympi_gpu.nbody.lj.pairs`: LJ 12-6, ...);
+everything else here is the same for every style.  No ``fastmath``: the
+results must not depend on how the compiler reassociates.
 """
 
 from __future__ import annotations
+
+import functools
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
-__all__ = ["bin_atoms", "neighbor_lists", "lj_pair", "lj_row", "pair_forces", "kick", "drift", "max_displacement2",
-           "kinetic_sums", "pack_rows", "add_rows", "warmup"]
+__all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "jitable", "make_row", "kick", "drift",
+           "max_displacement2", "kinetic_sums", "pack_rows", "add_rows", "warmup"]
 
 
 @njit(cache=True, inline="always")
@@ -190,28 +194,42 @@ def _inside_first(pos, i, nbr, cnt, rc2, tmp):
         nbr[i, a + k] = tmp[k]
 
 
-@register_jitable
-def lj_pair(r2):
-    """LJ 12-6 (epsilon = sigma = 1) at squared distance ``r2``: ``(fpair, energy)``.
+class ForceKernels(NamedTuple):
+    """The force kernels of one pair term (:func:`force_kernels`)."""
 
-    The force on i from j is ``fpair * (x_i - x_j)``; the pair's virial is ``r2 * fpair``.
-    The one copy of the pair term, for the CPU kernels here and the CUDA kernels.
-    """
-    r2i = 1.0 / r2
-    r6i = r2i * r2i * r2i
-    return r6i * (48.0 * r6i - 24.0) * r2i, 4.0 * r6i * (r6i - 1.0)
+    #: ``(pos, i, cnt, nbr, rc2) -> (fx, fy, fz, e, w)``: one list row, one-sided (also the CUDA kernels')
+    row: object
+    #: half lists, Newton's third law (serial)
+    newton: object
+    #: one-sided lists (parallel over atoms)
+    one_sided: object
+
+    def pair_forces(self, pos, f, i0, i1, cnt, nbr, rc2, newton, eflag=True):
+        """Add the pair forces of the listed pairs of atoms ``[i0, i1)`` to ``f``.
+
+        Returns ``(energy, virial)`` of those pairs counted once each (``(0, 0)``
+        without ``eflag``: as LAMMPS, the sums are skipped on steps without thermo output;
+        the forces do not depend on ``eflag``):
+        ``newton=True`` for a half list (serial; adds to the rows of both atoms,
+        ghosts included), ``False`` for a one-sided list (parallel), whose sums the
+        caller weighs (1/2 for both-direction lists).
+        """
+        if newton:
+            return self.newton(pos, f, i0, i1, cnt, nbr, rc2, eflag)
+        return self.one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag)
 
 
-@njit(nogil=True, cache=True)
-def _newton(pos, f, i0, i1, cnt, nbr, rc2, eflag):
-    """Half list, Newton's third law: adds to f[i] and f[j]; returns (energy, virial) (0, 0 unless ``eflag``)."""
-    e = 0.0
-    w = 0.0
-    for i in range(i0, i1):
+def make_row(pair):
+    """The one-sided row of a pair term: force on atom i from its listed neighbours, their energy and virial."""
+
+    @register_jitable
+    def row(pos, i, cnt, nbr, rc2):
         xi, yi, zi = pos[i, 0], pos[i, 1], pos[i, 2]
         fx = 0.0
         fy = 0.0
         fz = 0.0
+        e = 0.0
+        w = 0.0
         for k in range(cnt[i]):
             j = nbr[i, k]
             dx = xi - pos[j, 0]
@@ -219,79 +237,82 @@ def _newton(pos, f, i0, i1, cnt, nbr, rc2, eflag):
             dz = zi - pos[j, 2]
             r2 = dx * dx + dy * dy + dz * dz
             if r2 < rc2:
-                fpair, u = lj_pair(r2)
+                fpair, u = pair(r2)
                 fx += dx * fpair
                 fy += dy * fpair
                 fz += dz * fpair
-                f[j, 0] -= dx * fpair
-                f[j, 1] -= dy * fpair
-                f[j, 2] -= dz * fpair
-                if eflag:
-                    e += u
-                    w += r2 * fpair
-        f[i, 0] += fx
-        f[i, 1] += fy
-        f[i, 2] += fz
-    return e, w
+                e += u
+                w += r2 * fpair
+        return fx, fy, fz, e, w
+
+    return row
 
 
-@register_jitable
-def lj_row(pos, i, cnt, nbr, rc2):
-    """Force on atom i from its listed neighbours, and their energy and virial: ``(fx, fy, fz, e, w)``.
+@functools.cache
+def jitable(pair):
+    """``pair`` made callable from numba-compiled code, CPU and CUDA (registered once)."""
+    return register_jitable(pair)
 
-    One-sided (nothing is written): the row of :func:`_one_sided` and of the CUDA force kernel.
+
+@functools.cache
+def force_kernels(pair) -> ForceKernels:
+    """The CPU force kernels compiled around ``pair`` (a style's pair term, :mod:`~pympi_gpu.nbody.lj.pairs`).
+
+    ``pair(r2) -> (fpair, energy)``; the force on i from j is ``fpair * (x_i -
+    x_j)`` and the pair's virial ``r2 * fpair``.  numba compiles on first use
+    (or loads from its cache, keyed by the pair term's code and coefficients).
     """
-    xi, yi, zi = pos[i, 0], pos[i, 1], pos[i, 2]
-    fx = 0.0
-    fy = 0.0
-    fz = 0.0
-    e = 0.0
-    w = 0.0
-    for k in range(cnt[i]):
-        j = nbr[i, k]
-        dx = xi - pos[j, 0]
-        dy = yi - pos[j, 1]
-        dz = zi - pos[j, 2]
-        r2 = dx * dx + dy * dy + dz * dz
-        if r2 < rc2:
-            fpair, u = lj_pair(r2)
-            fx += dx * fpair
-            fy += dy * fpair
-            fz += dz * fpair
-            e += u
-            w += r2 * fpair
-    return fx, fy, fz, e, w
+    pair = jitable(pair)
+    row = make_row(pair)
 
+    @njit(nogil=True, cache=True)
+    def newton(pos, f, i0, i1, cnt, nbr, rc2, eflag):
+        """Half list, Newton's third law: adds to f[i] and f[j]; returns (energy, virial) (0, 0 unless eflag)."""
+        e = 0.0
+        w = 0.0
+        for i in range(i0, i1):
+            xi, yi, zi = pos[i, 0], pos[i, 1], pos[i, 2]
+            fx = 0.0
+            fy = 0.0
+            fz = 0.0
+            for k in range(cnt[i]):
+                j = nbr[i, k]
+                dx = xi - pos[j, 0]
+                dy = yi - pos[j, 1]
+                dz = zi - pos[j, 2]
+                r2 = dx * dx + dy * dy + dz * dz
+                if r2 < rc2:
+                    fpair, u = pair(r2)
+                    fx += dx * fpair
+                    fy += dy * fpair
+                    fz += dz * fpair
+                    f[j, 0] -= dx * fpair
+                    f[j, 1] -= dy * fpair
+                    f[j, 2] -= dz * fpair
+                    if eflag:
+                        e += u
+                        w += r2 * fpair
+            f[i, 0] += fx
+            f[i, 1] += fy
+            f[i, 2] += fz
+        return e, w
 
-@njit(parallel=True, nogil=True, cache=True)
-def _one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag):
-    """Adds to f[i] only (parallel over i); returns the full (energy, virial) of the listed pairs (if ``eflag``)."""
-    e = 0.0
-    w = 0.0
-    for i in prange(i0, i1):
-        fx, fy, fz, ei, wi = lj_row(pos, i, cnt, nbr, rc2)
-        f[i, 0] += fx
-        f[i, 1] += fy
-        f[i, 2] += fz
-        if eflag:
-            e += ei
-            w += wi
-    return e, w
+    @njit(parallel=True, nogil=True, cache=True)
+    def one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag):
+        """Adds to f[i] only (parallel over i); returns the full (energy, virial) of the listed pairs (if eflag)."""
+        e = 0.0
+        w = 0.0
+        for i in prange(i0, i1):
+            fx, fy, fz, ei, wi = row(pos, i, cnt, nbr, rc2)
+            f[i, 0] += fx
+            f[i, 1] += fy
+            f[i, 2] += fz
+            if eflag:
+                e += ei
+                w += wi
+        return e, w
 
-
-def pair_forces(pos, f, i0, i1, cnt, nbr, rc2, newton, eflag=True):
-    """Add the LJ forces of the listed pairs of atoms ``[i0, i1)`` to ``f``.
-
-    Returns ``(energy, virial)`` of those pairs counted once each (``(0, 0)``
-    without ``eflag``: as LAMMPS, the sums are skipped on steps without thermo output;
-    the forces do not depend on ``eflag``):
-    ``newton=True`` for a half list (serial; adds to the rows of both atoms,
-    ghosts included), ``False`` for a one-sided list (parallel), whose sums the
-    caller weighs (1/2 for both-direction lists).
-    """
-    if newton:
-        return _newton(pos, f, i0, i1, cnt, nbr, rc2, eflag)
-    return _one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag)
+    return ForceKernels(row, newton, one_sided)
 
 
 @njit(cache=True)
@@ -347,8 +368,8 @@ def kinetic_sums(v, n):
     return np.array([float(np.sum(vv * vv)), *vv.sum(axis=0)])
 
 
-def warmup() -> None:
-    """Compile (or load from the cache) every kernel on a tiny system."""
+def warmup(forces: ForceKernels) -> None:
+    """Compile (or load from the cache) every kernel, the force kernels ``forces``, on a tiny system."""
     pos = np.random.default_rng(0).random((8, 3)) * 3.0
     lo = np.zeros(3)
     inv = np.full(3, 1.0)
@@ -359,8 +380,8 @@ def warmup() -> None:
         p = neighbor_lists(pos, 4, gid, cell_of, start, atoms, ncell, 1, 1.0, 0.5, half, 8, 8)
         f = np.zeros((8, 3))
         for eflag in (True, False):
-            pair_forces(pos, f, 0, 4, p[0], p[1], 1.0, half, eflag)
-            pair_forces(pos, f, 0, 4, p[2], p[3], 1.0, half, eflag)
+            forces.pair_forces(pos, f, 0, 4, p[0], p[1], 1.0, half, eflag)
+            forces.pair_forces(pos, f, 0, 4, p[2], p[3], 1.0, half, eflag)
     idx = np.arange(2)
     pack_rows(pos, idx, np.zeros(3), f[4:6])
     add_rows(f, idx, f[4:6])
@@ -368,3 +389,4 @@ def warmup() -> None:
     kick(v, f, 0.1, 8)
     drift(pos, v, 0.1, 8)
     max_displacement2(pos, pos, 8)
+

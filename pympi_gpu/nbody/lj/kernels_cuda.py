@@ -2,13 +2,13 @@
 
 The kernels take device arrays of any library that exposes
 ``__cuda_array_interface__`` (CuPy's, on a GPU) or, under the simulator, NumPy
-arrays; :class:`~pympi_gpu.nbody.lj.gpu_system.GpuLjSystem` launches them on
+arrays; :class:`~pympi_gpu.nbody.lj.device_atoms.DeviceAtoms` launches them on
 the stream its CuPy work runs on.  One thread per atom throughout.  With full lists
 (each pair listed from both sides) a thread writes only its own atom's rows
 and no two threads write the same memory; with half lists (Newton's third
 law, each pair once) a thread adds the reaction to its neighbours' rows
-with atomic adds.  The LJ pair term and a
-list row's force are the CPU kernels' (:func:`~pympi_gpu.nbody.lj.kernels_cpu.lj_row`).
+with atomic adds.  The force kernels are compiled around a pair style's term
+by :func:`force_kernels`, as the CPU's are (:mod:`~pympi_gpu.nbody.lj.pairs`).
 
 What CuPy does as well in one or two of its own kernels is left to it (the
 caller): the cell keys, their sort, the cell starts (a scan), compaction,
@@ -20,15 +20,33 @@ Importing this module imports numba.cuda: do it only for ``--backend gpu``.
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
-from numba import cuda
+import numpy as np
+from numba import boolean, cuda, float64, int32, int64, uint32, uint64, void
 
-from pympi_gpu.nbody.lj.kernels_cpu import lj_pair, lj_row
+from pympi_gpu.device.buffers import quiet_small_grids
+from pympi_gpu.nbody.lj.kernels_cpu import jitable
 
-__all__ = ["BLOCK", "grid", "forces", "forces_newton", "build_lists"]
+__all__ = ["BLOCK", "grid", "CudaForceKernels", "force_kernels", "build_lists", "FORCES_SIGNATURE",
+           "BUILD_SIGNATURE"]
+
+#: the types the kernels are launched with (CuPy arrays through ``__cuda_array_interface__``)
+FORCES_SIGNATURE = void(float64[::1], float64[::1], float64[::1], float64[::1], int64, int64, int64[::1],
+                        int32[::1], float64, int64)
+BUILD_SIGNATURE = void(float64[:, ::1], int64, int64[::1], int64[::1], int64[::1], int64[::1], int64, int64, int64,
+                       int64, float64, float64, boolean, int64[::1], int32[::1, :], int64[::1], int32[::1, :])
 
 BLOCK = 128
+
+quiet_small_grids()  # a third of a small brick, a ghost list: launches of a few blocks
+
+# unsigned index constants: with signed indices numba adds a negative-index wraparound to every access
+_1 = np.uint64(1)
+_2 = np.uint64(2)
+_3 = np.uint64(3)
 
 
 def grid(n: int) -> int:
@@ -36,72 +54,170 @@ def grid(n: int) -> int:
     return max(1, math.ceil(n / BLOCK))
 
 
-@cuda.jit
-def forces(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
-    """One-sided LJ forces of atoms [i0, i1) over their listed neighbours.
+def _launch_bounds(blocks: int) -> dict:
+    """``cuda.jit``'s launch bounds: ``blocks`` resident blocks of :data:`BLOCK` threads (caps the
+    registers); none where numba.cuda has no such option (the simulator, older releases)."""
+    import inspect
 
-    ``add``: 0 overwrites f, e, w (the first list), 1 adds (the ghost list).
-    e and w hold each atom's pairs' full energy/virial (halved by the caller's sum).
+    try:
+        ok = "launch_bounds" in inspect.signature(cuda.jit).parameters
+    except (TypeError, ValueError):
+        ok = False
+    return {"launch_bounds": (BLOCK, blocks)} if ok else {}
+
+
+class CudaForceKernels(NamedTuple):
+    """The force kernels of one pair term (:func:`force_kernels`), launched with :data:`FORCES_SIGNATURE`."""
+
+    #: full lists: one-sided, a thread writes only its own atom's rows
+    forces: object
+    #: half lists, Newton's third law: the reactions by atomic adds
+    forces_newton: object
+
+
+@functools.cache
+def force_kernels(pair) -> CudaForceKernels:
+    """The CUDA force kernels compiled around ``pair`` (a style's pair term, :mod:`~pympi_gpu.nbody.lj.pairs`).
+
+    ``pair(r2) -> (fpair, energy)``, as the CPU's
+    :func:`~pympi_gpu.nbody.lj.kernels_cpu.force_kernels` takes it; the
+    coefficients are folded in as constants.  Compiled on first launch.
     """
-    i = cuda.grid(1) + i0
-    if i >= i1:
-        return
-    fx, fy, fz, ei, wi = lj_row(pos, i, cnt, nbr, rc2)
-    if add:
-        f[i, 0] += fx
-        f[i, 1] += fy
-        f[i, 2] += fz
-        e[i] += ei
-        w[i] += wi
-    else:
-        f[i, 0] = fx
-        f[i, 1] = fy
-        f[i, 2] = fz
-        e[i] = ei
-        w[i] = wi
+    pair = jitable(pair)
+    return CudaForceKernels(_make_forces(_make_row(pair)), _make_forces_newton(pair))
 
 
-@cuda.jit
-def forces_newton(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
-    """Half-list LJ forces of atoms [i0, i1): f[i] and f[j] (ghost rows too) by atomic adds.
+def _make_row(pair):
+    """The one-sided row of a list around ``pair`` (a device function)."""
 
-    ``add``: 0 overwrites e, w (the first list), 1 adds; f must be zeroed first.
-    e and w hold each atom's listed pairs' energy/virial, every pair once.
-    """
-    i = cuda.grid(1) + i0
-    if i >= i1:
-        return
-    xi, yi, zi = pos[i, 0], pos[i, 1], pos[i, 2]
-    fx = 0.0
-    fy = 0.0
-    fz = 0.0
-    ei = 0.0
-    wi = 0.0
-    for k in range(cnt[i]):
-        j = nbr[i, k]
-        dx = xi - pos[j, 0]
-        dy = yi - pos[j, 1]
-        dz = zi - pos[j, 2]
-        r2 = dx * dx + dy * dy + dz * dz
-        if r2 < rc2:
-            fpair, u = lj_pair(r2)
-            fx += dx * fpair
-            fy += dy * fpair
-            fz += dz * fpair
-            cuda.atomic.add(f, (j, 0), -dx * fpair)
-            cuda.atomic.add(f, (j, 1), -dy * fpair)
-            cuda.atomic.add(f, (j, 2), -dz * fpair)
-            ei += u
-            wi += r2 * fpair
-    cuda.atomic.add(f, (i, 0), fx)
-    cuda.atomic.add(f, (i, 1), fy)
-    cuda.atomic.add(f, (i, 2), fz)
-    if add:
-        e[i] += ei
-        w[i] += wi
-    else:
-        e[i] = ei
-        w[i] = wi
+    @cuda.jit(device=True, inline=True)
+    def row(pos, i, nbr, stride, c, rc2):
+        """Force on atom i from its c listed neighbours, and their energy and virial: ``(fx, fy, fz, e, w)``.
+
+        The CPU's row (:func:`~pympi_gpu.nbody.lj.kernels_cpu.make_row`), in the same order of operations,
+        with the index arithmetic of a GPU loop: ``pos`` flat (atom j's x, y, z at 3j, 3j+1, 3j+2),
+        row i's k-th neighbour at ``nbr[i + k * stride]`` (the lists column-major, flat), all indices
+        unsigned (no negative-index wraparound) and the position in the list advanced by one add.
+        """
+        b = _3 * i
+        xi = pos[b]
+        yi = pos[b + _1]
+        zi = pos[b + _2]
+        fx = 0.0
+        fy = 0.0
+        fz = 0.0
+        e = 0.0
+        w = 0.0
+        at = i
+        end = i + c * stride
+        while at < end:
+            j = _3 * uint64(uint32(nbr[at]))  # list entries are row numbers, >= 0
+            at += stride
+            dx = xi - pos[j]
+            dy = yi - pos[j + _1]
+            dz = zi - pos[j + _2]
+            r2 = dx * dx + dy * dy + dz * dz
+            if r2 < rc2:
+                fpair, u = pair(r2)
+                fx += dx * fpair
+                fy += dy * fpair
+                fz += dz * fpair
+                e += u
+                w += r2 * fpair
+        return fx, fy, fz, e, w
+
+    return row
+
+
+def _make_forces(row):
+    """The full-list kernel around a list row."""
+
+    # at most 40 registers (ptxas takes 44): 12 blocks of 128, 0.75 of an SM, no spill (gpu-static.json)
+    @cuda.jit(**_launch_bounds(12))
+    def forces(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
+        """One-sided pair forces of atoms [i0, i1) over their listed neighbours.
+
+        ``pos`` ``(3 n_all,)`` and ``f`` ``(3 n,)`` flat rows of x, y, z; ``nbr`` the lists flat,
+        column-major (row i's k-th neighbour at ``i + k * len(cnt)``).
+        ``add``: 0 overwrites f, e, w (the first list), 1 adds (the ghost list).
+        e and w hold each atom's pairs' full energy/virial (halved by the caller's sum).
+        """
+        i = uint64(cuda.grid(1)) + uint64(i0)
+        if i >= uint64(i1):
+            return
+        stride = uint64(cnt.shape[0])
+        fx, fy, fz, ei, wi = row(pos, i, nbr, stride, uint64(cnt[i]), rc2)
+        b = _3 * i
+        if add:
+            f[b] += fx
+            f[b + _1] += fy
+            f[b + _2] += fz
+            e[i] += ei
+            w[i] += wi
+        else:
+            f[b] = fx
+            f[b + _1] = fy
+            f[b + _2] = fz
+            e[i] = ei
+            w[i] = wi
+
+    return forces
+
+
+def _make_forces_newton(pair):
+    """The half-list kernel around ``pair``: the reactions by atomic adds."""
+
+    @cuda.jit
+    def forces_newton(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
+        """Half-list pair forces of atoms [i0, i1): f[i] and f[j] (ghost rows too) by atomic adds.
+
+        The arrays as :func:`forces` takes them (``f`` flat over all rows, ghosts included).
+        ``add``: 0 overwrites e, w (the first list), 1 adds; f must be zeroed first.
+        e and w hold each atom's listed pairs' energy/virial, every pair once.
+        """
+        i = uint64(cuda.grid(1)) + uint64(i0)
+        if i >= uint64(i1):
+            return
+        stride = uint64(cnt.shape[0])
+        b = _3 * i
+        xi = pos[b]
+        yi = pos[b + _1]
+        zi = pos[b + _2]
+        fx = 0.0
+        fy = 0.0
+        fz = 0.0
+        ei = 0.0
+        wi = 0.0
+        at = i
+        end = i + uint64(cnt[i]) * stride
+        while at < end:
+            j = _3 * uint64(uint32(nbr[at]))
+            at += stride
+            dx = xi - pos[j]
+            dy = yi - pos[j + _1]
+            dz = zi - pos[j + _2]
+            r2 = dx * dx + dy * dy + dz * dz
+            if r2 < rc2:
+                fpair, u = pair(r2)
+                fx += dx * fpair
+                fy += dy * fpair
+                fz += dz * fpair
+                cuda.atomic.add(f, j, -dx * fpair)
+                cuda.atomic.add(f, j + _1, -dy * fpair)
+                cuda.atomic.add(f, j + _2, -dz * fpair)
+                ei += u
+                wi += r2 * fpair
+        cuda.atomic.add(f, b, fx)
+        cuda.atomic.add(f, b + _1, fy)
+        cuda.atomic.add(f, b + _2, fz)
+        if add:
+            e[i] += ei
+            w[i] += wi
+        else:
+            e[i] = ei
+            w[i] = wi
+
+    return forces_newton
 
 
 @cuda.jit

@@ -36,7 +36,7 @@ class Thermo:
 
 @dataclasses.dataclass(frozen=True)
 class LjRun:
-    """A ``pympi-nbody --model lj`` run.
+    """A ``pympi-nbody --model lj`` run (``pair``: the pair style, ``pair_coeffs`` its coefficients).
 
     Times in seconds (maximum over ranks); ``comm_time`` is halo and
     migration time not hidden behind force work, summed over the steps,
@@ -52,6 +52,8 @@ class LjRun:
     box: float
     density: float
     temperature: float
+    pair: str
+    pair_coeffs: dict[str, float]
     cutoff: float
     skin: float
     dt: float

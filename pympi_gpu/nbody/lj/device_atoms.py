@@ -1,6 +1,6 @@
-"""The LJ model on a GPU with the host out of the loop: every step's work on the device.
+"""The atoms of one brick in GPU memory: the device half of an LJ system, every step's work on the device.
 
-:class:`GpuLjSystem` keeps the atoms in device memory (CuPy arrays on a GPU,
+:class:`DeviceAtoms` keeps the atoms in device memory (CuPy arrays on a GPU,
 NumPy under the simulator: :class:`~pympi_gpu.device.buffers.DeviceArrays`)
 and never brings them to the host between checkpoints.  A step is: kick,
 drift and the displacement since the last rebuild (CuPy elementwise), its
@@ -9,7 +9,7 @@ forward halo with the owned-owned forces of each third of the atoms launched
 behind each stage, or, when some atom moved more than skin/2, a rebuild; then
 the owned-ghost forces and the second kick.
 
-A rebuild on the device (:meth:`GpuLjSystem.rebuild`): migration
+A rebuild on the device (:meth:`DeviceAtoms.rebuild`): migration
 (:class:`~pympi_gpu.nbody.lj.halo_device.DeviceHalo`: the atoms leaving the
 brick found by comparisons, gathered by compaction and sent from the device),
 a sort by (cell, id) of the owned atoms (CuPy's radix sort of one key), the
@@ -20,8 +20,8 @@ host per step: the largest displacement, and with thermo the six sums
 (``[sum v^2, px, py, pz, E_pair, virial]``); per rebuild a few counts; with
 ``--transport host`` the packed messages.  Atom arrays come to the host only
 for checkpoints, trajectory frames, ``--verify`` and a blown-up state's file
-(:meth:`GpuLjSystem.owned`); every such copy is counted
-(:attr:`GpuLjSystem.host_copies`).
+(:meth:`DeviceAtoms.owned`); every such copy is counted
+(:attr:`DeviceAtoms.host_copies`).
 
 Two kinds of lists.  Full lists (``config.newton`` False, what the command
 runs): one thread per atom writing only its own rows, no atomics, no reverse
@@ -43,23 +43,31 @@ import time
 
 import numpy as np
 
-from pympi_gpu.device.buffers import DeviceArrays
-from pympi_gpu.nbody.blowup import BlowUp
 from pympi_gpu.nbody.lj import kernels_cuda as kg
-from pympi_gpu.nbody.lj.driver import LjSystem
 from pympi_gpu.nbody.lj.halo_device import DeviceHalo, fold
 
-__all__ = ["GpuLjSystem", "PHASES"]
+__all__ = ["DeviceAtoms", "PHASES"]
 
-#: the phases :attr:`GpuLjSystem.phase_seconds` times (with ``profile``)
+#: the phases :attr:`DeviceAtoms.phase_seconds` times (with ``profile``)
 PHASES = ("forces", "list build", "halo", "integrate", "thermo")
 
 
-class GpuLjSystem(LjSystem):
-    """:class:`~pympi_gpu.nbody.lj.driver.LjSystem` with its atoms, ghosts and lists in GPU memory.
+def _flat(a):
+    """A C-contiguous array as one flat view of its memory (never a copy: the kernels write through it)."""
+    if not a.flags.c_contiguous:
+        raise ValueError("a kernel's flat view needs a C-contiguous array")
+    return a.reshape(-1)
 
-    ``transport``: ``"device"`` (CUDA-aware MPI gets device buffers) or
-    ``"host"`` (staged through pinned host memory).  ``config.newton``: half
+
+class DeviceAtoms:
+    """This brick's atoms, ghosts and lists in GPU memory, the twin of :class:`~pympi_gpu.nbody.lj.host_atoms.HostAtoms`.
+
+    ``system`` is the :class:`~pympi_gpu.nbody.lj.system.LjSystem` they
+    belong to (its config, brick, cell grid and agreements); ``device`` the
+    :class:`~pympi_gpu.device.device.Device`: its array namespace and stream
+    (:meth:`~pympi_gpu.device.device.Device.arrays`) and its transport,
+    ``"device"`` (CUDA-aware MPI gets device buffers) or ``"host"`` (staged
+    through pinned host memory).  ``config.newton``: half
     lists with Newton's third law (atomic adds of the reactions, the ghosts'
     forces sent home by :meth:`DeviceHalo.reverse`) instead of full lists (the
     default of the command: see the module's docstring).  ``profile``: synchronise the stream around
@@ -67,21 +75,30 @@ class GpuLjSystem(LjSystem):
     benchmark; it serialises what otherwise overlaps).
     """
 
-    def __init__(self, cart, config, x, v, ids, f=None, transport: str = "host", profile: bool = False):
-        super().__init__(cart, config, x, v, ids, f)
-        self.transport = transport
-        self.dev = DeviceArrays()
-        self.halo = DeviceHalo(cart, self.brick, config.cutneigh, self.dev, transport)
-        dev = self.dev
-        self.pos = dev.from_host(self.pos, np.float64)
-        self.v = dev.from_host(self.v, np.float64)
-        self.ids = dev.from_host(self.ids, np.int64)
-        self.f = dev.from_host(self.f[:self.nlocal], np.float64)
+    def __init__(self, system, x, v, ids, f, device, profile: bool = False):
+        self.system = system
+        config = self.config = system.config
+        grid = system.grid
+        self.transport = device.transport
+        dev = self.dev = device.arrays()
+        self._kernels = kg.force_kernels(config.pair_term)
+        self.halo = DeviceHalo(system.cart, system.brick, config.cutneigh, dev, device.transport)
+        self.pos = dev.from_host(x, np.float64)
+        self.v = dev.from_host(v, np.float64)
+        self.ids = dev.from_host(ids, np.int64)
+        self.f = dev.from_host(np.zeros_like(x) if f is None else f, np.float64)
+        self.have_forces = f is not None
+        self.nlocal = int(np.shape(v)[0])
+        self.energy = self.virial = None
+        self.rebuilds = 0
+        self.pairs = 0
+        self.lists = None
+        self.cap = list(grid.capacity)
         self.gid = None
         self.x0 = None
-        self._cell_lo = dev.from_host(self.cell_lo, np.float64)
-        self._cell_inv = dev.from_host(self.cell_inv, np.float64)
-        self._cell_top = dev.from_host(self.ncell - 1, np.int64)
+        self._cell_lo = dev.from_host(grid.lo, np.float64)
+        self._cell_inv = dev.from_host(grid.inv, np.float64)
+        self._cell_top = dev.from_host(grid.ncell - 1, np.int64)
         #: seconds per phase (:data:`PHASES`) with ``profile``, else None
         self.phase_seconds = dict.fromkeys(PHASES, 0.0) if profile else None
         self._open: list[str] = []
@@ -119,15 +136,20 @@ class GpuLjSystem(LjSystem):
                                                        for a in args))
 
     # -- neighbour lists --------------------------------------------------
+    def _cell_of(self, pos):
+        """Each row's cell: the CPU's ``bin_atoms`` rule, elementwise (``floor((x - lo) * inv)``, clamped)."""
+        xp = self.dev.xp
+        nc = [int(c) for c in self.system.grid.ncell]
+        c = xp.floor((pos - self._cell_lo) * self._cell_inv).astype(np.int64)
+        c = xp.minimum(xp.maximum(c, 0), self._cell_top)
+        return (c[:, 0] * nc[1] + c[:, 1]) * nc[2] + c[:, 2]
+
     def _cells(self, pos):
         """``(cell, start, atoms)``: each row's cell, the rows sorted by (cell, row), the cells' starts."""
         xp = self.dev.xp
         n = pos.shape[0]
-        nc = [int(c) for c in self.ncell]
-        # the CPU's bin_atoms rule, elementwise: floor((x - lo) * inv), clamped to the grid
-        c = xp.floor((pos - self._cell_lo) * self._cell_inv).astype(np.int64)
-        c = xp.minimum(xp.maximum(c, 0), self._cell_top)
-        cell = (c[:, 0] * nc[1] + c[:, 1]) * nc[2] + c[:, 2]
+        nc = [int(c) for c in self.system.grid.ncell]
+        cell = self._cell_of(pos)
         ncells = nc[0] * nc[1] * nc[2]
         # one key per row, unique: a sort of any stability gives the CPU's order (by cell, then row)
         atoms = xp.argsort(cell * n + xp.arange(n, dtype=np.int64))
@@ -138,7 +160,7 @@ class GpuLjSystem(LjSystem):
     def rebuild(self) -> None:
         """Migrate, sort by cell, rebuild ghosts and Verlet lists, all on the device; collective.
 
-        Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` as the CPU's :meth:`LjSystem.rebuild` does.
+        Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` as the CPU's :meth:`HostAtoms.rebuild` does.
         """
         dev, xp = self.dev, self.dev.xp
         n = self.nlocal
@@ -146,10 +168,10 @@ class GpuLjSystem(LjSystem):
             finite = dev.scalar(xp.all(xp.isfinite(self.v)) & xp.all(xp.isfinite(self.f[:n])))
             rows = xp.concatenate([self.v, self.f[:n], self.ids[:, None].astype(np.float64)], axis=1)
             x, rows = self.halo.migrate(self.pos[:n], rows)
-            self.agree_migration(x.shape[0], finite)
+            self.system.agree_migration(x.shape[0], finite)
         with self._phase("list build"):
             ids = rows[:, 6].astype(np.int64)
-            cell, _, _ = self._cells(x)
+            cell = self._cell_of(x)  # the keys only: the rows are sorted by (cell, id) here, by (cell, row) below
             order = xp.argsort(cell * (self.config.atoms + 1) + ids)  # by (cell, id), as the CPU sorts
             x, rows, ids = x[order], rows[order], ids[order]
             n = self.nlocal = x.shape[0]
@@ -166,14 +188,14 @@ class GpuLjSystem(LjSystem):
                 self.f = xp.ascontiguousarray(f)
             self.x0 = self.pos[:n].copy()
             cell, start, atoms = self._cells(self.pos)
-            nc = self.ncell
+            nc = self.system.grid.ncell
             cut2, rc2 = self.config.cutneigh ** 2, self.config.cutoff ** 2
             while True:
                 # rows of neighbours in column-major order: the threads of a warp read one column together
                 lists = (xp.empty(n, np.int64), xp.empty((n, self.cap[0]), np.int32, order="F"),
                          xp.empty(n, np.int64), xp.empty((n, self.cap[1]), np.int32, order="F"))
                 self._launch(kg.build_lists, n, self.pos, n, self.gid, cell, start, atoms, int(nc[0]), int(nc[1]),
-                             int(nc[2]), self.reach, cut2, rc2, self.config.newton, *lists)
+                             int(nc[2]), self.system.grid.reach, cut2, rc2, self.config.newton, *lists)
                 most = self.dev.to_host(xp.stack([lists[0].max(), lists[2].max()]) if n
                                         else xp.zeros(2, np.int64), "sums")
                 if most[0] <= self.cap[0] and most[1] <= self.cap[1]:
@@ -193,23 +215,21 @@ class GpuLjSystem(LjSystem):
         return 1.0 if self.config.newton else 0.5
 
     def _bind(self) -> None:
-        """The force kernels' views of their arrays, made once per rebuild (not per launch: each costs)."""
-        view = self.dev.view
-        self._views = tuple(view(a) for a in (self.pos, self.f, self.e, self.w, *self.lists))
+        """The force kernels' views of their arrays, made once per rebuild (not per launch: each costs).
 
-    def check_finite(self) -> None:
-        """Raise :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank if any rank's state is not finite.
-
-        Collective; a reduction on the device, no atoms to the host.
+        Flat, as the kernels index them: positions and forces ``(3 n,)``, each list column-major
+        ``(cap n,)`` (row i's k-th neighbour at ``i + k n``); views of the same memory, no copies.
         """
-        from mpi4py import MPI
+        view = self.dev.view
+        own_cnt, own_nbr, gh_cnt, gh_nbr = self.lists
+        self._views = tuple(view(a) for a in (_flat(self.pos), _flat(self.f), self.e, self.w, own_cnt,
+                                              _flat(own_nbr.T), gh_cnt, _flat(gh_nbr.T)))
 
+    def finite(self) -> bool:
+        """Are this brick's positions, velocities and forces finite?  A reduction on the device, one number out."""
         xp, n = self.dev.xp, self.nlocal
-        ok = self.dev.scalar(xp.all(xp.isfinite(self.pos[:n])) & xp.all(xp.isfinite(self.v))
-                             & xp.all(xp.isfinite(self.f[:n])))
-        if self.cart.allreduce(0 if ok else 1, op=MPI.SUM):
-            raise BlowUp(None, "non-finite positions, velocities or forces",
-                         "the forces overflowed: reduce --dt or --temperature")
+        return bool(self.dev.scalar(xp.all(xp.isfinite(self.pos[:n])) & xp.all(xp.isfinite(self.v))
+                                    & xp.all(xp.isfinite(self.f[:n]))))
 
     # -- forces -----------------------------------------------------------
     def compute_forces(self, forward: bool, eflag: bool = True) -> None:
@@ -223,7 +243,7 @@ class GpuLjSystem(LjSystem):
         bounds = [0, n // 3, (2 * n) // 3, n]
         s = self.dev.stream
         newton = self.config.newton
-        kernel = kg.forces_newton if newton else kg.forces
+        kernel = self._kernels.forces_newton if newton else self._kernels.forces
         if newton:
             self.f.fill(0.0)  # owned and ghost rows: the reactions are added into them
 
@@ -273,21 +293,13 @@ class GpuLjSystem(LjSystem):
                 # squared displacements; NaN propagates through the max and counts as infinite
                 d = x - self.x0
                 d2 = dev.scalar((d * d).sum(axis=1).max())
-        if self.agree_displacement(d2) or force_rebuild:  # collective; a blow-up raises on every rank
+        if self.system.agree_displacement(d2) or force_rebuild:  # collective; a blow-up raises on every rank
             self.rebuild()
             self.compute_forces(forward=False)
         else:
             self.compute_forces(forward=True)
         with self._phase("integrate"):
             self.v += h * self.f[:self.nlocal]  # a rebuild migrated atoms: this rank's may be others now
-
-    def needs_rebuild(self) -> bool:
-        """Has any atom on any rank moved more than skin/2 since the last rebuild?  Collective."""
-        n = self.nlocal
-        if self.lists is None:
-            return True
-        d = self.pos[:n] - self.x0
-        return self.agree_displacement(self.dev.scalar((d * d).sum(axis=1).max()) if n else 0.0)
 
     def start(self) -> bool:
         """Lists and (unless loaded) forces at the current positions; collective."""

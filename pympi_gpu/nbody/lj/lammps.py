@@ -1,0 +1,72 @@
+"""The same system for LAMMPS: the initial state as a data file, and an input script that runs it.
+
+LAMMPS (``lmp``) started on :func:`input_script` with :func:`write_data`'s
+file computes the trajectory ``pympi-nbody --model lj`` computes from the
+same state: the same pair style and coefficients, cut at the same distance,
+unshifted, the same velocity-Verlet step (``fix nve``), and lists rebuilt
+when an atom has moved half the skin (``neigh_modify delay 0 every 1 check
+yes``; LAMMPS's bench/in.lj rebuilds every 20 steps unchecked, which misses
+pairs).  Its thermo then agrees with ours to round-off, which the chaotic
+dynamics amplifies slowly (``benchmarks/lj.py`` races the two; the tests
+compare them).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from pympi_gpu.nbody.lj.config import LjConfig
+from pympi_gpu.nbody.lj.lattice import fcc_positions, velocities
+
+__all__ = ["write_data", "input_script", "read_log", "THERMO_KEYS"]
+
+#: LAMMPS's thermo columns in :func:`input_script`, as this model's thermo rows name them
+THERMO_KEYS = ("step", "temp", "e_pair", "ke", "etotal", "press")
+
+
+def write_data(path: str | os.PathLike, config: LjConfig) -> None:
+    """The initial state of ``config`` (every atom, id order) as a LAMMPS data file (``atom_style atomic``)."""
+    x = fcc_positions(config.cells, config.density)
+    v = velocities(config.atoms, config.temperature, config.seed)
+    ids = np.arange(1, config.atoms + 1)
+    with open(path, "w") as fh:
+        fh.write(f"pympi_gpu LJ initial state, {config.cells}^3 fcc cells, seed {config.seed}\n\n"
+                 f"{config.atoms} atoms\n1 atom types\n\n")
+        for a in "xyz":
+            fh.write(f"0.0 {config.box!r} {a}lo {a}hi\n")
+        fh.write("\nMasses\n\n1 1.0\n\nAtoms # atomic\n\n")
+        np.savetxt(fh, np.column_stack([ids, np.ones_like(ids), x]), fmt=["%d", "%d", "%.17g", "%.17g", "%.17g"])
+        fh.write("\nVelocities\n\n")
+        np.savetxt(fh, np.column_stack([ids, v]), fmt=["%d", "%.17g", "%.17g", "%.17g"])
+
+
+def input_script(config: LjConfig, data: str | os.PathLike, steps: int, thermo: int | None = None) -> str:
+    """A LAMMPS input that runs ``config`` from the data file ``data`` for ``steps`` steps.
+
+    Thermo every ``thermo`` steps (default: the first and the last), per atom,
+    with 12 significant digits, in the columns of :data:`THERMO_KEYS`.
+    """
+    style, coeff = config.style.lammps(config.coefficients, config.cutoff)
+    return "\n".join([
+        "units lj", "atom_style atomic", f"read_data {os.fspath(data)}", style, coeff,
+        f"neighbor {config.skin!r} bin", "neigh_modify delay 0 every 1 check yes", "fix 1 all nve",
+        f"timestep {config.dt!r}", "thermo_style custom step temp pe ke etotal press",
+        "thermo_modify norm yes format float %.12g", f"thermo {thermo or steps}", f"run {steps}", ""])
+
+
+def read_log(text: str) -> tuple[list[dict], dict]:
+    """The thermo rows of a LAMMPS log of :func:`input_script` (keys :data:`THERMO_KEYS`), and its run:
+    ``{"loop_s", "procs", "steps", "atoms", "cpu_use_percent"}``.  ValueError if it holds no finished run."""
+    import re
+
+    m = re.search(r"Loop time of ([0-9.eE+-]+) on (\d+) procs for (\d+) steps with (\d+) atoms", text)
+    if m is None or "Step" not in text:
+        raise ValueError("the LAMMPS log holds no finished run")
+    table = text.split("Step", 1)[1].split("Loop time", 1)[0]
+    rows = [dict(zip(THERMO_KEYS, (int(r[0]), *map(float, r[1:]))))
+            for r in re.findall(r"^\s*(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$", table, re.M)]
+    cpu = re.search(r"([0-9.]+)% CPU use", text)
+    return rows, {"loop_s": float(m.group(1)), "procs": int(m.group(2)), "steps": int(m.group(3)),
+                  "atoms": int(m.group(4)), "cpu_use_percent": float(cpu.group(1)) if cpu else None}

@@ -1,0 +1,91 @@
+"""How much host memory an LJ run needs on each rank, so that a run too large is refused before it allocates.
+
+What a rank holds (:class:`~pympi_gpu.nbody.lj.system.LjSystem`), for a brick
+of ``atoms / ranks`` atoms of the lattice:
+
+- each owned atom: velocity, reference position of the rebuild test (24 bytes
+  each), id (8), the counts of its two Verlet lists (16) and the lists
+  themselves, int32 rows of ``cap + 1`` entries each, with the half lists'
+  ``cap = 0.75 shell + 16`` for ``shell = 4/3 pi (cutoff + skin)^3 density``
+  neighbours (the full lists of a multi-threaded rank hold more);
+- each owned atom and each ghost (the atoms within ``cutoff + skin`` of the
+  brick): position, force (24 each), id (8), and while the lists are built its
+  cell, its place in the cell order and a sorted copy (8 + 8 + 32): 104 bytes;
+- each cell of the neighbour search's grid (cells of at least half the
+  ``cutoff + skin``, over the brick and its halo): 24 bytes.
+
+On the GPU backend the lists and the state live in device memory and the
+host holds the initial atoms (56 bytes an atom).  The estimate is a floor:
+numba's, MPI's and Python's own buffers come on top.  It is pure arithmetic:
+the refusal comes at once, whatever the size (``pympi-nbody 1e9 --model lj``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from pympi_gpu.nbody.lj.config import LjConfig
+from pympi_gpu.nbody.memory import available_bytes, human_bytes
+
+__all__ = ["Need", "need", "too_large"]
+
+#: bytes of each owned atom besides its lists, of each atom in the brick or its halo, of each search cell
+OWNED, HELD, CELL = 24 + 24 + 8 + 16, 24 + 24 + 8 + 8 + 8 + 32, 24
+#: bytes an atom costs the host on the GPU backend: its initial position, velocity and id
+GPU_HOST = 24 + 24 + 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Need:
+    """One rank's floor, in bytes and in the counts it comes from."""
+
+    owned: float
+    ghosts: float
+    cells: float
+    list_entries: int
+    bytes: float
+
+
+def need(config: LjConfig, dims, gpu: bool = False) -> Need:
+    """The host bytes the rank with the average brick of a ``dims`` grid needs (see the module's docstring)."""
+    ranks = math.prod(int(d) for d in dims)
+    owned = config.atoms / ranks
+    reach = config.cutneigh
+    widths = [config.box / int(d) for d in dims]
+    ghosts = config.density * (math.prod(w + 2 * reach for w in widths) - math.prod(widths))
+    cells = math.prod(max(1, math.floor(2 * (w + 2 * reach) / reach)) for w in widths)
+    cap = int(0.75 * 4.0 / 3.0 * math.pi * reach ** 3 * config.density) + 16
+    if gpu:
+        total = GPU_HOST * owned
+    else:
+        total = owned * (OWNED + 2 * 4 * (cap + 1)) + HELD * (owned + ghosts) + CELL * cells
+    return Need(owned=owned, ghosts=ghosts, cells=cells, list_entries=cap + 1, bytes=total)
+
+
+def too_large(config: LjConfig, dims, ranks_on_node: int, gpu: bool = False,
+              available: int | None = None) -> str | None:
+    """Why this run does not fit in this node's memory (None if it does, or if the node does not say).
+
+    ``ranks_on_node`` ranks share this node's ``available`` bytes (default:
+    its MemAvailable).
+    """
+    available = available_bytes() if available is None else available
+    if available is None:
+        return None
+    n = need(config, dims, gpu)
+    node = n.bytes * ranks_on_node
+    if node <= available:
+        return None
+    atoms, grid = config.atoms, "x".join(str(int(d)) for d in dims)
+    if CELL * n.cells > n.bytes / 2:  # the search grid dominates: say what makes it so fine
+        why = (f"{n.cells:.3g} cells of the neighbour search per rank: cutoff + skin {config.cutneigh:g} sigma "
+               f"in a box of {config.box:.4g} sigma; raise --cutoff/--skin or --density")
+    elif gpu:
+        why = f"{GPU_HOST} bytes an atom on the host"
+    else:
+        why = (f"{n.bytes / (n.owned or 1):.3g} bytes an atom with its ghosts and Verlet lists of "
+               f"{n.list_entries:.3g} entries; use fewer atoms or more nodes")
+    return (f"{atoms:,} atoms ({grid} rank grid) need about {human_bytes(node)} of memory on this node "
+            f"({ranks_on_node} rank(s) x {human_bytes(n.bytes)}; {why}), but it has {human_bytes(available)} "
+            "available")

@@ -1,0 +1,296 @@
+"""The LJ model's system: what the run loop drives, over the bricks of a Cartesian communicator.
+
+Each step: ``v += f dt/2; x += v dt``; if any atom moved more than half the
+skin since the last rebuild (checked on every rank, decided together), the
+atoms migrate to their bricks, are sorted by cell (locality), the ghosts and
+the Verlet lists are rebuilt; otherwise only the ghost positions are
+refreshed, while the owned-owned forces are computed; then the owned-ghost
+forces, with ``newton`` (one thread per rank, the CPU) the ghosts' forces sent
+back to their owners, and ``v += f dt/2``.  This is LAMMPS's ``fix nve`` with
+``neigh_modify delay 0 every 1 check yes`` and ``newton on``.
+
+:class:`LjSystem` is the one system of both backends
+(:class:`~pympi_gpu.nbody.loop.System`: the steps, thermo rows, frames and
+checkpoints of this model) and holds what they share: the config, the brick,
+the cell grid (:class:`CellGrid`) and the agreements every rank makes
+together (the displacement test, which carries the run loop's stop request,
+and the migration's tally).  The atoms themselves, their ghosts, lists,
+halo and kernels are its ``atoms``: :class:`~pympi_gpu.nbody.lj.host_atoms.HostAtoms`
+(numba, host memory) or, on a GPU,
+:class:`~pympi_gpu.nbody.lj.device_atoms.DeviceAtoms` (device-resident),
+chosen by the :class:`~pympi_gpu.device.device.Device` it is given.
+
+After every checkpoint the next step rebuilds, as a restarted run does, so a
+run restarted from a checkpoint on the same number of ranks continues bit for
+bit (the positions are folded into the box first, as the restart's first
+rebuild folds them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from pympi_gpu.device.device import CPU
+from pympi_gpu.nbody.blowup import BlowUp, moved_too_far
+from pympi_gpu.nbody.lj import lattice
+from pympi_gpu.nbody.lj.config import DEFAULT_SEED, LjConfig
+from pympi_gpu.nbody.lj.domain import Brick, brick_of, wrap
+from pympi_gpu.nbody.lj.record import LjRun
+from pympi_gpu.nbody.lj.thermo import thermo
+
+__all__ = ["LjConfig", "LjSystem", "CellGrid", "initial_arrays", "DEFAULT_SEED"]
+
+
+def initial_arrays(config: LjConfig, brick, comm=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This brick's atoms of the initial state: ``(x, v, ids)``; collective over ``comm`` if given.
+
+    The state is :func:`~pympi_gpu.nbody.lj.lattice.fcc_positions` and
+    :func:`~pympi_gpu.nbody.lj.lattice.velocities` of the whole system, bit
+    for bit and so the same for any number of ranks, but each rank makes only
+    its brick's atoms (:func:`~pympi_gpu.nbody.lj.lattice.brick_lattice`,
+    :func:`~pympi_gpu.nbody.lj.lattice.draws`): no rank holds more than its
+    share and a block.  The two sums over all atoms come out as NumPy's: the
+    momentum's, which adds the atoms one after the other, streamed by rank 0
+    and broadcast; the kinetic energy's pairwise tree, its leaves shared by
+    the ranks and added in the tree's order on each, so every rank scales by
+    the same float.  Without ``comm`` this process computes both sums alone.
+    """
+    x, ids = lattice.brick_lattice(config.cells, config.density, config.box, brick.dims, brick.coords)
+    v = lattice.draws(config.seed, ids)
+    rank, size = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
+    mean = lattice.momentum_sum(config.atoms, config.seed) / config.atoms if rank == 0 else None
+    if comm is not None:
+        mean = comm.bcast(mean, root=0)
+    leaves = lattice.square_sum_leaves(config.atoms)
+    mine = [lattice.square_sum_leaf(config.seed, mean, *leaf) for leaf in leaves[rank::size]]
+    parts = [mine] if comm is None else comm.allgather(mine)
+    sums = [parts[i % size][i // size] for i in range(len(leaves))]  # leaf i was rank i % size's
+    lattice.scale_velocities(v, mean, lattice.square_sum(config.atoms, sums), config.atoms, config.temperature)
+    return x, v, ids
+
+
+@dataclasses.dataclass(frozen=True)
+class CellGrid:
+    """The cells a brick and its halo are binned into for the list build, and the lists' first capacities.
+
+    Cells of at least half the list radius (``rc + skin``), searched ``reach``
+    = 2 cells out; ``lo`` the grid's corner, ``inv`` cells per unit length,
+    ``ncell`` cells per dimension; ``capacity`` the padded list rows' first
+    widths (own, ghost), grown when a rebuild finds more neighbours.
+    """
+
+    lo: np.ndarray
+    inv: np.ndarray
+    ncell: np.ndarray
+    reach: int
+    capacity: tuple[int, int]
+
+    @classmethod
+    def of(cls, config: LjConfig, brick: Brick) -> CellGrid:
+        cut = config.cutneigh
+        ext = [brick.hi[d] - brick.lo[d] + 2 * cut for d in range(3)]
+        ncell = np.array([max(1, int(2 * e / cut)) for e in ext], np.int64)
+        shell = 4.0 / 3.0 * math.pi * cut ** 3 * config.density
+        width = int(0.75 * shell) + 16 if config.newton else int(1.3 * shell) + 16
+        return cls(lo=np.array([brick.lo[d] - cut for d in range(3)]),
+                   inv=np.array([ncell[d] / ext[d] for d in range(3)]), ncell=ncell, reach=2,
+                   capacity=(width, width))
+
+
+class LjSystem:
+    """The LJ atoms of one brick as the run loop drives them (see the module docstring).
+
+    Parameters
+    ----------
+    cart : periodic Cartesian communicator (this object does not free it)
+    config : :class:`LjConfig`
+    x, v : ``(n, 3)`` owned positions and velocities
+    ids : ``(n,)`` int64 global atom ids (1-based)
+    f : ``(n, 3)`` forces at ``x``, or None to compute them
+    device : the :class:`~pympi_gpu.device.device.Device` (default: numba on the CPU)
+    timestep : the step the state is at (a restart's)
+    initial : the thermo row of step 0 (a restart's, for the energy drift), or None
+    profile : on a GPU, synchronise around each phase and time it (``atoms.phase_seconds``)
+    """
+
+    def __init__(self, cart, config: LjConfig, x, v, ids, f=None, *, device=CPU, timestep: int = 0,
+                 initial=None, profile: bool = False):
+        self.cart = self.comm = cart
+        self.config = config
+        self.brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+        self.grid = CellGrid.of(config, self.brick)
+        self.timestep = timestep
+        self.initial = initial
+        self._rebuild_next = False  # after a checkpoint (and a restart) the next step rebuilds
+        self._fold_next = False  # after a checkpoint the next step first folds the positions into the box
+        self._stop_request, self._stop_agreed = 0, None  # carried by the displacement test (advance)
+        if device.gpu:
+            from pympi_gpu.nbody.lj.device_atoms import DeviceAtoms
+
+            self.atoms = DeviceAtoms(self, x, v, ids, f, device, profile)
+        else:
+            from pympi_gpu.nbody.lj.host_atoms import HostAtoms
+
+            self.atoms = HostAtoms(self, x, v, ids, f)
+
+    @property
+    def halo(self):
+        return self.atoms.halo
+
+    @property
+    def nlocal(self) -> int:
+        return self.atoms.nlocal
+
+    # -- what every rank agrees on ----------------------------------------
+    def agree_migration(self, owned: int, finite: bool) -> None:
+        """After a migration: do the ranks' owned atoms sum to N, and were all forces finite? Collective.
+
+        Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank if not.
+        """
+        from mpi4py import MPI
+
+        tally = np.array([owned, 0 if finite else 1], np.int64)  # [atoms owned, ranks not finite]
+        with self.halo.clock.phase("waiting"):
+            self.cart.Allreduce(MPI.IN_PLACE, tally, op=MPI.SUM)
+        self.halo.clock.sent(tally.nbytes)
+        if tally[1]:
+            raise BlowUp(None, "non-finite velocities or forces", "the forces overflowed: reduce --dt or --temperature")
+        if tally[0] != self.config.atoms:
+            what = "lost" if tally[0] < self.config.atoms else "duplicated"
+            raise BlowUp(None, f"{abs(int(tally[0]) - self.config.atoms)} atoms {what} in the migration to their bricks",
+                         "atoms moved too far between list builds: reduce --dt or --temperature")
+
+    @property
+    def move_limit(self) -> float:
+        """The farthest an atom may move between list builds: its ghosts' reach, or a brick if thinner."""
+        return min(self.config.cutneigh, *(self.brick.hi[d] - self.brick.lo[d] for d in range(3)))
+
+    def agree_displacement(self, d2: float) -> bool:
+        """All ranks' largest squared displacement ``d2`` (NaN counts as infinite): rebuild?  Collective.
+
+        The same reduction carries the ranks' stop requests (the run loop's, see :meth:`advance`).
+        """
+        from mpi4py import MPI
+
+        top = np.array([d2 if d2 == d2 else np.inf, self._stop_request])
+        clock = self.halo.clock
+        with clock.phase("waiting"):  # every rank's step meets here: the imbalance shows
+            self.cart.Allreduce(MPI.IN_PLACE, top, op=MPI.MAX)
+        clock.sent(top.nbytes)
+        self._stop_agreed = int(top[1])
+        if bad := moved_too_far(None, float(top[0]), self.move_limit, "sigma"):
+            raise bad
+        return bool(top[0] > (0.5 * self.config.skin) ** 2)
+
+    # -- what the run loop drives (pympi_gpu.nbody.loop.System) ----------
+    @property
+    def dt(self) -> float:
+        return self.config.dt
+
+    @property
+    def clock(self):
+        return self.halo.clock
+
+    @property
+    def comm_time(self) -> float:
+        return self.halo.comm_time
+
+    @comm_time.setter
+    def comm_time(self, value: float) -> None:
+        self.halo.comm_time = value
+
+    def prepare(self) -> None:
+        """Lists and forces before the first step (:meth:`start`); collective."""
+        self._copies0, self._rebuilds0 = self.atoms.host_copies, self.atoms.rebuilds
+        self._rebuild_next = self.atoms.start()
+
+    def advance(self, energy: bool, stop: int) -> int | None:
+        """One step (``timestep += 1``); ``energy``: sum energy and virial on the way (a thermo step).
+
+        The step's displacement test is a reduction over the ranks: this rank's
+        stop request ``stop`` travels in it, and the agreed one is returned.
+        """
+        self.timestep += 1
+        self._stop_request, self._stop_agreed = stop, None
+        if self._fold_next:  # the first step after a checkpoint starts where a restart from it would
+            self.atoms.wrap()
+            self._fold_next = False
+        self.atoms.step(force_rebuild=self._rebuild_next, eflag=energy)
+        self._rebuild_next = False
+        return self._stop_agreed
+
+    def healthy(self, thorough: bool) -> bool:
+        """This brick's state finite?  Every step's rebuild test already catches positions that are not;
+        ``thorough`` (before anything is written) looks at the velocities and forces too."""
+        return not thorough or self.atoms.finite()
+
+    def fault(self) -> BlowUp:
+        return BlowUp(None, "non-finite positions, velocities or forces",
+                      "the forces overflowed: reduce --dt or --temperature")
+
+    def thermo(self):
+        """The thermo row at this step (collective); a non-finite one is a blow-up."""
+        clock = self.clock
+        with clock.phase("waiting"):
+            row = thermo(self.cart, self.timestep, self.atoms.local_sums(), self.config.atoms, self.config.box ** 3)
+        clock.sent(6 * 8)
+        if not all(math.isfinite(v) for v in (row.temp, row.e_pair, row.etotal, row.press, *row.momentum)):
+            raise BlowUp(None, f"non-finite thermo (temperature {row.temp:.4g}, energy {row.etotal:.4g} per atom)",
+                         "the forces overflowed: reduce --dt or --temperature")
+        return row
+
+    def frame(self) -> dict | None:
+        """Every atom on rank 0 (None elsewhere), in id order, folded into the box; collective."""
+        from pympi_gpu.nbody.lj import checkpoint as ckpt
+
+        full = ckpt.gather(self.cart, self.atoms.owned())
+        if full is not None:
+            full["x"] = wrap(full["x"], self.config.box)
+        return full
+
+    def meta(self, initial) -> dict:
+        return {**self.config.meta(), "step": self.timestep, "time": self.timestep * self.config.dt,
+                "initial": None if initial is None else dataclasses.asdict(initial)}
+
+    def save(self, path: str, initial) -> None:
+        """A checkpoint in id order (collective); a next step folds and rebuilds, as a restart from it would."""
+        from pympi_gpu.nbody.lj import checkpoint as ckpt
+
+        ckpt.save(self.cart, path, self.atoms.owned(), self.meta(initial))
+        self._fold_next = self._rebuild_next = True
+
+    def save_broken(self, path: str, initial, note: str) -> None:
+        """A blown-up state in rank order, as it is (its atoms may be lost or held twice); collective."""
+        from pympi_gpu.nbody.lj import checkpoint as ckpt
+
+        ckpt.save(self.cart, path, self.atoms.owned(), dict(self.meta(initial), blowup=note), by_id=False)
+
+    def record(self, result, labels) -> LjRun:
+        """The run's record from the loop's :class:`~pympi_gpu.nbody.loop.LoopResult`; collective."""
+        from mpi4py import MPI
+
+        comm, config = self.cart, self.config
+        copies = None
+        if self._copies0 is not None:  # the most any rank copied, over the whole run, checkpoints and frames included
+            copies = comm.allreduce(self.atoms.host_copies - self._copies0, op=MPI.MAX)
+        steps = result.steps
+        return LjRun(
+            atoms=config.atoms, cells=config.cells, box=config.box, density=config.density,
+            temperature=config.temperature, pair=config.pair, pair_coeffs=config.coefficients, cutoff=config.cutoff, skin=config.skin, dt=config.dt, seed=config.seed,
+            ranks=comm.Get_size(), grid=tuple(self.brick.dims), backend=labels.backend,
+            backend_reason=labels.backend_reason, transport=labels.transport, transport_reason=labels.transport_reason,
+            newton=config.newton, first_step=result.first_step, last_step=result.last_step, steps=steps,
+            wall_time=result.wall_time, time_per_step=result.time_per_step, median_step_time=result.median_step_time,
+            comm_time=result.comm_time, comm_per_step=result.comm_time / steps if steps else 0.0,
+            cpu_time=result.cpu_time, rate=result.rate(config.atoms), rebuilds=self.atoms.rebuilds - self._rebuilds0,
+            neighbors_per_atom=comm.allreduce(self.atoms.pairs) / config.atoms,
+            ghosts_per_rank=comm.allreduce(self.halo.ghosts) / comm.Get_size(),
+            atoms_per_rank=tuple(comm.allgather(self.nlocal)), thermo=result.thermo,
+            energy_drift=result.energy_drift, momentum_change=result.momentum_change, checkpoint=result.checkpoint,
+            checkpoints_written=result.checkpoints_written, restarted_from=result.restarted_from,
+            stopped_by=result.stopped_by, provenance=labels.provenance, phases=result.phases,
+            traffic=result.traffic,
+            host_copies_per_step=None if copies is None else (copies / steps if steps else float(copies)))

@@ -1,0 +1,117 @@
+"""Output files that belong to their run: the identity a run records in them, and what to do with one already there.
+
+A run writes its identity into its trajectory and thermo log (each format
+says where: a field of every extended-XYZ frame header, a GSD log entry, a
+comment line of a thermo log) as ``key=value`` words: the model, the number of
+atoms or bodies ``n``, the periodic box edge ``box`` (``open`` for gravity),
+the ``seed``, then what else fixes the run's trajectory (the options a
+``--restart`` takes from its checkpoint: ``dt``, ``temperature``...).  Two
+runs with the same identity make the same trajectory.
+
+:func:`decide` is the rule for a file that is already there, before anything
+is written:
+
+- a file that holds nothing (empty, or a log with no row) is written afresh;
+- a file of another kind (a text file given as ``--dump notes.xyz``) is never
+  written, not even with ``--overwrite``;
+- without ``--restart`` a file that holds data is refused: continue its run
+  with ``--restart``, remove it, or ``--overwrite`` it;
+- with ``--restart`` it is continued only if its identity is this run's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+__all__ = ["RunIdentity", "Found", "OutputError", "OutputRefused", "decide", "parse_fields", "NEW", "APPEND",
+           "REPLACE"]
+
+#: what :func:`decide` says to do with a file
+NEW, APPEND, REPLACE = "new", "append", "replace"
+
+
+class OutputError(Exception):
+    """An output file (trajectory, thermo log) that cannot be written; the message is for people."""
+
+
+class OutputRefused(OutputError):
+    """An output file a run may not write (another run's, not of its kind, not writable): bad input."""
+
+
+def _text(value) -> str:
+    if value is None:
+        return "open"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunIdentity:
+    """What makes a run's trajectory: ``fields``, ``(key, text)`` pairs in the order they are written."""
+
+    fields: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, model: str, n: int, box: float | None, seed: int, **params) -> RunIdentity:
+        """The identity of a ``model`` run of ``n`` atoms or bodies in a cube of edge ``box`` (None: open space)."""
+        pairs = [("model", model), ("n", n), ("box", box), ("seed", seed), *params.items()]
+        return cls(tuple((k, _text(v)) for k, v in pairs))
+
+    def text(self) -> str:
+        """``model=lj n=4000 box=16.79... seed=87287 ...``: words a ``key=value`` reader (ASE, OVITO) splits."""
+        return " ".join(f"{k}={v}" for k, v in self.fields)
+
+    def differences(self, found: dict[str, str]) -> list[str]:
+        """How the fields ``found`` in a file differ from this identity (empty: the same run)."""
+        return [f"{k} {found[k] if k in found else '(none)'} there, {v} here"
+                for k, v in self.fields if found.get(k) != v]
+
+
+def parse_fields(text: str) -> dict[str, str]:
+    """The ``key=value`` words of a header or comment line (quoted values kept whole)."""
+    try:
+        words = shlex.split(text, comments=False, posix=True)
+    except ValueError:  # an unbalanced quote: a line of something else
+        words = text.split()
+    return dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("="))
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """What an existing output file holds.
+
+    ``kind``: ``"nothing"`` (absent, empty, or of its format but with no
+    frame or row), ``"data"`` (frames or rows of this format) or ``"foreign"``
+    (another kind of file); ``fields`` the ``key=value`` identity it records
+    (None: none recorded); ``detail`` a few words on what it holds, for messages.
+    """
+
+    kind: str
+    fields: dict[str, str] | None = None
+    detail: str = ""
+
+
+def decide(option: str, path: str, found: Found, identity: RunIdentity | None, *, restart: bool,
+           overwrite: bool) -> str:
+    """:data:`NEW`, :data:`APPEND` or :data:`REPLACE` for ``path`` (given as ``option``); or :class:`OutputRefused`."""
+    where = f"{option} {path!r}"
+    if found.kind == "foreign":
+        raise OutputRefused(f"{where} exists and is not {found.detail}: it is never overwritten; "
+                            "move it away or choose another path")
+    if found.kind == "nothing":
+        return NEW
+    if overwrite:
+        return REPLACE
+    if not restart:
+        raise OutputRefused(f"{where} already exists ({found.detail}): continue the run that wrote it with "
+                            "--restart CHECKPOINT, remove the file, or pass --overwrite to replace it")
+    if found.fields is None or "model" not in found.fields:
+        raise OutputRefused(f"{where} records no run ({found.detail}; written by another program or an older "
+                            "pympi-nbody), so --restart cannot continue it: remove it, choose another path, "
+                            "or pass --overwrite to replace it")
+    if identity is not None and (diff := identity.differences(found.fields)):
+        raise OutputRefused(f"{where} belongs to another run ({'; '.join(diff)}): remove it, choose another "
+                            "path, or pass --overwrite to replace it")
+    return APPEND

@@ -1,0 +1,41 @@
+"""The LJ model's memory check (issue 31, item 5): pure arithmetic, refused at once, a floor of what a run holds."""
+
+import pytest
+
+from pympi_gpu.nbody.lj.config import LjConfig
+from pympi_gpu.nbody.lj.lattice import cells_for
+from pympi_gpu.nbody.lj.memory import GPU_HOST, need, too_large
+
+
+def test_an_atom_costs_its_state_lists_and_ghosts():
+    config = LjConfig(cells=50)                       # 500,000 atoms of bench/in.lj
+    n = need(config, (1, 1, 1))
+    assert n.owned == 500_000 and n.list_entries == 75
+    # measured: a 500,000-atom run (one rank, one thread, 2 steps) holds 444 MB more than a 2,000-atom one
+    assert 380e6 < n.bytes < 444e6
+    two = need(config, (2, 1, 1))
+    assert two.owned == 250_000 and two.ghosts > n.ghosts / 2   # thinner bricks: more ghosts per atom
+    assert need(config, (1, 1, 1), gpu=True).bytes == GPU_HOST * 500_000
+
+
+def test_a_fine_search_grid_is_counted_and_named():
+    config = LjConfig(cells=10, cutoff=1e-3, skin=0.0)
+    n = need(config, (1, 1, 1))
+    assert n.cells > 1e13
+    why = too_large(config, (1, 1, 1), 1, available=24 * 10**9)
+    assert "cells of the neighbour search" in why and "cutoff + skin 0.001 sigma" in why
+
+
+def test_refused_where_the_node_is_short_and_not_where_it_is_not():
+    config = LjConfig(cells=cells_for(10**9))
+    assert too_large(config, (1, 1, 1), 1, available=10**15) is None
+    why = too_large(config, (2, 1, 1), 2, available=24 * 10**9)
+    assert why.startswith("1,000,188,000 atoms (2x1x1 rank grid) need about 789 GB of memory on this node")
+    assert "2 rank(s) x 394 GB" in why and "but it has 24 GB available" in why
+
+
+@pytest.mark.parametrize("atoms", [4000, 32_000, 256_000])
+def test_the_floor_grows_with_the_atoms(atoms):
+    small, large = need(LjConfig(cells=cells_for(atoms)), (1, 1, 1)), need(LjConfig(cells=cells_for(8 * atoms)),
+                                                                          (1, 1, 1))
+    assert 7 < large.bytes / small.bytes < 9
