@@ -191,13 +191,11 @@ def test_stop_unit_rules():
         assert grace_from_env() == 60.0
     finally:
         del os.environ["PYMPI_STOP_GRACE"]
-    stop = Stop("t", grace=1000)
+    stop = Stop("t", grace=0.01)
     for _ in range(3):
         stop.requested()
         time.sleep(0.02)
     assert stop.slowest >= 0.02  # the time between two polls: a step
     stop.arrived(signal.SIGUSR1)
-    assert stop.requested() == signal.SIGUSR1 and stop._timer is not None and stop._timer.is_alive()
-    stop.honoured()
-    time.sleep(0.05)
-    assert not stop._timer.is_alive()
+    # not installed (it took no signals): no watchdog, which would end this very process
+    assert stop.requested() == signal.SIGUSR1 and stop._timer is None

@@ -115,6 +115,7 @@ class Stop:
         self._polled = None
         self._timer = None
         self._done = False
+        self._installed = False     # the watchdog ends the process: only for a Stop that took the signals
 
     def install(self) -> Stop:
         read, write = os.pipe()
@@ -124,6 +125,7 @@ class Stop:
         for s in self.SIGNALS:
             signal.signal(s, _note)
         threading.Thread(target=self._watch, args=(read,), name="pympi-signals", daemon=True).start()
+        self._installed = True
         return self
 
     def finished(self) -> None:
@@ -186,7 +188,7 @@ class Stop:
 
     # -- the watchdog ------------------------------------------------------------------------------
     def _arm(self, seconds: float) -> None:
-        if self._done:
+        if self._done or not self._installed:
             return
         self._timer = threading.Timer(max(seconds, 0.0), self._overdue)
         self._timer.daemon = True
