@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, ROOT, clean_env, mpiexec_argv, script
+from conftest import BIN, ROOT, clean_env, mpiexec_argv, mpmd, script
 
 PI = script("pympi-pi")
 NBODY = script("pympi-nbody")
@@ -30,15 +30,6 @@ SIM = "NUMBA_ENABLE_CUDASIM=1"
 
 def env(**extra):
     return clean_env(PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}", OMP_NUM_THREADS="1", **extra)
-
-
-def mpmd(*parts: list[str], ranks=(1, 1), launcher: list[str] | None = None) -> list[str]:
-    """``mpiexec -n r0 A : -n r1 B ...``: each part with its count of ranks."""
-    base = launcher or mpiexec_argv(1)[:-2]
-    argv = list(base)
-    for i, (n, part) in enumerate(zip(ranks, parts)):
-        argv += ([":"] if i else []) + ["-n", str(n), *part]
-    return argv
 
 
 def timed(argv: list[str], **kw) -> tuple[subprocess.CompletedProcess, float]:
