@@ -6,7 +6,8 @@ import json
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, mpi_command, mpi_world, version_option, world_rank_hint
+from pympi_gpu.cli.common import mpi_command, mpi_world, world_rank_hint
+from pympi_gpu.cli.options import CONTEXT_SETTINGS, version_option
 
 
 def format_report(rep) -> str:

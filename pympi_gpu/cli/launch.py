@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, version_option
+from pympi_gpu.cli.options import CONTEXT_SETTINGS, IntRange, version_option
 from pympi_gpu.mpi.launch import LaunchError, launcher_choices, mpi_choices, needs_mpi, plan, probe_mpi
 
 

@@ -12,8 +12,8 @@ import dataclasses
 
 import click
 
-from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, fail, given, mpi_command,
-                                  version_option, world_rank_hint)
+from pympi_gpu.cli.common import fail, mpi_command, world_rank_hint
+from pympi_gpu.cli.options import CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, given, version_option
 from pympi_gpu.nbody.gravity.config import DEFAULT_SEED as GRAVITY_SEED
 from pympi_gpu.nbody.gravity.config import NbodyConfig
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED as LJ_SEED

@@ -6,7 +6,8 @@ import dataclasses
 
 import numpy as np
 
-from pympi_gpu.cli.common import configure_threads, fail, given, largest, mpi_world, select_gpu_early
+from pympi_gpu.cli.common import configure_threads, fail, largest, mpi_world, select_gpu_early
+from pympi_gpu.cli.options import given
 from pympi_gpu.cli.signals import Stop
 from pympi_gpu.cli.simulation import TWICE, choose_devices, execute, format_tail, report, restart_values
 from pympi_gpu.nbody.lj import pairs

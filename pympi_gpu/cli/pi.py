@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, configure_threads, fail,
-                                  mpi_command, mpi_world, refuse_together, select_gpu_early, version_option)
+from pympi_gpu.cli.common import configure_threads, fail, mpi_command, mpi_world, refuse_together, select_gpu_early
+from pympi_gpu.cli.options import CONTEXT_SETTINGS, Count, IntRange, version_option
 from pympi_gpu.cli.counts import MAX_COUNT
 from pympi_gpu.cli.signals import Stop, exit_status, signal_name
 

@@ -19,7 +19,8 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import fail, given, prove_device_transport
+from pympi_gpu.cli.common import fail, prove_device_transport
+from pympi_gpu.cli.options import given
 from pympi_gpu.cli.signals import Stop
 from pympi_gpu.device.device import Device
 from pympi_gpu.nbody.blowup import EXIT_STATUS
