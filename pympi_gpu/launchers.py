@@ -69,6 +69,9 @@ class Start:
     tasks_per_node: tuple[str, ...] = ()
     #: the PMI plugin option; the plugin is the MPI library's (:attr:`MpiLibrary.pmi`)
     pmi: tuple[str, ...] = ()
+    #: flags that end every rank when one ends badly: a rank that dies before MPI is up (or
+    #: without MPI_Abort) leaves the others waiting in MPI otherwise (srun's default)
+    whole_job: tuple[str, ...] = ()
     #: the MPI library's own starter (mpiexec): the library's mpiexec flags apply
     own_mpi: bool = False
     #: said when --nodes or --tasks-per-node is given to a launcher that takes neither
@@ -159,7 +162,8 @@ LAUNCHERS: tuple[Launcher, ...] = (
                "SLURM_NODEID"),
         start=Start(command=("srun",), env="SLURM_JOB_ID", chosen="inside Slurm allocation {value} (SLURM_JOB_ID)",
                     absent="no Slurm allocation", ntasks=("--ntasks={ntasks}",), nodes=("--nodes={nodes}",),
-                    tasks_per_node=("--ntasks-per-node={tasks_per_node}",), pmi=("--mpi={pmi}",))),
+                    tasks_per_node=("--ntasks-per-node={tasks_per_node}",), pmi=("--mpi={pmi}",),
+                    whole_job=("--kill-on-bad-exit=1",))),
     # The MPI library's own starter; its processes carry the variables of that library's
     # process manager (Hydra, Open MPI's, mpirun_rsh below).
     Launcher("mpiexec", start=Start(

@@ -167,11 +167,18 @@ def test_an_imbalanced_run_shows_the_waiting_on_its_fast_ranks():
     cpus = sorted(os.sched_getaffinity(0))[:2]
     argv = mpiexec_argv(1)[:-2]
     common = [PI, "2e9", "--method", "mc", "--backend", "numba", "--threads", "1", "--json"]
-    out = run([*argv, "-n", "2", "taskset", "-c", str(cpus[0]), *common, ":",
-               "-n", "1", "taskset", "-c", str(cpus[1]), *common], timeout=300, env=clean_env())
-    assert out.returncode == 0, out.stderr
-    ph = json.loads(out.stdout)["phases"]
-    slow = ph["compute"]["max"]
-    assert ph["waiting"]["max"] > 0.25 * slow            # the fast rank waits for the shared core's ranks
-    assert ph["waiting"]["mean"] < 0.7 * ph["waiting"]["max"]   # the slow ranks hardly wait
-    assert ph["compute"]["mean"] < 0.95 * slow
+
+    def imbalanced(ph) -> bool:
+        slow = ph["compute"]["max"]
+        return (ph["waiting"]["max"] > 0.25 * slow               # the fast rank waits for the shared core's
+                and ph["waiting"]["mean"] < 0.7 * ph["waiting"]["max"]   # the slow ranks hardly wait
+                and ph["compute"]["mean"] < 0.95 * slow)
+
+    for _ in range(2):  # a timing: other work on the fast rank's core (CI's image builds) can hide it once
+        out = run([*argv, "-n", "2", "taskset", "-c", str(cpus[0]), *common, ":",
+                   "-n", "1", "taskset", "-c", str(cpus[1]), *common], timeout=300, env=clean_env())
+        assert out.returncode == 0, out.stderr
+        ph = json.loads(out.stdout)["phases"]
+        if imbalanced(ph):
+            break
+    assert imbalanced(ph), ph

@@ -60,14 +60,14 @@ def test_ibrun_with_apptainer_image():
 def test_srun_inside_an_allocation_with_the_pmi_of_the_mpi(mpi, pmi):
     p = plan(CMD, 2, environ={"SLURM_JOB_ID": "12"}, which=which_of("srun", "mpiexec"), mpi=mpi)
     assert p.launcher == "srun"
-    assert p.argv == ("srun", "--ntasks=2", f"--mpi={pmi}", *CMD)
+    assert p.argv == ("srun", "--ntasks=2", "--kill-on-bad-exit=1", f"--mpi={pmi}", *CMD)
     assert "SLURM_JOB_ID" in p.reason and mpi in p.reason
 
 
 def test_srun_nodes_and_tasks_per_node():
     p = plan(CMD, 8, nodes=2, tasks_per_node=4, environ={"SLURM_JOB_ID": "1"},
              which=which_of("srun"), mpi="mpich")
-    assert p.argv == ("srun", "--ntasks=8", "--nodes=2", "--ntasks-per-node=4", "--mpi=pmi2", *CMD)
+    assert p.argv == ("srun", "--ntasks=8", "--nodes=2", "--ntasks-per-node=4", "--kill-on-bad-exit=1", "--mpi=pmi2", *CMD)
 
 
 def test_srun_pmi_override_and_default():
@@ -81,7 +81,7 @@ def test_srun_pmi_override_and_default():
 
 def test_srun_unknown_mpi_leaves_the_cluster_default(no_mpi_wheel):
     p = plan(CMD, 2, environ={"SLURM_JOB_ID": "1"}, which=which_of("srun"))
-    assert p.argv == ("srun", "--ntasks=2", *CMD)
+    assert p.argv == ("srun", "--ntasks=2", "--kill-on-bad-exit=1", *CMD)
     assert "MpiDefault" in p.reason
 
 
@@ -175,7 +175,7 @@ def test_launcher_forced():
 def test_apptainer_wrap_with_nv_under_srun():
     p = plan(CMD, 4, image="/scratch/nbody.sif", gpu=True, environ={"SLURM_JOB_ID": "9"},
              which=which_of("srun", "apptainer"), mpi="mpich")
-    assert p.argv == ("srun", "--ntasks=4", "--mpi=pmi2", "apptainer", "run", "--nv", "/scratch/nbody.sif", *CMD)
+    assert p.argv == ("srun", "--ntasks=4", "--kill-on-bad-exit=1", "--mpi=pmi2", "apptainer", "run", "--nv", "/scratch/nbody.sif", *CMD)
     p = plan(CMD, 2, image="pi.sif", environ={}, which=which_of("mpiexec", "singularity"), mpi="mpich")
     assert p.argv == ("mpiexec", "-n", "2", "singularity", "run", "pi.sif", *CMD)
 
@@ -237,7 +237,7 @@ def test_dry_run_srun_with_image_and_gpu():
     out = launch("-n", "4", "--image", "nbody.sif", "--gpu", "--dry-run", "--", "pympi-nbody", "1e6",
                  env={"SLURM_JOB_ID": "42"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "srun --ntasks=4 --mpi=pmi2 apptainer run --nv nbody.sif pympi-nbody 1e6"
+    assert out.stdout.strip() == "srun --ntasks=4 --kill-on-bad-exit=1 --mpi=pmi2 apptainer run --nv nbody.sif pympi-nbody 1e6"
     assert "# warning: no image file nbody.sif here" in out.stderr  # checked, and said
 
 

@@ -323,6 +323,7 @@ def _options(start, lib, mpi_how, ntasks, nodes, tasks_per_node, env,
         flags += own.mpiexec_flags + (own.mpiexec_root_flags if root else ())
     if tasks_per_node is not None:
         flags += launchers.fill((own and own.mpiexec_tasks_per_node) or start.tasks_per_node, **values)
+    flags += start.whole_job
     if start.placed_by and (nodes is not None or tasks_per_node is not None):
         notes.append(start.placed_by)
     if start.hosts_from and not start.nodes and nodes is not None and nodes > 1:

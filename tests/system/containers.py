@@ -142,9 +142,22 @@ def log(msg: str) -> None:
 
 
 def sh(argv: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
-    """Run argv, output captured; raise ContainerError with its tail on failure."""
+    """Run argv, output captured; raise ContainerError with its tail on failure.
+
+    It runs in a session of its own, which is killed whole at the timeout: a build's or a
+    container's processes would otherwise live on (and hold the pipes open) after it."""
     t0 = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, **kw) as child:
+        try:
+            out, err = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            out, err = child.communicate(timeout=120)
+            raise ContainerError(f"{argv[:6]} timed out after {timeout:.0f} s:\n"
+                                 f"{(out + err)[-6000:]}") from None
+    proc = subprocess.CompletedProcess(argv, child.returncode, out, err)
     log(f"{' '.join(map(str, argv[:8]))}{' ...' if len(argv) > 8 else ''}: "
         f"rc {proc.returncode} in {time.monotonic() - t0:.0f} s")
     if proc.returncode != 0:

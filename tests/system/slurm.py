@@ -46,6 +46,12 @@ class SlurmError(RuntimeError):
     """The cluster did not start, or a job did not finish in time; carries the logs' tails."""
 
 
+def first_job_id() -> int:
+    """A first job id unlike any earlier cluster's on this machine (tenths of a second, modulo
+    Slurm's largest: a range of 10**6 ids that comes round after 67 days)."""
+    return 1 + int(time.time() * 10) % (67_000_000 - 10**6)
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -111,6 +117,12 @@ class SlurmCluster:
             # reached through localhost.
             f"SlurmctldHost={host}(127.0.0.1)",
             f"SlurmctldPort={self.ctld_port}",
+            # Job ids of this cluster's own, not 1, 2, ... again: MPICH under srun's PMI-2 names its
+            # shared-memory segment (/dev/shm/mpich_shm_*) after the job and step, and a job killed
+            # before it could remove it (the signal tests kill some) left it for the next cluster's job
+            # of the same id to open, which then fails in MPI_Init ("Message truncated", UCX's
+            # "failed to unpack address").
+            f"FirstJobId={first_job_id()}",
             f"SlurmUser={self.user}",
             "AuthType=auth/munge",
             "CredType=cred/munge",

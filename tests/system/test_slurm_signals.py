@@ -32,27 +32,37 @@ SMALL = ["3000", "--steps", "1000000", "--threads", "1", "--backend", "numba"]
 
 
 @contextlib.contextmanager
-def running(slurm, argv, cwd, path_prepend=()):
-    """A Slurm client started in a session of its own; whatever is left of it is killed at the end."""
+def running(slurm, argv, cwd, started, path_prepend=()):
+    """A Slurm client started in a session of its own, yielded once ``started(proc)`` says its ranks run
+    (False: it ended first, and the test fails with its output); whatever is left of it is killed at
+    the end."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
                             env=slurm.env(path_prepend=path_prepend), start_new_session=True)
     try:
+        if not started(proc):
+            pytest.fail(f"the ranks did not start: {_end(proc)[1]}")
         yield proc
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=60)
+        _end(proc)
 
 
-def first_line_with(proc, text: str, timeout: float = 180) -> list[str]:
-    """Read stdout until a line holds ``text``; the lines read."""
-    lines, deadline = [], time.monotonic() + timeout
-    for line in proc.stdout:
-        lines.append(line)
-        if text in line:
-            return lines
-        assert time.monotonic() < deadline, f"no {text!r} within {timeout:.0f} s"
-    pytest.fail(f"the job ended before printing {text!r}: {''.join(lines)}{proc.stderr.read()}")
+def _end(proc) -> tuple[str, str]:
+    """Kill what is left of the client's session; its output (what was not read yet)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return proc.communicate(timeout=60)
+
+
+def printed(text: str, timeout: float = 180):
+    """``started`` for :func:`running`: the client printed a line holding ``text``."""
+    def started(proc) -> bool:
+        deadline = time.monotonic() + timeout
+        for line in proc.stdout:
+            if text in line:
+                return True
+            assert time.monotonic() < deadline, f"no {text!r} within {timeout:.0f} s"
+        return False
+    return started
 
 
 def _descendant(root: int, name: str, timeout: float = 60) -> int:
@@ -78,7 +88,8 @@ def checkpoint_step(path: Path) -> int:
 
 
 def stopped(stderr: str, name: str, path) -> int:
-    ours = [line for line in stderr.splitlines() if line.startswith("pympi-nbody:")]
+    ours = [line for line in stderr.splitlines()  # its own lines, less the progress reports
+            if line.startswith("pympi-nbody:") and not line.startswith("pympi-nbody: step ")]
     assert len(ours) == 1 and ours[0].startswith(f"pympi-nbody: stopped by {name} after step "), stderr
     assert f"checkpoint {path} written" in ours[0], stderr
     return int(ours[0].split("after step ")[1].split(";")[0])
@@ -88,12 +99,18 @@ def stopped(stderr: str, name: str, path) -> int:
 
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2"])
 def test_what_srun_does_with_each_signal(slurm, tmp_path, name):
-    argv = ["srun", "--ntasks=2", "--mpi=pmi2", sys.executable, PROBE, str(tmp_path)]
-    with running(slurm, argv, tmp_path) as proc:
+    argv = ["srun", "--ntasks=2", "--kill-on-bad-exit=1", "--mpi=pmi2", sys.executable, PROBE, str(tmp_path)]
+
+    def ready(proc) -> bool:
         deadline = time.monotonic() + 120
         while not all((tmp_path / f"rank-{r}.ready").exists() for r in (0, 1)):
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            if proc.poll() is not None:
+                return False
+            assert time.monotonic() < deadline, "the ranks did not start within 120 s"
             time.sleep(0.05)
+        return True
+
+    with running(slurm, argv, tmp_path, ready) as proc:
         os.kill(proc.pid, signal.Signals[name])
         if name == "SIGINT":  # the first only reports: a second within a second sends Ctrl-C on
             time.sleep(3)
@@ -113,9 +130,8 @@ def test_what_srun_does_with_each_signal(slurm, tmp_path, name):
 
 def test_sigusr1_to_srun_writes_the_checkpoint(slurm, tmp_path):
     path = tmp_path / "c.npz"
-    argv = ["srun", "--ntasks=2", "--mpi=pmi2", "pympi-nbody", *SMALL, "--checkpoint", str(path), "-q"]
-    with running(slurm, argv, tmp_path) as proc:
-        first_line_with(proc, "Step")
+    argv = ["srun", "--ntasks=2", "--kill-on-bad-exit=1", "--mpi=pmi2", "pympi-nbody", *SMALL, "--checkpoint", str(path), "-q"]
+    with running(slurm, argv, tmp_path, printed("Step")) as proc:
         os.kill(proc.pid, signal.SIGUSR1)
         _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
@@ -131,8 +147,7 @@ def test_pympi_launch_relays_under_slurm(slurm, tmp_path, launcher, name, status
     argv = ["salloc", "--ntasks=2", "--immediate=60", "pympi-launch", "-n", "2", "--", "pympi-nbody", *SMALL,
             "--checkpoint", str(path), "-q"]
     bins = [STAND_IN_BIN] if launcher == "ibrun" else []
-    with running(slurm, argv, tmp_path, path_prepend=bins) as proc:
-        first_line_with(proc, "Step")
+    with running(slurm, argv, tmp_path, printed("Step"), path_prepend=bins) as proc:
         os.kill(_descendant(proc.pid, "pympi-launch"), signal.Signals[name])
         _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == status, stderr
@@ -151,17 +166,21 @@ def _submit(slurm, tmp_path, *options, env=None) -> tuple[int, Path]:
     return int(proc.stdout.strip().split(";")[0]), out
 
 
-def _wait_for(path: Path, text: str, timeout: float) -> None:
+def _submit_running(slurm, tmp_path, timeout: float = 180) -> tuple[int, Path]:
+    """A job of nbody-checkpoint.sbatch whose run has printed its first thermo row."""
+    job, out = _submit(slurm, tmp_path)
     deadline = time.monotonic() + timeout
-    while not (path.exists() and text in path.read_text(errors="replace")):
-        assert time.monotonic() < deadline, f"no {text!r} in {path} within {timeout:.0f} s"
+    while not (out.exists() and "Step" in out.read_text(errors="replace")):
+        assert time.monotonic() < deadline, f"no 'Step' in {out} within {timeout:.0f} s"
+        assert slurm.job_state(job) in ("PENDING", "RUNNING", "CONFIGURING"), \
+            f"job {job} ended before its run started:\n{out.read_text(errors='replace') if out.exists() else ''}"
         time.sleep(0.2)
+    return job, out
 
 
 def test_job_script_passes_slurms_warning_on_and_resumes(slurm, tmp_path):
     """``scancel --batch --signal=USR1`` is what ``#SBATCH --signal=B:USR1@120`` does 120 s before the limit."""
-    job, out = _submit(slurm, tmp_path)
-    _wait_for(out, "Step", 180)
+    job, out = _submit_running(slurm, tmp_path)
     slurm.run(["scancel", "--batch", "--signal=USR1", str(job)], timeout=30, check=True)
     assert slurm.wait(job, 180) == "COMPLETED", out.read_text()
     text = out.read_text()
@@ -169,8 +188,7 @@ def test_job_script_passes_slurms_warning_on_and_resumes(slurm, tmp_path):
     step = stopped(text, "SIGUSR1 from pympi-launch", path)
     assert checkpoint_step(tmp_path / path) == step > 0
     # submitted again, it goes on from there
-    job, out = _submit(slurm, tmp_path)
-    _wait_for(out, "Step", 180)
+    job, out = _submit_running(slurm, tmp_path)
     slurm.run(["scancel", "--batch", "--signal=USR1", str(job)], timeout=30, check=True)
     assert slurm.wait(job, 180) == "COMPLETED", out.read_text()
     assert f"restarted from {path}" in out.read_text()
