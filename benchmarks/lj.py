@@ -205,68 +205,148 @@ def _rel_diff(ours: dict, theirs: dict) -> dict:
     return {k: abs(ours[k] - theirs[k]) / max(abs(theirs[k]), 1e-300) for k in ("temp", "e_pair", "etotal", "press")}
 
 
-def profile(atoms: int, steps: int) -> dict:
-    """Seconds per step in each phase of ``pympi-nbody ATOMS --model lj --threads 1`` on this process's ranks.
+#: what the CPU profile times, each exclusive of the timed calls inside it: (module, attribute path, label,
+#: per "step" or per "rebuild").  The engine's own calls, one level each; "other" is the rest of a step
+#: (the run loop, Python between the calls), found by difference.
+PROFILED = (
+    ("pympi_gpu.nbody.lj.kernels_cpu", "kick_drift", "kick + drift + displacement", "step"),
+    ("pympi_gpu.nbody.lj.system", "LjSystem.agree_displacement", "displacement reduction (+ stop)", "step"),
+    ("forces", "local_step", "forces, halo, kick (one rank: one call)", "step"),
+    ("forces", "newton", "pair forces", "step"),
+    ("pympi_gpu.nbody.lj.halo", "Halo.forward", "halo forward", "step"),
+    ("pympi_gpu.nbody.lj.halo", "Halo.reverse", "halo reverse", "step"),
+    ("pympi_gpu.nbody.lj.kernels_cpu", "kick_serial", "closing kick", "step"),
+    ("pympi_gpu.nbody.lj.host_atoms", "HostAtoms.rebuild", "rebuild: sort, copies, Python", "rebuild"),
+    ("pympi_gpu.nbody.lj.halo", "Halo.migrate", "rebuild: migration", "rebuild"),
+    ("pympi_gpu.nbody.lj.system", "LjSystem.agree_migration", "rebuild: atom-count reduction", "rebuild"),
+    ("pympi_gpu.nbody.lj.halo", "Halo.build", "rebuild: ghosts (borders)", "rebuild"),
+    ("pympi_gpu.nbody.lj.lists_cpu", "VerletLists.build", "rebuild: Verlet lists", "rebuild"),
+)
 
-    Wraps the kernels and halo methods with wall-clock timers (run it under
-    ``mpiexec -n P python benchmarks/lj.py --mode profile`` for P ranks):
-    ``forces`` (pair loops, including those run while halo messages travel),
-    ``integrate`` (kicks, drifts), ``check`` (displacement test), ``bin`` and
-    ``list`` (the rebuild's cell binning and Verlet lists), ``halo.*`` (each
-    exchange, including the forces it overlaps with: see ``comm_per_step``).
+
+class _Profiler:
+    """Exclusive times of wrapped callables (a call's time less that of the wrapped calls inside it)."""
+
+    def __init__(self, clock):
+        import collections
+
+        self.clock = clock
+        self.spent = collections.defaultdict(float)
+        self.calls = collections.Counter()
+        self._stack: list[float] = []
+
+    def wrap(self, fn, key: str):
+        def timed(*args, **kwargs):
+            self._stack.append(0.0)
+            t = self.clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                dt = self.clock() - t
+                inner = self._stack.pop()
+                self.spent[key] += dt - inner
+                self.calls[key] += 1
+                if self._stack:
+                    self._stack[-1] += dt
+        return timed
+
+    def overhead(self) -> float:
+        """Seconds one wrapped call adds (two clock reads and the bookkeeping), measured."""
+        probe = _Profiler(self.clock)
+        f = probe.wrap(lambda: None, "probe")
+        t = self.clock()
+        for _ in range(20000):
+            f()
+        return (self.clock() - t) / 20000
+
+
+def profile(atoms: int, steps: int, clock: str = "cpu") -> dict:
+    """Where the time of ``pympi-nbody ATOMS --model lj --threads 1`` goes on this process's ranks.
+
+    The run loop drives the system as the command does (thermo at the first
+    and last step); each callable of :data:`PROFILED` is wrapped with a timer
+    of ``clock`` (``cpu``: the process's CPU time, steady on a shared machine;
+    ``wall``), exclusive of the timed calls inside it.  Returns microseconds
+    per step of the step's parts, per rebuild of the rebuild's, and the step
+    and a rebuild whole (run it under ``mpiexec -n P python benchmarks/lj.py
+    --mode profile`` for P ranks); rank 0's dict, None elsewhere.
     """
-    import collections
+    import importlib
     import time
 
     from mpi4py import MPI
 
-    from pympi_gpu.nbody.lj import halo
     from pympi_gpu.nbody.lj import kernels_cpu as kc
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
     from pympi_gpu.nbody.lj.lattice import cells_for
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
+    from pympi_gpu.nbody.loop import RunOptions, run
 
-    spent = collections.defaultdict(float)
-
-    def timed(fn, key):
-        def wrapper(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent[key] += time.perf_counter() - t
-        return wrapper
-
-    for name, key in (("kick", "integrate"), ("drift", "integrate"), ("max_displacement2", "check"),
-                      ("bin_atoms", "bin"), ("neighbor_lists", "list")):
-        setattr(kc, name, timed(getattr(kc, name), key))
-    kc.ForceKernels.pair_forces = timed(kc.ForceKernels.pair_forces, "forces")
-    for name in ("migrate", "borders", "forward", "reverse"):
-        if hasattr(halo.Halo, name):  # (reverse: only since Newton across bricks)
-            setattr(halo.Halo, name, timed(getattr(halo.Halo, name), f"halo.{name}"))
+    prof = _Profiler(time.process_time if clock == "cpu" else time.perf_counter)
     config = LjConfig(cells=cells_for(atoms))
-    kc.warmup(kc.force_kernels(config.pair_term))
+    forces = kc.force_kernels(config.pair_term)
+    kc.warmup(forces)
+    labels = {}
+    for module, path, label, per in PROFILED:
+        labels[label] = per
+        if module == "forces":
+            continue
+        owner, _, name = path.rpartition(".")
+        obj = importlib.import_module(module)
+        obj = getattr(obj, owner) if owner else obj
+        setattr(obj, name, prof.wrap(getattr(obj, name), label))
     cart = make_cart(MPI.COMM_WORLD)
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
-        system = LjSystem(cart, config, *initial_arrays(config, brick)).atoms
-        system.start()
-        spent.clear()
-        system.halo.comm_time = 0.0
-        rebuilds = system.rebuilds
+        system = LjSystem(cart, config, *initial_arrays(config, brick, cart))
+        system.atoms.forces = forces._replace(**{path: prof.wrap(getattr(forces, path), label)
+                                                 for module, path, label, _ in PROFILED if module == "forces"})
+        system.prepare()
+        system.prepare = lambda: None
+        prof.spent.clear()
+        prof.calls.clear()
+        rebuilds = system.atoms.rebuilds
         cart.Barrier()
-        t0, c0 = time.perf_counter(), time.process_time()
-        for _ in range(steps):
-            system.step()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        mine = {"rank": cart.Get_rank(), "atoms_owned": system.nlocal, "ghosts": system.halo.ghosts,
-                "wall_per_step_s": wall / steps, "cpu_per_step_s": cpu / steps,
-                "comm_per_step_s": system.halo.comm_time / steps,
-                "phases_per_step_s": {k: v / steps for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}}
-        ranks = cart.gather(mine, root=0)
-        return {"atoms": config.atoms, "steps": steps, "ranks": ranks, "rebuilds": system.rebuilds - rebuilds}
+        c0 = prof.clock()
+        run(cart, system, RunOptions(steps=steps))
+        total = prof.clock() - c0
+        return _profile_report(cart, prof, labels, total, steps, system.atoms.rebuilds - rebuilds, clock, config)
     finally:
         cart.Free()
+
+
+def _profile_report(cart, prof, labels, total, steps, rebuilds, clock, config) -> dict | None:
+    """The profile of this rank, gathered on rank 0 (see :func:`profile`)."""
+    cost = prof.overhead()
+    calls = sum(prof.calls.values())
+    per_step = {k: 1e6 * v / steps for k, v in prof.spent.items() if labels[k] == "step"}
+    per_rebuild = {k: 1e6 * v / max(rebuilds, 1) for k, v in prof.spent.items() if labels[k] == "rebuild"}
+    rebuild_us = sum(per_rebuild.values())
+    step_us = 1e6 * (total - cost * calls) / steps
+    per_step["rebuilds (below), per step"] = rebuild_us * rebuilds / steps
+    per_step["other: the run loop, Python between calls"] = step_us - sum(per_step.values())
+    mine = {"rank": cart.Get_rank(), "atoms_owned": None, "step_us": step_us, "rebuild_us": rebuild_us,
+            "per_step_us": dict(sorted(per_step.items(), key=lambda kv: -kv[1])),
+            "per_rebuild_us": dict(sorted(per_rebuild.items(), key=lambda kv: -kv[1])),
+            "profiler_overhead_us_per_call": 1e6 * cost, "timed_calls_per_step": calls / steps}
+    ranks = cart.gather(mine, root=0)
+    if ranks is None:
+        return None
+    return {"atoms": config.atoms, "steps": steps, "rebuilds": rebuilds, "clock": clock, "ranks": ranks}
+
+
+def print_profile(doc: dict) -> None:
+    """The profile as people read it: per step, then per rebuild, rank by rank."""
+    print(f"{doc['atoms']:,} atoms, {doc['steps']} steps, {doc['rebuilds']} rebuilds, {len(doc['ranks'])} rank(s), "
+          f"one thread each; {doc['clock']} time, each part exclusive of the parts inside it:")
+    for r in doc["ranks"]:
+        print(f"  rank {r['rank']}: step {r['step_us']:.1f} us (mean), a rebuild {r['rebuild_us']:.0f} us "
+              f"({r['timed_calls_per_step']:.1f} timed calls a step, {r['profiler_overhead_us_per_call']:.2f} us "
+              f"each taken off)")
+        for k, v in r["per_step_us"].items():
+            print(f"    {v:8.1f} us/step     {k}")
+        for k, v in r["per_rebuild_us"].items():
+            print(f"    {v:8.1f} us/rebuild  {k}")
 
 
 def gpu_profile(atoms: int, steps: int) -> dict:
@@ -390,7 +470,8 @@ def main() -> int:
     ap.add_argument("--mode", choices=["all", "cpu", "gpu", "profile", "gpu-profile"], default="cpu",
                     help="profile: time each phase of one run in this process (--profile-atoms, --steps); "
                          "gpu-profile: the same on the GPU path (--gpu-atoms, --steps)")
-    ap.add_argument("--profile-atoms", type=int, default=32000)
+    ap.add_argument("--profile-atoms", type=int, default=500)
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="the profile's clock [cpu]")
     ap.add_argument("--quick", action="store_true", help="32,000 atoms only, 3 repeats")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--steps", type=int, default=None, help="steps per run [100 at 32,000 atoms, 50 above]")
@@ -402,15 +483,9 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="JSON output [benchmarks/results/lj-<host>.json]")
     args = ap.parse_args()
     if args.mode == "profile":
-        doc = profile(args.profile_atoms, args.steps or 200)
-        if doc["ranks"] is not None:  # rank 0
-            print(f"{doc['atoms']:,} atoms, {doc['steps']} steps, {doc['rebuilds']} rebuilds, "
-                  f"{len(doc['ranks'])} rank(s), one thread each; ms per step (wall clock):")
-            for r in doc["ranks"]:
-                phases = ", ".join(f"{k} {1e3 * v:.2f}" for k, v in r["phases_per_step_s"].items())
-                print(f"  rank {r['rank']}: {r['atoms_owned']:,} atoms + {r['ghosts']:,} ghosts; step "
-                      f"{1e3 * r['wall_per_step_s']:.2f} (CPU {1e3 * r['cpu_per_step_s']:.2f}), halo not hidden "
-                      f"{1e3 * r['comm_per_step_s']:.2f}; {phases}")
+        doc = profile(args.profile_atoms, args.steps or 2000, args.clock)
+        if doc is not None:  # rank 0
+            print_profile(doc)
             if args.out:
                 Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
         return 0

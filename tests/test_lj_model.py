@@ -106,12 +106,17 @@ def test_neighbor_lists_match_brute_force(half):
 
 @pytest.mark.parametrize("half", [True, False])
 @pytest.mark.parametrize("box", [7.0, 9.3])
-def test_serial_lists_equal_the_parallel_build_row_for_row(half, box):
+@pytest.mark.parametrize("simd", [True, False])
+def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, monkeypatch):
     """The one-thread engine's build (lists_cpu) lists the same neighbours in the same order, row for
-    row, as neighbor_lists (the GPU's build is held to the latter); a row too long for the first
-    widths is built again wider, not cut."""
+    row, as neighbor_lists (the GPU's build is held to the latter), with the vector scan (its generic
+    form where the CPU lacks AVX-512) and without; a row too long for the first widths is built again
+    wider, not cut."""
+    from pympi_gpu.nbody.lj import lists_cpu
     from pympi_gpu.nbody.lj.lists_cpu import VerletLists
     from pympi_gpu.nbody.lj.system import CellGrid
+
+    monkeypatch.setattr(lists_cpu, "SIMD", simd)
 
     cut = 2.8
     own, pos = _random_system(box=box, seed=3)

@@ -25,8 +25,11 @@ enough.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
 from numba import uint64 as u64
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 __all__ = ["VerletLists", "build", "cell_index"]
 
@@ -38,6 +41,28 @@ def cell_index(pos, i, lo, inv, ncell):
     cz = min(max(int(np.floor((pos[i, 2] - lo[2]) * inv[2])), 0), ncell[2] - 1)
     return (cx * ncell[1] + cy) * ncell[2] + cz
 
+
+def _avx512() -> bool:
+    """Does numba compile for a CPU with AVX-512 (where :func:`_scan8`'s compress is one instruction)?
+
+    The features numba is told (``NUMBA_CPU_FEATURES``, as ``jitcache.tune_cpu``
+    sets them) or, for the host CPU, the host's; a CPU named without features
+    (``NUMBA_CPU_NAME=generic``, an image built for any CPU) counts as without.
+    """
+    import llvmlite.binding as ll
+    from numba.core import config
+
+    if config.CPU_FEATURES is not None:
+        features = config.CPU_FEATURES
+    elif config.CPU_NAME not in (None, "host"):
+        return False
+    else:
+        features = ll.get_host_cpu_features().flatten()
+    return "+avx512f" in features.split(",")
+
+
+#: scan eight candidates at a time with vector code (AVX-512 hosts; elsewhere one at a time, the same lists)
+SIMD = _avx512()
 
 #: (2 reach + 1)^3 cells in a stencil: the largest number of cells whose atoms one cell's scan reads
 _STENCIL = 5 ** 3
@@ -131,16 +156,78 @@ def _gather(c, ncell, reach, half, ostart, gstart, orec, grec, bo, bg):
     return nbo, nbg, bself
 
 
+_F64, _I64, _I32, _I8, _I1 = ir.DoubleType(), ir.IntType(64), ir.IntType(32), ir.IntType(8), ir.IntType(1)
+_V8D, _V8L, _V8B = ir.VectorType(_F64, 8), ir.VectorType(_I64, 8), ir.VectorType(_I1, 8)
+
+
+def _lanes(*items) -> ir.Constant:
+    return ir.Constant(ir.VectorType(_I32, len(items)), [ir.Constant(_I32, i) for i in items])
+
+
+@intrinsic
+def _scan8(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c):
+    """Records ``k..k+7`` of ``b`` as :func:`_scan` treats them, in 8-lane vectors: ``(a, c)`` advanced.
+
+    The squared distances are the scalar loop's operations in its order
+    (``(dx dx + dy dy) + dz dz``, no fused multiply-add); the indices kept
+    are compressed into a vector (``llvm.experimental.vector.compress``: one
+    ``vpcompressq`` to a register on AVX-512) stored whole at ``near[a]`` and
+    ``far[c]``, so both need 8 entries of room past their counts.
+    """
+    sig = types.UniTuple(types.int64, 2)(b, k, xi, yi, zi, rc2, cut2, near, far, a, c)
+
+    def codegen(context, builder, signature, args):
+        b_, k_, xi_, yi_, zi_, rc2_, cut2_, near_, far_, a_, c_ = args
+        rec = context.make_array(signature.args[0])(context, builder, b_).data
+        vec32 = ir.VectorType(_F64, 32)
+        v = builder.load(builder.bitcast(builder.gep(rec, [builder.mul(k_, ir.Constant(_I64, 4))]),
+                                         vec32.as_pointer()), align=8)
+
+        def splat(value, vt=_V8D):
+            one = builder.insert_element(ir.Constant(vt, ir.Undefined), value, ir.Constant(_I32, 0))
+            return builder.shuffle_vector(one, ir.Constant(vt, ir.Undefined), _lanes(*[0] * 8))
+
+        xyz = [builder.shuffle_vector(v, ir.Constant(vec32, ir.Undefined), _lanes(*range(e, 32, 4))) for e in range(3)]
+        dx, dy, dz = (builder.fsub(splat(q), w) for q, w in zip((xi_, yi_, zi_), xyz))
+        d2 = builder.fadd(builder.fadd(builder.fmul(dx, dx), builder.fmul(dy, dy)), builder.fmul(dz, dz))
+        r = splat(rc2_)
+        masks = (builder.fcmp_ordered("<", d2, r),
+                 builder.and_(builder.fcmp_ordered(">=", d2, r), builder.fcmp_ordered("<", d2, splat(cut2_))))
+        idx = builder.add(splat(k_, _V8L), ir.Constant(_V8L, [ir.Constant(_I64, j) for j in range(8)]))
+        compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V8L, [_V8L, _V8B, _V8L]),
+                                                  "llvm.experimental.vector.compress.v8i64")
+        popcount = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I8, [_I8]), "llvm.ctpop.i8")
+        out = []
+        for arr, ty, count, mask in ((near_, signature.args[7], a_, masks[0]), (far_, signature.args[8], c_, masks[1])):
+            dst = builder.gep(context.make_array(ty)(context, builder, arr).data, [count])
+            builder.store(builder.call(compress, [idx, mask, ir.Constant(_V8L, ir.Undefined)]),
+                          builder.bitcast(dst, _V8L.as_pointer()), align=8)
+            out.append(builder.add(count, builder.zext(builder.call(popcount, [builder.bitcast(mask, _I8)]), _I64)))
+        return context.make_tuple(builder, signature.return_type, out)
+
+    return sig, codegen
+
+
 @njit(cache=True, inline="always")
-def _scan(xi, yi, zi, b0, b1, b, cut2, rc2, near, far, a, c):
-    """Candidates ``[b0, b1)`` of the buffer ``b``: those within rc to ``near[a:]``, the skin's to ``far[c:]``."""
-    for k in range(u64(b0), u64(b1)):
-        dx = xi - b[4 * k]
-        dy = yi - b[4 * k + 1]
-        dz = zi - b[4 * k + 2]
+def _scan(xi, yi, zi, b0, b1, b, cut2, rc2, near, far, a, c, simd):
+    """Candidates ``[b0, b1)`` of the buffer ``b``: those within rc to ``near[a:]``, the skin's to ``far[c:]``.
+
+    Every candidate is written to both lists and each list's length grows
+    by its test's outcome: no branch.  With ``simd`` (AVX-512), eight at a
+    time (:func:`_scan8`), the rest one by one.
+    """
+    k = b0
+    if simd:
+        while k + 8 <= b1:
+            a, c = _scan8(b, k, xi, yi, zi, rc2, cut2, near, far, a, c)
+            k += 8
+    for q in range(u64(k), u64(b1)):
+        dx = xi - b[4 * q]
+        dy = yi - b[4 * q + 1]
+        dz = zi - b[4 * q + 2]
         d2 = dx * dx + dy * dy + dz * dz
-        near[u64(a)] = k
-        far[u64(c)] = k
+        near[u64(a)] = q
+        far[u64(c)] = q
         a += d2 < rc2
         c += (d2 >= rc2) & (d2 < cut2)
     return a, c
@@ -169,7 +256,7 @@ def _row(i, a, c, near, far, b, nbr, gid, idi, rule):
 
 @njit(cache=True)
 def _scan_cells(gid, ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr,
-                ostart, gstart, orec, grec, bo, bg, near, far):
+                ostart, gstart, orec, grec, bo, bg, near, far, simd):
     """Every owned atom's two rows, cell by cell; returns the longest owned and ghost rows."""
     ncells = ostart.size - 1
     most_own = 0
@@ -189,12 +276,12 @@ def _scan_cells(gid, ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh
             # skip the atom itself (full lists), or with half lists its cell's atoms up to itself (j > i)
             e1 = bself + (m - m0) + 1
             e0 = bself if half else e1 - 1
-            a, f = _scan(xi, yi, zi, 0, e0, bo, cut2, rc2, near, far, 0, 0)
-            a, f = _scan(xi, yi, zi, e1, nbo, bo, cut2, rc2, near, far, a, f)
+            a, f = _scan(xi, yi, zi, 0, e0, bo, cut2, rc2, near, far, 0, 0, simd)
+            a, f = _scan(xi, yi, zi, e1, nbo, bo, cut2, rc2, near, far, a, f, simd)
             n = _row(i, a, f, near, far, bo, own_nbr, gid, idi, False)
             own_cnt[u64(i)] = n
             most_own = max(most_own, n)
-            a, f = _scan(xi, yi, zi, 0, nbg, bg, cut2, rc2, near, far, 0, 0)
+            a, f = _scan(xi, yi, zi, 0, nbg, bg, cut2, rc2, near, far, 0, 0, simd)
             n = _row(i, a, f, near, far, bg, gh_nbr, gid, idi, half)
             gh_cnt[u64(i)] = n
             most_gh = max(most_gh, n)
@@ -247,11 +334,11 @@ class VerletLists:
                                   ostart, gstart, orec, grec)
         no, ng = min(nlocal, _STENCIL * most_o), min(n_all - nlocal, _STENCIL * most_g)
         bo, bg = self._get("bo", 4 * no), self._get("bg", 4 * ng)
-        near, far = self._get("near", max(no, ng), np.int64), self._get("far", max(no, ng), np.int64)
+        near, far = self._get("near", max(no, ng) + 8, np.int64), self._get("far", max(no, ng) + 8, np.int64)
         while True:
             own_cnt, own_nbr, gh_cnt, gh_nbr = self._rows(nlocal)
             most_own, most_gh = _scan_cells(gid, grid.ncell, grid.reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt,
-                                            gh_nbr, ostart, gstart, orec, grec, bo, bg, near, far)
+                                            gh_nbr, ostart, gstart, orec, grec, bo, bg, near, far, SIMD)
             if most_own <= self.widths[0] and most_gh <= self.widths[1]:
                 return own_cnt[:nlocal], own_nbr[:nlocal], gh_cnt[:nlocal], gh_nbr[:nlocal]
             self.widths = [max(self.widths[0], most_own + 8), max(self.widths[1], most_gh + 8)]

@@ -127,6 +127,9 @@ class LjSystem:
         self._rebuild_next = False  # after a checkpoint (and a restart) the next step rebuilds
         self._fold_next = False  # after a checkpoint the next step first folds the positions into the box
         self._stop_request, self._stop_agreed = 0, None  # carried by the displacement test (advance)
+        self._ranks = cart.Get_size()
+        self._rebuild2 = (0.5 * config.skin) ** 2  # the squared displacement that asks for a rebuild
+        self._move_limit2 = self.move_limit * self.move_limit  # beyond it an atom moved too far (moved_too_far's)
         if device.gpu:
             from pympi_gpu.nbody.lj.device_atoms import DeviceAtoms
 
@@ -173,17 +176,21 @@ class LjSystem:
 
         The same reduction carries the ranks' stop requests (the run loop's, see :meth:`advance`).
         """
-        from mpi4py import MPI
+        d2 = float(d2) if d2 == d2 else math.inf
+        if self._ranks > 1:
+            from mpi4py import MPI
 
-        top = np.array([d2 if d2 == d2 else np.inf, self._stop_request])
-        clock = self.halo.clock
-        with clock.phase("waiting"):  # every rank's step meets here: the imbalance shows
-            self.cart.Allreduce(MPI.IN_PLACE, top, op=MPI.MAX)
-        clock.sent(top.nbytes)
-        self._stop_agreed = int(top[1])
-        if bad := moved_too_far(None, float(top[0]), self.move_limit, "sigma"):
+            top = np.array([d2, self._stop_request])
+            clock = self.halo.clock
+            with clock.phase("waiting"):  # every rank's step meets here: the imbalance shows
+                self.cart.Allreduce(MPI.IN_PLACE, top, op=MPI.MAX)
+            clock.sent(top.nbytes)
+            d2, self._stop_agreed = float(top[0]), int(top[1])
+        else:  # one rank agrees with itself: no message
+            self._stop_agreed = int(self._stop_request)
+        if d2 > self._move_limit2 and (bad := moved_too_far(None, d2, self.move_limit, "sigma")):
             raise bad
-        return bool(top[0] > (0.5 * self.config.skin) ** 2)
+        return bool(d2 > self._rebuild2)
 
     # -- what the run loop drives (pympi_gpu.nbody.loop.System) ----------
     @property
@@ -206,6 +213,8 @@ class LjSystem:
         """Lists and forces before the first step (:meth:`start`); collective."""
         self._copies0, self._rebuilds0 = self.atoms.host_copies, self.atoms.rebuilds
         self._rebuild_next = self.atoms.start()
+        # the rebuilds of the steps from here on (the loop times those): their count and seconds
+        self._timed0 = (self.atoms.rebuilds, getattr(self.atoms, "rebuild_seconds", None))
 
     def advance(self, energy: bool, stop: int) -> int | None:
         """One step (``timestep += 1``); ``energy``: sum energy and virial on the way (a thermo step).
@@ -293,4 +302,18 @@ class LjSystem:
             checkpoints_written=result.checkpoints_written, restarted_from=result.restarted_from,
             stopped_by=result.stopped_by, provenance=labels.provenance, phases=result.phases,
             traffic=result.traffic,
-            host_copies_per_step=None if copies is None else (copies / steps if steps else float(copies)))
+            host_copies_per_step=None if copies is None else (copies / steps if steps else float(copies)),
+            **self._rebuild_times(comm))
+
+    def _rebuild_times(self, comm) -> dict:
+        """``rebuild_time``, ``time_per_rebuild`` of the timed steps (the slowest rank's; None where not
+        measured); collective."""
+        from mpi4py import MPI
+
+        count0, seconds0 = self._timed0
+        seconds = getattr(self.atoms, "rebuild_seconds", None)
+        if seconds is None or seconds0 is None:
+            return {}
+        total = comm.allreduce(seconds - seconds0, op=MPI.MAX)
+        count = self.atoms.rebuilds - count0
+        return {"rebuild_time": total, "time_per_rebuild": total / count if count else None}
