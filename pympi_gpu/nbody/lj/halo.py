@@ -38,6 +38,7 @@ keeps them.
 from __future__ import annotations
 
 import time
+import weakref
 
 import numpy as np
 
@@ -82,29 +83,28 @@ class _Stage:
 
     ``fsend`` holds the rows this rank sends (its two entries' rows, one after
     the other), ``frecv`` the ghost rows it receives, in the order of its plan;
-    ``rsend``/``rrecv`` the same backwards (ghost forces home).
+    ``rsend``/``rrecv`` the same backwards (ghost forces home): views of the
+    halo's flat buffers.
     """
 
-    def __init__(self, cart, d: int, lower: int, upper: int, nsend: tuple[int, int], nrecv: tuple[int, int]):
-        self.fsend = np.empty((sum(nsend), 3))
-        self.frecv = np.empty((sum(nrecv), 3))
-        self.rsend = np.empty((sum(nrecv), 3))
-        self.rrecv = np.empty((sum(nsend), 3))
+    def __init__(self, cart, d: int, lower: int, upper: int, nsend: tuple[int, int], nrecv: tuple[int, int],
+                 fsend, frecv, rsend, rrecv):
+        self.fsend, self.frecv, self.rsend, self.rrecv = fsend, frecv, rsend, rrecv
         if lower == upper:  # two bricks along d: both entries to and from the one neighbour, as one message
-            self.fwd = [cart.Recv_init(self.frecv, upper, _TAG_FORWARD + 2 * d),
-                        cart.Send_init(self.fsend, lower, _TAG_FORWARD + 2 * d)]
-            self.rev = [cart.Recv_init(self.rrecv, lower, _TAG_REVERSE + 2 * d),
-                        cart.Send_init(self.rsend, upper, _TAG_REVERSE + 2 * d)]
+            self.fwd = [cart.Recv_init(frecv, upper, _TAG_FORWARD + 2 * d),
+                        cart.Send_init(fsend, lower, _TAG_FORWARD + 2 * d)]
+            self.rev = [cart.Recv_init(rrecv, lower, _TAG_REVERSE + 2 * d),
+                        cart.Send_init(rsend, upper, _TAG_REVERSE + 2 * d)]
         else:  # entry 2d's rows go to the lower neighbour and its ghosts come from the upper; 2d + 1 the other way
             s, r = nsend[0], nrecv[0]
-            self.fwd = [cart.Recv_init(self.frecv[:r], upper, _TAG_FORWARD + 2 * d),
-                        cart.Recv_init(self.frecv[r:], lower, _TAG_FORWARD + 2 * d + 1),
-                        cart.Send_init(self.fsend[:s], lower, _TAG_FORWARD + 2 * d),
-                        cart.Send_init(self.fsend[s:], upper, _TAG_FORWARD + 2 * d + 1)]
-            self.rev = [cart.Recv_init(self.rrecv[:s], lower, _TAG_REVERSE + 2 * d),
-                        cart.Recv_init(self.rrecv[s:], upper, _TAG_REVERSE + 2 * d + 1),
-                        cart.Send_init(self.rsend[:r], upper, _TAG_REVERSE + 2 * d),
-                        cart.Send_init(self.rsend[r:], lower, _TAG_REVERSE + 2 * d + 1)]
+            self.fwd = [cart.Recv_init(frecv[:r], upper, _TAG_FORWARD + 2 * d),
+                        cart.Recv_init(frecv[r:], lower, _TAG_FORWARD + 2 * d + 1),
+                        cart.Send_init(fsend[:s], lower, _TAG_FORWARD + 2 * d),
+                        cart.Send_init(fsend[s:], upper, _TAG_FORWARD + 2 * d + 1)]
+            self.rev = [cart.Recv_init(rrecv[:s], lower, _TAG_REVERSE + 2 * d),
+                        cart.Recv_init(rrecv[s:], upper, _TAG_REVERSE + 2 * d + 1),
+                        cart.Send_init(rsend[:r], upper, _TAG_REVERSE + 2 * d),
+                        cart.Send_init(rsend[r:], lower, _TAG_REVERSE + 2 * d + 1)]
         self.messages = len(self.fwd) // 2
 
     def free(self) -> None:
@@ -137,6 +137,9 @@ class Halo:
         self.remote = tuple(brick.dims[d] > 1 for d in range(3))
         self.plan: list = []
         self._stages: dict[int, _Stage] = {}
+        # persistent requests must be freed before MPI is finalized (MPICH complains of those left): at the
+        # latest at exit, before mpi4py's own exit handler (registered earlier, so run later)
+        weakref.finalize(self, _free_stages, self._stages)
         #: seconds in halo packing and waiting for halo/migration messages (reset by the caller)
         self.comm_time = 0.0
         #: the rank's communication and waiting time and traffic (the driver adds its collectives)
@@ -256,19 +259,54 @@ class Halo:
                           [(upper, _TAG_BORDER + 4 * d), (lower, _TAG_BORDER + 4 * d + 2)], self.clock)
 
     def _flatten(self) -> None:
-        """The plan as flat arrays for the kernels, and the persistent messages of its remote stages."""
+        """The plan as flat arrays for the kernels, and the persistent messages of its remote stages.
+
+        ``fsend``/``rrecv`` hold the rows each remote stage sends (and gets
+        back), stage d's from row ``soff[d]``; ``frecv``/``rsend`` its ghosts,
+        from ``roff[d]``.
+        """
+        sizes = [p[1].size for p in self.plan]
         self.pidx = np.concatenate([p[1] for p in self.plan]).astype(np.int64)
         self.poff = np.zeros(len(self.plan) + 1, np.int64)
-        self.poff[1:] = np.cumsum([p[1].size for p in self.plan])
+        self.poff[1:] = np.cumsum(sizes)
         self.pshift = np.array([p[2] for p in self.plan], np.float64)
         self.pstart = np.array([p[5] for p in self.plan], np.int64)
-        for stage in self._stages.values():
-            stage.free()
-        self._stages = {}
+        self.soff, self.roff = np.zeros(4, np.int64), np.zeros(4, np.int64)
+        for d in range(3):
+            remote = self.remote[d]
+            self.soff[d + 1] = self.soff[d] + (sizes[2 * d] + sizes[2 * d + 1] if remote else 0)
+            self.roff[d + 1] = self.roff[d] + (self.plan[2 * d][6] + self.plan[2 * d + 1][6] if remote else 0)
+        self.fsend, self.rrecv = np.empty((self.soff[3], 3)), np.empty((self.soff[3], 3))
+        self.frecv, self.rsend = np.empty((self.roff[3], 3)), np.empty((self.roff[3], 3))
+        _free_stages(self._stages)
         for d in range(3):
             if self.remote[d]:
-                e0, e1 = self.plan[2 * d], self.plan[2 * d + 1]
-                self._stages[d] = _Stage(self.cart, d, *self.nbrs[d], (e0[1].size, e1[1].size), (e0[6], e1[6]))
+                s0, s1, r0, r1 = self.soff[d], self.soff[d + 1], self.roff[d], self.roff[d + 1]
+                self._stages[d] = _Stage(self.cart, d, *self.nbrs[d], (sizes[2 * d], sizes[2 * d + 1]),
+                                         (self.plan[2 * d][6], self.plan[2 * d + 1][6]), self.fsend[s0:s1],
+                                         self.frecv[r0:r1], self.rsend[r0:r1], self.rrecv[s0:s1])
+
+    def post(self, d: int, back: bool = False) -> None:
+        """Start stage d's messages (``back``: the reverse ones), their rows already packed."""
+        from mpi4py import MPI
+
+        t0 = time.perf_counter()
+        stage = self._stages[d]
+        MPI.Prequest.Startall(stage.rev if back else stage.fwd)
+        self.clock.sent((stage.rsend if back else stage.fsend).nbytes, stage.messages)
+        dt = time.perf_counter() - t0
+        self.comm_time += dt
+        self.clock.add("communication", dt)
+
+    def wait(self, d: int, back: bool = False) -> None:
+        """Wait for stage d's messages (``back``: the reverse ones); the wait is the imbalance."""
+        from mpi4py import MPI
+
+        t0 = time.perf_counter()
+        MPI.Request.Waitall(self._stages[d].rev if back else self._stages[d].fwd)
+        dt = time.perf_counter() - t0
+        self.comm_time += dt
+        self.clock.add("waiting", dt)
 
     # -- between rebuilds ---------------------------------------------------
     def forward(self, pos: np.ndarray, work=None) -> None:
@@ -337,6 +375,16 @@ class Halo:
     @property
     def ghosts(self) -> int:
         return sum(p[-1] for p in self.plan)
+
+
+def _free_stages(stages: dict) -> None:
+    """Free the persistent requests of ``stages`` (while MPI runs) and forget them."""
+    from mpi4py import MPI
+
+    if not MPI.Is_finalized():
+        for stage in stages.values():
+            stage.free()
+    stages.clear()
 
 
 def _room(pos: np.ndarray, gid: np.ndarray, keep: int, rows: int) -> tuple[np.ndarray, np.ndarray]:

@@ -90,6 +90,9 @@ class HostAtoms:
         self._verlet = VerletLists(system.grid.capacity) if config.newton else None
         self.cap = list(system.grid.capacity)
         self._work: dict[str, np.ndarray] = {}
+        self._sums = np.zeros(4)
+        self._programs = {(refresh, kick): _program(self.halo.remote, refresh, kick)
+                          for refresh in (True, False) for kick in (True, False)}
 
     def _view(self, n_all: int) -> None:
         """``pos``, ``f``, ``gid`` (rows held), ``v``, ``ids`` (owned rows): views of the current set."""
@@ -178,27 +181,41 @@ class HostAtoms:
         """Forces at the current positions, energy and virial if ``eflag``; collective if ``forward``.
 
         With ``forward`` the ghost positions are refreshed stage by stage while
-        a third of the owned-owned pairs is computed behind each stage.  With
-        newton the ghosts' forces then go back to their owners (collective).
-        Without ``eflag`` (LAMMPS skips the sums on steps without thermo output)
+        the owned-owned pairs are computed behind the messages.  With newton
+        the ghosts' forces then go back to their owners (collective).  Without
+        ``eflag`` (LAMMPS skips the sums on steps without thermo output)
         :meth:`local_sums` computes them when asked, from the same positions.
         ``kick``: then ``v += kick f`` (a step's closing half kick).
         """
-        if self.config.newton and self.halo.local:  # one rank: the whole of it in one call
-            own_cnt, own_nbr, gh_cnt, gh_nbr = self.lists
-            h = self.halo
-            e, w = self.forces.local_step(self.pos, self.f, self.v, self.nlocal, kick or 0.0, kick is not None,
-                                          forward, own_cnt, own_nbr, gh_cnt, gh_nbr, self.config.cutoff ** 2, eflag,
-                                          h.pidx, h.poff, h.pshift, h.pstart)
-            self.energy, self.virial = (e, w) if eflag else (None, None)
+        if self.config.newton:
+            self._force_program(forward, eflag, kick)
         else:
             self.f[...] = 0.0
             self.pair_forces(self.f, forward, eflag)
-            if self.config.newton:
-                self.halo.reverse(self.f)
             if kick is not None:
                 kc.kick_serial(self.v, self.f, kick, self.nlocal)
         self.have_forces = True
+
+    def _force_program(self, forward: bool, eflag: bool, kick: float | None) -> None:
+        """The force phase with half lists: compiled pieces (:meth:`ForceKernels.run_ops`) between the
+        messages of the stages whose neighbours are other ranks (on one rank: one piece, one call)."""
+        own_cnt, own_nbr, gh_cnt, gh_nbr = self.lists
+        h = self.halo
+        sums = self._sums
+        sums[:] = 0.0
+        for ops, stage, then in self._programs[forward, kick is not None]:
+            self.forces.run_ops(ops, self.pos, self.f, self.v, self.nlocal, kick or 0.0, own_cnt, own_nbr, gh_cnt,
+                                gh_nbr, self.config.cutoff ** 2, eflag, h.pidx, h.poff, h.pshift, h.pstart, h.fsend,
+                                h.frecv, h.rsend, h.rrecv, h.soff, h.roff, sums)
+            if then == "post":
+                h.post(stage)
+            elif then == "wait":
+                h.wait(stage)
+            elif then == "back":  # the ghosts' forces home: nothing left to overlap with
+                h.post(stage, back=True)
+                h.wait(stage, back=True)
+        self.energy, self.virial = (float(sums[0]) + float(sums[2]), float(sums[1]) + float(sums[3])) if eflag \
+            else (None, None)
 
     def pair_forces(self, f, forward: bool, eflag: bool) -> None:
         """Add the pair forces to ``f``; set ``energy``/``virial`` (None without ``eflag``)."""
@@ -288,6 +305,49 @@ class HostAtoms:
         """Host copies of the owned atoms: ``x v f`` ``(n, 3)`` and ``id``."""
         n = self.nlocal
         return {"x": self.pos[:n].copy(), "v": self.v[:n].copy(), "f": self.f[:n].copy(), "id": self.ids.copy()}
+
+
+def _program(remote, refresh: bool, kick: bool) -> list[tuple[np.ndarray, int | None, str | None]]:
+    """A step's force phase with half lists as pieces ``(ops, stage, then)`` for ``ForceKernels.run_ops``.
+
+    After each piece, ``then`` for stage ``stage``'s messages: ``post`` (the
+    piece ended by packing them), ``wait``, or ``back`` (the ghosts' forces
+    sent home and waited for); None after the last.  The owned pairs run
+    while the first remote stage's messages travel; a stage of the brick's
+    own image costs no call of its own.  ``refresh``: the ghosts' positions
+    first (not right after a rebuild, which made them); ``kick``: the closing
+    half kick.
+    """
+    pieces, ops = [], [(kc.OP_ZERO, 0)]
+    owned = [(kc.OP_OWNED, s) for s in range(3)]
+
+    def cut(stage, then):
+        pieces.append((np.array(ops, np.int64).reshape(-1, 2), stage, then))
+        ops.clear()
+
+    for d in range(3 if refresh else 0):
+        if not remote[d]:
+            ops.append((kc.OP_FORWARD, d))
+            continue
+        ops.append((kc.OP_PACK, d))
+        cut(d, "post")
+        ops.extend(owned)
+        owned = []
+        cut(d, "wait")
+        ops.append((kc.OP_PUT, d))
+    ops.extend(owned)
+    ops.append((kc.OP_GHOSTS, 0))
+    for d in (2, 1, 0):
+        if not remote[d]:
+            ops.append((kc.OP_REVERSE, d))
+            continue
+        ops.append((kc.OP_PACK_BACK, d))
+        cut(d, "back")
+        ops.append((kc.OP_ADD_BACK, d))
+    if kick:
+        ops.append((kc.OP_KICK, 0))
+    cut(None, None)
+    return pieces
 
 
 def _grown(a: np.ndarray, keep: int, rows: int) -> np.ndarray:

@@ -192,6 +192,15 @@ def _inside_first(pos, i, nbr, cnt, rc2, tmp):
         nbr[i, a + k] = tmp[k]
 
 
+#: the operations of :meth:`ForceKernels.run_ops`, in the order a step with half lists runs them: the
+#: forces zeroed; per stage of the ghost plan, its rows refreshed in place (the brick's own image) or
+#: packed into a message and, once it came, the ghost rows put in place; the owned pairs, a third at a
+#: time; the ghost pairs; per stage backwards, the ghosts' forces added in place or packed to go home and,
+#: once the neighbours' came, added; the closing half kick.
+OP_ZERO, OP_FORWARD, OP_PACK, OP_PUT, OP_OWNED, OP_GHOSTS, OP_REVERSE, OP_PACK_BACK, OP_ADD_BACK, OP_KICK = range(10)
+OPS = ("zero", "forward", "pack", "put", "owned", "ghosts", "reverse", "pack back", "add back", "kick")
+
+
 class ForceKernels(NamedTuple):
     """The force kernels of one pair term (:func:`force_kernels`)."""
 
@@ -201,8 +210,8 @@ class ForceKernels(NamedTuple):
     newton: object
     #: one-sided lists (parallel over atoms)
     one_sided: object
-    #: a step's forces on a brick that is its own periodic image in every dimension (one rank, half lists)
-    local_step: object
+    #: a piece of a step's force phase with half lists, as a list of operations (:data:`OPS`)
+    run_ops: object
 
     def pair_forces(self, pos, f, i0, i1, cnt, nbr, rc2, newton, eflag=True):
         """Add the pair forces of the listed pairs of atoms ``[i0, i1)`` to ``f``.
@@ -313,36 +322,48 @@ def force_kernels(pair) -> ForceKernels:
         return e, w
 
     @njit(nogil=True, cache=True)
-    def local_step(pos, f, v, n, h, kick, refresh, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, eflag,
-                   pidx, poff, pshift, pstart):
-        """A step's forces where every neighbour brick is the brick itself (one rank): one call, no Python.
+    def run_ops(ops, pos, f, v, n, h, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, eflag, pidx, poff, pshift, pstart,
+                fsend, frecv, rsend, rrecv, soff, roff, sums):
+        """A piece of a step's force phase with half lists (:data:`OPS`), one compiled call.
 
-        The ghosts refreshed from their atoms (``refresh``: not right after a
-        rebuild, which made them), the forces zeroed, the owned pairs in the
-        three pieces and the ghost pairs, their sums added in the order
-        ``HostAtoms.pair_forces`` adds them, the ghosts' forces added into
-        their atoms, and with ``kick`` ``v += h f``.  Returns (energy, virial).
+        ``ops`` ``(k, 2)``: opcode and argument (a stage, a third of the
+        owned atoms), run in order; the ghost plan flat (``pidx``, ...); the
+        messages of the remote stages in ``fsend``/``frecv`` (forward) and
+        ``rsend``/``rrecv`` (reverse), stage d's rows from ``soff[d]`` or
+        ``roff[d]``.  ``sums``: the owned pairs' energy and virial added
+        third by third (``[0]``, ``[1]``), the ghost pairs' (``[2]``, ``[3]``).
         """
-        none = np.empty((0, 3))
-        if refresh:
-            forward_stages(pos, pidx, poff, pshift, pstart, 0, 3, none)
-        for r in range(f.shape[0]):
-            for d in range(3):
-                f[r, d] = 0.0
-        se = 0.0
-        sw = 0.0
-        b = (0, n // 3, (2 * n) // 3, n)
-        for s in range(3):
-            e, w = newton(pos, f, b[s], b[s + 1], own_cnt, own_nbr, rc2, eflag)
-            se += e
-            sw += w
-        e, w = newton(pos, f, 0, n, gh_cnt, gh_nbr, rc2, eflag)
-        reverse_stages(f, pidx, poff, pstart, 0, 3, none)
-        if kick:
-            kick_serial(v, f, h, n)
-        return se + e, sw + w
+        for q in range(ops.shape[0]):
+            op = ops[q, 0]
+            d = ops[q, 1]
+            if op == OP_ZERO:
+                for r in range(f.shape[0]):
+                    for c in range(3):
+                        f[r, c] = 0.0
+            elif op == OP_FORWARD:
+                forward_stages(pos, pidx, poff, pshift, pstart, d, d + 1, fsend[:0])
+            elif op == OP_PACK:
+                forward_stages(pos, pidx, poff, pshift, pstart, d, d + 1, fsend[soff[d]:soff[d + 1]])
+            elif op == OP_PUT:
+                put_rows(pos, pstart[2 * d], roff[d + 1] - roff[d], frecv[roff[d]:roff[d + 1]])
+            elif op == OP_OWNED:
+                e, w = newton(pos, f, (d * n) // 3, ((d + 1) * n) // 3, own_cnt, own_nbr, rc2, eflag)
+                sums[0] += e
+                sums[1] += w
+            elif op == OP_GHOSTS:
+                e, w = newton(pos, f, 0, n, gh_cnt, gh_nbr, rc2, eflag)
+                sums[2] = e
+                sums[3] = w
+            elif op == OP_REVERSE:
+                reverse_stages(f, pidx, poff, pstart, d, d + 1, rsend[:0])
+            elif op == OP_PACK_BACK:
+                copy_rows(f, pstart[2 * d], roff[d + 1] - roff[d], rsend[roff[d]:roff[d + 1]])
+            elif op == OP_ADD_BACK:
+                reverse_stages(f, pidx, poff, pstart, d, d + 1, rrecv[soff[d]:soff[d + 1]])
+            elif op == OP_KICK:
+                kick_serial(v, f, h, n)
 
-    return ForceKernels(row, newton, one_sided, local_step)
+    return ForceKernels(row, newton, one_sided, run_ops)
 
 
 @njit(cache=True)
@@ -698,13 +719,15 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
     pshift, none = np.zeros((6, 3)), np.empty((0, 3))
     forward_stages(x, pidx, poff, pshift, pstart, 0, 3, none)
     reverse_stages(f, pidx, poff, pstart, 0, 3, none)
+    sums = np.zeros(4)
+    every = np.array([[op, 0] for op in range(len(OPS))], np.int64)
     for half in (True, False):
         grid = _Grid(lo, inv, ncell)
         lists = build_lists(pos, n, gid, grid, 1.0, 0.5, half, widths=(8, 8))
         if half:
-            for flags in ((True, True, True), (False, False, False)):
-                forces.local_step(x, f, v, n, 0.1, flags[0], flags[1], *lists, 1.0, flags[2], pidx, poff, pshift,
-                                  pstart)
+            for eflag in (True, False):
+                forces.run_ops(every, x, f, v, n, 0.1, *lists, 1.0, eflag, pidx, poff, pshift, pstart, none, none,
+                               none, none, np.zeros(4, np.int64), np.zeros(4, np.int64), sums)
 
 
 class _Grid(NamedTuple):

@@ -153,12 +153,13 @@ class LjSystem:
 
         Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank if not.
         """
-        from mpi4py import MPI
-
         tally = np.array([owned, 0 if finite else 1], np.int64)  # [atoms owned, ranks not finite]
-        with self.halo.clock.phase("waiting"):
-            self.cart.Allreduce(MPI.IN_PLACE, tally, op=MPI.SUM)
-        self.halo.clock.sent(tally.nbytes)
+        if self._ranks > 1:  # (one rank's tally is its own)
+            from mpi4py import MPI
+
+            with self.halo.clock.phase("waiting"):
+                self.cart.Allreduce(MPI.IN_PLACE, tally, op=MPI.SUM)
+            self.halo.clock.sent(tally.nbytes)
         if tally[1]:
             raise BlowUp(None, "non-finite velocities or forces", "the forces overflowed: reduce --dt or --temperature")
         if tally[0] != self.config.atoms:
