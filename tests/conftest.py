@@ -45,6 +45,26 @@ def mpiexec() -> str:
     pytest.skip("no mpiexec found")
 
 
+def mpmd(*parts: list[str], ranks=(1, 1), launcher: list[str] | None = None) -> list[str]:
+    """``mpiexec -n r0 A : -n r1 B ...``: an MPMD launch, each part with its count of ranks."""
+    base = launcher or mpiexec_argv(1)[:-2]
+    argv = list(base)
+    for i, (n, part) in enumerate(zip(ranks, parts)):
+        argv += ([":"] if i else []) + ["-n", str(n), *part]
+    return argv
+
+
+#: PYTHONPATH for a child whose ranks fake their GPU probe: ``env PYMPI_FAKE_GPU=yes|no`` per rank
+#: (``tests/data/fake_gpu/sitecustomize.py``: a test double, not in the package)
+FAKE_GPU_PATH = str(ROOT / "tests" / "data" / "fake_gpu")
+
+
+def fake_gpus(argv: list[str], answers: str) -> list[str]:
+    """An MPMD launch of ``argv`` whose rank k's GPU probe says ``answers.split(",")[k]`` (``yes``/``no``)."""
+    said = answers.split(",")
+    return mpmd(*([ "env", f"PYMPI_FAKE_GPU={a}", *argv] for a in said), ranks=(1,) * len(said))
+
+
 def mpiexec_argv(n: int) -> list[str]:
     """argv prefix that starts ``n`` ranks with this environment's MPI."""
     exe = mpiexec()

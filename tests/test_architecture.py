@@ -155,3 +155,33 @@ def test_the_models_do_not_import_each_other():
         if module in ("pympi_gpu.cli.nbody_gravity", "pympi_gpu.cli.nbody_lj"):
             other = "pympi_gpu.cli.nbody_lj" if module.endswith("gravity") else "pympi_gpu.cli.nbody_gravity"
             assert other not in targets and "pympi_gpu.cli.nbody" not in targets, module
+
+
+def _decorated_as_kernel(node) -> bool:
+    """Decorated with numba's njit, jit, cuda.jit, vectorize or guvectorize: a compiled kernel."""
+    for d in node.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        name = ast.unparse(target)
+        if name.split(".")[-1] in ("njit", "jit", "vectorize", "guvectorize"):
+            return True
+    return False
+
+
+def test_no_function_outside_the_compiled_kernels_is_longer_than_60_lines():
+    """Glue, drivers, commands: small functions a second contributor reads at a glance (issue 29)."""
+    long = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _decorated_as_kernel(node):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{name}.{node.name}: {lines} lines")
+    assert not long, long
+
+
+def test_launcher_variables_are_written_in_one_module():
+    """A launcher's rank and size variables are data of the launcher table, nowhere else in the package."""
+    said = {name for name, path in modules().items()
+            for var in ("SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID")
+            if f'"{var}"' in path.read_text()}
+    assert said == {"pympi_gpu.launchers"}, said

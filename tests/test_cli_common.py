@@ -10,7 +10,8 @@ import pytest
 
 from conftest import clean_env, run, script
 from pympi_gpu.cli import COMMANDS
-from pympi_gpu.cli.common import MPI_MISSING, Count, PositiveFloat, escape, lazy, run_command
+from pympi_gpu.cli.common import MPI_MISSING, lazy, run_command
+from pympi_gpu.cli.options import Count, PositiveFloat, escape
 
 
 @click.command()

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, clean_env, mpiexec_argv, run, script
+from conftest import FAKE_GPU_PATH, ROOT, clean_env, fake_gpus, mpiexec_argv, run, script
 
 PI = script("pympi-pi")
 
@@ -130,11 +130,14 @@ def test_auto_never_picks_the_simulator(mpirun):
     assert doc["backend_reason"].startswith("auto: no GPU")
 
 
-@pytest.mark.parametrize("ranks, probe, bad_rank", [(2, "yes,no", 1), (3, "yes,yes,no", 2), (3, "no,yes", 0)])
-def test_auto_agrees_on_every_rank(mpirun, ranks, probe, bad_rank):
-    # Some ranks claim a GPU, one does not: every rank must take numba (ranks
-    # that went their own way used to hang in the GPU binding's Split_type).
-    doc = pi_json(mpirun, ranks, *BIG, env=clean_env(PYMPI_TESTING_GPU_PROBE=probe), timeout=120)
+@pytest.mark.parametrize("probe, bad_rank", [("yes,no", 1), ("yes,yes,no", 2), ("no,yes,yes", 0)])
+def test_auto_agrees_on_every_rank(probe, bad_rank):
+    # Some ranks find a GPU, one does not (an MPMD launch, each rank's probe faked): every rank must take
+    # numba (ranks that went their own way used to hang in the GPU binding's Split_type).
+    ranks = len(probe.split(","))
+    proc = run(fake_gpus([PI, *BIG, "--json"], probe), env=clean_env(PYTHONPATH=FAKE_GPU_PATH), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
     assert doc["backend"] == "numba" and doc["ranks"] == ranks
     assert doc["backend_reason"].startswith(f"auto: no GPU on rank {bad_rank} of {ranks}")
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import clean_env, mpiexec_argv, run, script
+from conftest import FAKE_GPU_PATH, clean_env, fake_gpus, mpiexec_argv, run, script
 from pympi_gpu.run.progress import INTERVAL_ENV, LineProgress, interval_from_env
 
 NBODY = script("pympi-nbody")
@@ -81,7 +81,9 @@ def test_quiet_turns_progress_off():
 
 @pytest.mark.parametrize("ranks, probe, bad_rank", [(2, "yes,no", 1), (3, "no,yes,yes", 0)])
 def test_nbody_auto_agrees_on_every_rank(ranks, probe, bad_rank):
-    out = _nbody(ranks, 300, "--steps", 2, "--json", PYMPI_TESTING_GPU_PROBE=probe)
+    # an MPMD launch, each rank's GPU probe faked (tests/data/fake_gpu)
+    out = run(fake_gpus([NBODY, "300", "--steps", "2", "--json"], probe), env=clean_env(PYTHONPATH=FAKE_GPU_PATH),
+              timeout=300)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["backend"] == "numba"

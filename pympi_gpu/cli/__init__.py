@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, run_command, version_option
+from pympi_gpu.cli.common import run_command
+from pympi_gpu.cli.options import CONTEXT_SETTINGS, version_option
 
 __all__ = ["cli", "main", "pi_main", "nbody_main", "launch_main", "scale_main", "info_main", "plot_main"]
 

@@ -1,9 +1,11 @@
-"""What every pympi command shares: count parameters, error handling, MPI start-up.
+"""What every pympi command shares: the error rules and MPI start-up (the option types: :mod:`.options`).
 
 The rules (see docs/errors.md): bad input is refused before any work, with
-one message printed by rank 0 only and exit status 2; an error that strikes
-some ranks only ends the whole job through ``MPI_Abort``, so no rank is left
-waiting in a collective.
+one message printed by rank 0 only and exit status 2 on every rank; an error
+that strikes some ranks only ends the whole job through ``MPI_Abort``, so no
+rank is left waiting in a collective.  What one rank alone can see (its
+options, its node's files and devices) is decided by every rank together:
+the start-up agreement of :func:`mpi_world` and :func:`refuse_together`.
 """
 
 from __future__ import annotations
@@ -15,84 +17,11 @@ from collections.abc import Callable
 
 import click
 
-from pympi_gpu.cli.counts import MAX_COUNT, CountError, parse_count
 from pympi_gpu.mpi.environment import world_rank
 
-__all__ = ["Count", "IntRange", "PositiveFloat", "world_rank_hint", "echo_root", "fail", "run_command",
-           "given", "mpi_world", "import_mpi", "MPI_MISSING", "configure_threads", "version_option",
-           "escape", "CONTEXT_SETTINGS"]
-
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-class Count(click.ParamType):
-    """A positive whole number as people type it: ``1e7``, ``10_000_000``."""
-
-    name = "count"
-
-    def __init__(self, minimum: int = 1, maximum: int = MAX_COUNT):
-        self.minimum, self.maximum = minimum, maximum
-
-    def convert(self, value, param, ctx):
-        try:
-            return parse_count(value, minimum=self.minimum, maximum=self.maximum)
-        except CountError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-class IntRange(click.IntRange):
-    """:class:`click.IntRange` for ASCII digits only.
-
-    Python's ``int()`` reads any Unicode digit (``int("１")`` is 1, so is
-    ``int("١")``); a seed or a thread count typed in another script is refused
-    rather than silently read.
-    """
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, str) and not value.isascii():
-            self.fail(f"{value!r} is not a valid integer (write it with the digits 0-9)", param, ctx)
-        return super().convert(value, param, ctx)
-
-
-class PositiveFloat(click.ParamType):
-    """A finite float > 0 (or >= 0 with ``allow_zero``)."""
-
-    name = "float"
-
-    def __init__(self, allow_zero: bool = False):
-        self.allow_zero = allow_zero
-
-    def convert(self, value, param, ctx):
-        import math
-
-        try:
-            if isinstance(value, str) and not value.isascii():  # float() reads any script's digits
-                raise ValueError(value)
-            x = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number", param, ctx)
-        if not math.isfinite(x):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        if x < 0 or (x == 0 and not self.allow_zero):
-            self.fail(f"{value!r} must be {'>= 0' if self.allow_zero else '> 0'}", param, ctx)
-        return x
-
-
-def version_option():
-    """``--version``: the installed package's version, from its metadata."""
-    return click.version_option(package_name="pympi_gpu", prog_name="pympi_gpu",
-                                message="%(prog)s %(version)s")
-
-
-def escape(text: object) -> str:
-    """``text`` made safe to print through rich: ``[plot]`` and ``[host:123]`` stay as typed.
-
-    Every string shown with a rich Console or Table that does not come from this
-    program (paths, commands, error messages, MPI's stderr) goes through here.
-    """
-    from rich.markup import escape as _escape
-
-    return _escape(str(text))
+__all__ = ["world_rank_hint", "echo_root", "fail", "Refusal", "refuse_together", "run_command", "mpi_command",
+           "mpi_world", "agree_at_start", "rank_now", "abort_job", "import_mpi", "MPI_MISSING", "configure_threads",
+           "largest"]
 
 
 #: What to do when mpi4py finds no MPI library: one message, no traceback.
@@ -133,20 +62,89 @@ def echo_root(comm, message: str = "", err: bool = False) -> None:
         click.echo(message, err=err)
 
 
-def given(ctx: click.Context, name: str) -> bool:
-    """Whether option ``name`` was given by the user (command line or environment), not defaulted."""
-    return ctx.get_parameter_source(name) in (click.core.ParameterSource.COMMANDLINE,
-                                              click.core.ParameterSource.ENVIRONMENT)
-
-
 def fail(message: str) -> None:
-    """Refuse the run with exit status 2. Call it on every rank, with the same message."""
+    """Refuse the run with exit status 2.  Call it on every rank, with the same message.
+
+    A refusal that only some ranks can see (a file, a device, the node's own
+    state) goes through :func:`refuse_together` instead.  Should a ``fail``
+    after MPI started happen on some ranks only after all, it waits
+    :data:`REFUSAL_WAIT` seconds for the others and then ends the job with
+    ``MPI_Abort`` (:func:`run_command`): never a hang.
+    """
     raise click.UsageError(message)
+
+
+class Refusal(click.UsageError):
+    """A refusal every rank already knows of (:func:`refuse_together`, the start-up agreement)."""
+
+    agreed = True
+
+
+#: seconds a refusal made after MPI started waits for every rank to make it before it ends the job
+REFUSAL_WAIT = 10.0
+
+#: options each rank may be given a value of its own (by its node's environment); all others must agree
+PER_RANK_OPTIONS = frozenset({"threads"})
+
+
+def refuse_together(comm, problem: str | None) -> None:
+    """Refuse the run on every rank where any rank has a problem; collective over comm.
+
+    ``problem`` is this rank's own finding (None: none), for what only a rank
+    can see: a GPU, a directory, its node.  The first rank's problem is the
+    message (with that rank named where not every rank has it), exit status 2
+    on every rank, printed once by rank 0.
+    """
+    problems = comm.allgather(problem)
+    found = _first_problem(problems)
+    if found:
+        raise Refusal(found)
+
+
+def _first_problem(problems) -> str | None:
+    bad = [(rank, p) for rank, p in enumerate(problems) if p]
+    if not bad:
+        return None
+    rank, text = bad[0]
+    if len(bad) == len(problems) and all(p == text for _, p in bad):
+        return text
+    return f"{text} (rank {rank} of {len(problems)})"
+
+
+def mpi_command(command: click.Command) -> click.Command:
+    """Mark ``command`` as one whose ranks start MPI (:func:`mpi_world`).
+
+    A refusal such a command makes before MPI starts (a bad value, a check of
+    this node) is not final on its own: under a launcher of several ranks the
+    refusing rank starts MPI too and hands it to the start-up agreement, so
+    that every rank refuses together instead of waiting for it in
+    ``MPI_Init`` (:func:`run_command`).
+    """
+    import functools
+
+    command.starts_mpi = True
+    callback = command.callback
+
+    @functools.wraps(callback)
+    def body(*args, **kwargs):
+        global _in_mpi_command
+        _in_mpi_command = True
+        return callback(*args, **kwargs)
+
+    command.callback = body
+    return command
+
+
+_in_mpi_command = False
 
 
 def mpi_world(check: bool = True):
     """``MPI.COMM_WORLD``; the one place where the world communicator is bound.
 
+    The first call makes the start-up agreement (:func:`agree_at_start`):
+    every rank hands in its refusal (None) and its options, so a rank that
+    refused before MPI started, or options that differ between ranks (a
+    ``PYMPI_*`` variable set on one node only), refuse the run on every rank.
     With ``check``, warns once on stderr (from the launcher's rank 0) when the
     world has 1 rank but Slurm or the PMI said more: the host's launcher and this
     MPI do not match.  Commands that report the mismatch themselves pass False.
@@ -154,6 +152,8 @@ def mpi_world(check: bool = True):
     MPI = import_mpi()
     comm = MPI.COMM_WORLD
     global _world_checked
+    if _refusals is None:
+        agree_at_start(comm, None, click.get_current_context(silent=True))
     if check and not _world_checked:
         _world_checked = True
         from pympi_gpu.mpi.worldcheck import world_mismatch
@@ -165,6 +165,66 @@ def mpi_world(check: bool = True):
 
 
 _world_checked = False
+_refusals = None  # a duplicate of the world for refusals (run_command), made by agree_at_start
+
+
+def agree_at_start(comm, problem: str | None, ctx: click.Context | None) -> None:
+    """The start-up agreement: the first collective of every rank; raises :class:`Refusal` on every rank.
+
+    ``problem`` is a refusal this rank made before MPI started (None: none);
+    ``ctx`` the command's click context, whose options (all but
+    :data:`PER_RANK_OPTIONS`) must be the same on every rank.  Why refuse
+    rather than take rank 0's values: options that differ between ranks are
+    a job script's mistake (a variable exported on one node, an MPMD line
+    typed twice), and running with values a rank was not given would hide it.
+    """
+    global _refusals
+    _refusals = comm.Dup()
+    everyone = comm.allgather((problem, _options(ctx)))
+    found = _first_problem([p for p, _ in everyone])
+    if found is None and comm.Get_size() > 1:
+        found = _differing_option(ctx, [o for _, o in everyone])
+    if found:
+        raise Refusal(found)
+
+
+def _options(ctx: click.Context | None) -> dict:
+    """``{name: (value, environment variable or None)}`` of the options every rank must agree on."""
+    if ctx is None:
+        return {}
+    from click.core import ParameterSource
+
+    out = {}
+    for name, value in ctx.params.items():
+        if name in PER_RANK_OPTIONS:
+            continue
+        var = None
+        if ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT and ctx.auto_envvar_prefix:
+            var = f"{ctx.auto_envvar_prefix}_{name.upper()}"
+        out[name] = (value, var)
+    return out
+
+
+def _differing_option(ctx: click.Context | None, options: list[dict]) -> str | None:
+    """The refusal for the first option whose value differs from rank 0's, or None."""
+    base = options[0]
+    for rank, mine in enumerate(options[1:], start=1):
+        for name in sorted(set(base) | set(mine)):
+            (a, va), (b, vb) = base.get(name, (None, None)), mine.get(name, (None, None))
+            if a == b:
+                continue
+            via = sorted({v for v in (va, vb) if v})
+            return (f"the ranks were given different options: {_label(ctx, name)} is {a!r} on rank 0 but {b!r} "
+                    f"on rank {rank}" + (f" (from {' and '.join(via)})" if via else "")
+                    + "; give every rank the same command line and PYMPI_* variables (only --threads may differ)")
+    return None
+
+
+def _label(ctx: click.Context | None, name: str) -> str:
+    for param in (ctx.command.params if ctx is not None else ()):
+        if param.name == name:
+            return param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
+    return name
 
 
 def select_gpu_early(backend: str):
@@ -216,6 +276,17 @@ def configure_threads(comm, threads: int | None) -> int:
     return threads
 
 
+def largest(comm, value):
+    """The largest of the ranks' ``value``s; collective over comm.
+
+    For a decision that rests on what each rank's node says (its thread
+    count) but must be the same everywhere (the LJ model's list kind).
+    """
+    from mpi4py import MPI
+
+    return comm.allreduce(value, op=MPI.MAX)
+
+
 def _prog() -> str:
     return os.path.basename(sys.argv[0]) or "pympi"
 
@@ -224,10 +295,13 @@ def run_command(command: click.Command, prog_name: str | None = None,
                 args: list[str] | None = None, **extra) -> None:
     """Run a click command as a console script, applying the error rules.
 
-    Usage errors print once (rank 0 by the launcher's word, since MPI may not
-    have started) and exit 2.  Any other exception prints one line naming the
-    rank and aborts the whole MPI job, unless ``PYMPI_DEBUG`` asks for the
-    traceback.
+    Usage errors print once, by rank 0, and exit 2 on every rank: one made
+    before MPI started by a rank of a command that starts MPI (a bad value,
+    this node's check) is handed to the start-up agreement first
+    (:func:`_refuse_at_start`); one made after, on some ranks only, ends the
+    job (:func:`_refused_by_all`).  Any other exception prints one line naming
+    the rank and aborts the whole MPI job, unless ``PYMPI_DEBUG`` asks for
+    the traceback.
     """
     prog = prog_name or _prog()
     try:
@@ -242,20 +316,108 @@ def run_command(command: click.Command, prog_name: str | None = None,
             click.echo("Aborted!", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        if isinstance(exc, click.BadParameter):
-            _name_the_variable(exc)
-        if _mpi_rank() == 0:
-            exc.show()
-        sys.exit(exc.exit_code)
+        _refused(exc, prog)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # one rank failed: end the whole job
-        rank = _mpi_rank()
-        click.echo(f"{prog}: error on rank {rank}: {type(exc).__name__}: {exc}", err=True)
+        click.echo(_error_line(prog, rank_now(), exc), err=True)
         if os.environ.get("PYMPI_DEBUG"):
             traceback.print_exc()
+        if not _mpi_running() and _joins_the_others(None):
+            _start_mpi()  # so that MPI_Abort ends the ranks waiting for this one in MPI_Init
         _abort(1)
         sys.exit(1)
+
+
+def _error_line(prog: str, rank: int, exc: Exception) -> str:
+    """The one line of an unexpected error on ``rank``.
+
+    An error MPI itself raised (a peer that died mid-message: a rank killed
+    while a checkpoint streams through rank 0) is not this rank's fault: it
+    is said so, rather than "error on rank 0", which blamed the rank that
+    noticed.  The launcher's own message names the rank that died.
+    """
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and isinstance(exc, mpi.Exception):
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return (f"{prog}: MPI error on rank {rank} ({first}): usually another rank failed or was killed first "
+                "(the launcher's message names it); ending the job")
+    return f"{prog}: error on rank {rank}: {type(exc).__name__}: {exc}"
+
+
+def _refused(exc: click.ClickException, prog: str) -> None:
+    """A refusal (usage error): agreed with the other ranks, shown once by rank 0, exit status 2."""
+    if isinstance(exc, click.BadParameter):
+        _name_the_variable(exc)
+    if _mpi_running():
+        _refused_by_all(exc, prog)
+    elif _joins_the_others(exc):
+        _refuse_at_start(exc)
+    if rank_now() == 0:
+        exc.show()
+    sys.exit(exc.exit_code)
+
+
+def _mpi_running() -> bool:
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
+
+
+def _joins_the_others(exc: click.ClickException | None) -> bool:
+    """Whether this refusal or error, made before MPI started, concerns other ranks too: a command that
+    starts MPI, launched as one of several ranks (by the launcher's word, not an allocation's)."""
+    ctx = getattr(exc, "ctx", None)
+    starts = _in_mpi_command or getattr(getattr(ctx, "command", None), "starts_mpi", False)
+    if not starts:
+        return False
+    from pympi_gpu.mpi.environment import expected_world_size
+
+    size = expected_world_size(scheduler=False)[0]
+    return bool(size and size > 1)
+
+
+def _start_mpi():
+    """``mpi4py.MPI``, started, or None where there is no MPI library (then there is nothing to agree over)."""
+    try:
+        return import_mpi()
+    except click.ClickException:
+        return None
+
+
+def _refuse_at_start(exc: click.ClickException) -> None:
+    """Start MPI and hand this rank's refusal to the start-up agreement the other ranks make in
+    :func:`mpi_world`, so that they refuse too instead of waiting for this rank in ``MPI_Init``."""
+    MPI = _start_mpi()
+    if MPI is None:
+        return
+    try:
+        agree_at_start(MPI.COMM_WORLD, exc.format_message(), None)
+    except Refusal:
+        pass  # the others know now; this rank shows its own refusal (rank 0) and exits 2
+
+
+def _refused_by_all(exc: click.ClickException, prog: str) -> None:
+    """A refusal made after MPI started: return once every rank made it too, else end the job.
+
+    :func:`fail` is called on every rank by rule, and a :class:`Refusal` is
+    agreed already; a ``fail`` reached by some ranks only would leave the
+    others waiting in a collective for good.  The ranks meet in a barrier on
+    a communicator of refusals only; where the others do not come within
+    :data:`REFUSAL_WAIT` seconds, this rank prints the refusal as one line
+    and ends the job through ``MPI_Abort`` (exit status 2).
+    """
+    comm = _refusals
+    if getattr(exc, "agreed", False) or comm is None or comm.Get_size() == 1:
+        return
+    import time
+
+    request, deadline = comm.Ibarrier(), time.monotonic() + REFUSAL_WAIT
+    while not request.Test():
+        if time.monotonic() > deadline:
+            click.echo(f"{prog}: error: {exc.format_message()} (rank {comm.Get_rank()}; not every rank refused: "
+                       "ending the job with MPI_Abort)", err=True)
+            abort_job(exc.exit_code)
+        time.sleep(0.005)
 
 
 def _name_the_variable(exc: click.BadParameter) -> None:
@@ -275,7 +437,7 @@ def _name_the_variable(exc: click.BadParameter) -> None:
         exc.param_hint = f"environment variable {var} (for {param.get_error_hint(ctx)})"
 
 
-def _mpi_rank() -> int:
+def rank_now() -> int:
     """World rank if MPI is up, else the launcher's word."""
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
@@ -283,12 +445,33 @@ def _mpi_rank() -> int:
     return world_rank_hint()
 
 
+#: seconds between a rank's last line and its MPI_Abort: the launcher forwards the ranks' output through
+#: its proxies, and kills them on the abort, so a line written just before could be lost (seen under load)
+ABORT_PAUSE = 0.5
+
+
 def _abort(code: int) -> None:
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
         sys.stderr.flush()
         sys.stdout.flush()
+        import time
+
+        time.sleep(ABORT_PAUSE)
         mpi.COMM_WORLD.Abort(code)
+
+
+def abort_job(code: int) -> None:
+    """End the whole job now, from any thread: ``MPI_Abort`` where MPI runs over ranks, else ``os._exit``.
+
+    For what cannot unwind (a watchdog thread while the main thread waits in
+    MPI): neither ``sys.exit`` (it ends only the calling thread) nor a
+    return would end the job.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _abort(code)
+    os._exit(code)
 
 
 def lazy(import_path: str) -> Callable[[], click.Command]:

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, mpi_world, version_option, world_rank_hint
+from pympi_gpu.cli.common import mpi_command, mpi_world, world_rank_hint
+from pympi_gpu.cli.options import CONTEXT_SETTINGS, version_option
 
 
 def format_report(rep) -> str:
@@ -46,6 +47,7 @@ def format_report(rep) -> str:
     return "\n".join(lines)
 
 
+@mpi_command
 @click.command(context_settings=CONTEXT_SETTINGS)
 @version_option()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")

@@ -1,8 +1,9 @@
 """``pympi-launch -n N [--nodes M] [--image SIF] [--gpu] [--dry-run] -- COMMAND...``
 
 Parses, asks :func:`pympi_gpu.mpi.launch.plan` for the command line, prints it
-(``--dry-run``) or replaces this process with it, so signals and the exit
-status are the launcher's own.  No MPI starts in this process.
+(``--dry-run``) or runs it, passing every stop request on to the launcher as
+the one signal all launchers forward to the ranks (:mod:`pympi_gpu.cli.relay`);
+the exit status is the launcher's.  No MPI starts in this process.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, version_option
+from pympi_gpu.cli.options import CONTEXT_SETTINGS, IntRange, version_option
 from pympi_gpu.mpi.launch import LaunchError, launcher_choices, mpi_choices, needs_mpi, plan, probe_mpi
 
 
@@ -68,10 +69,11 @@ def launch(ntasks, nodes, tasks_per_node, image, gpu, launcher, mpi, pmi, dry_ru
         if image_note:
             click.echo(f"# {image_note}", err=True)
         return
-    sys.stdout.flush()
-    sys.stderr.flush()
+    from pympi_gpu.cli.relay import run
+
     try:
-        os.execvp(chosen.argv[0], chosen.argv)
+        status = run(chosen.argv)
     except OSError as exc:
         click.echo(f"pympi-launch: cannot run {chosen.argv[0]}: {exc.strerror}", err=True)
         sys.exit(127)
+    sys.exit(status)

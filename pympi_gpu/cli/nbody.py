@@ -12,8 +12,8 @@ import dataclasses
 
 import click
 
-from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, fail, given,
-                                  version_option)
+from pympi_gpu.cli.common import fail, mpi_command, world_rank_hint
+from pympi_gpu.cli.options import CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, given, version_option
 from pympi_gpu.nbody.gravity.config import DEFAULT_SEED as GRAVITY_SEED
 from pympi_gpu.nbody.gravity.config import NbodyConfig
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED as LJ_SEED
@@ -113,6 +113,7 @@ def check_model_options(ctx, model: str) -> None:
             fail(f"--{name.replace('_', '-')} applies to --model {'lj' if model == 'gravity' else 'gravity'} only")
 
 
+@mpi_command
 @click.command(context_settings=CONTEXT_SETTINGS)
 @version_option()
 @click.argument("bodies", type=_Bodies(maximum=MAX_BODIES))
@@ -190,7 +191,8 @@ def nbody(ctx, **params):
     simd_note = jitcache.tune_cpu()  # before configure(), which would find it done
     jitcache.configure()
     check_model_options(ctx, args.model)
-    check_outputs(args)
+    if world_rank_hint() == 0:  # rank 0 writes every output: its node's verdict counts (agreed in mpi_world)
+        check_outputs(args)
     if args.model == "lj":
         from pympi_gpu.cli.nbody_lj import run_lj
 
@@ -250,7 +252,13 @@ class Job:
 
 
 def check_outputs(args: Job) -> None:
-    """Refuse output options that cannot work (exit 2), before MPI starts."""
+    """Refuse output options that cannot work (exit 2); called by rank 0, which writes them all.
+
+    Called before MPI starts (nothing is set up yet); the refusal is not
+    final there: :func:`~pympi_gpu.cli.common.run_command` hands it to the
+    start-up agreement, so every rank refuses with rank 0, and a directory
+    that exists on rank 0's node only is no reason to refuse.
+    """
     import os
 
     from pympi_gpu.cli.simulation import check_thermo_file

@@ -6,7 +6,8 @@ import dataclasses
 
 import numpy as np
 
-from pympi_gpu.cli.common import configure_threads, fail, given, mpi_world, select_gpu_early
+from pympi_gpu.cli.common import configure_threads, fail, largest, mpi_world, select_gpu_early
+from pympi_gpu.cli.options import given
 from pympi_gpu.cli.signals import Stop
 from pympi_gpu.cli.simulation import TWICE, choose_devices, execute, format_tail, report, restart_values
 from pympi_gpu.nbody.lj import pairs
@@ -76,7 +77,8 @@ def run_lj(ctx, args) -> None:
         if device.gpu:  # the device-resident path holds its arrays in CuPy (NumPy under the simulator)
             _need_cupy(comm)
         nthreads = configure_threads(comm, args.threads)
-        config = dataclasses.replace(config, newton=nthreads == 1 and not device.gpu)
+        # one list kind for all: each rank's thread count is its node's (numba caps it at the cpuset)
+        config = dataclasses.replace(config, newton=largest(comm, nthreads) == 1 and not device.gpu)
         outputs = _claim(cart, args, config)
         system = _system(cart, config, device, restart)
         from pympi_gpu.run.provenance import collect

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 
 import click
 
-from pympi_gpu.cli.common import (CONTEXT_SETTINGS, Count, IntRange, configure_threads, echo_root, fail, mpi_world,
-                                  select_gpu_early, version_option)
+from pympi_gpu.cli.common import configure_threads, fail, mpi_command, mpi_world, refuse_together, select_gpu_early
+from pympi_gpu.cli.options import CONTEXT_SETTINGS, Count, IntRange, version_option
 from pympi_gpu.cli.counts import MAX_COUNT
-from pympi_gpu.cli.signals import INTERRUPTED, Stop
+from pympi_gpu.cli.signals import Stop, exit_status, signal_name
 
 SCHEMA = "pympi_gpu.pi/1"
 
@@ -50,6 +49,7 @@ def format_run(run, threads: int, verbose: bool = False, reason: str | None = No
     return "\n".join(lines)
 
 
+@mpi_command
 @click.command(context_settings=CONTEXT_SETTINGS)
 @version_option()
 @click.argument("samples", type=Count())
@@ -93,7 +93,7 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
         jitcache.configure()  # before numba loads: the GPU probe or the kernels load it
         early = select_gpu_early(backend)
     comm = mpi_world()
-    # From here on Ctrl-C and SIGTERM ask for a stop: the sampling (one pass) is finished and reported first.
+    # From here on a stop request (Ctrl-C, SIGTERM, ...) lets the sampling (one pass) finish and be reported.
     stop = Stop("pympi-pi", "no result").install()
     size = comm.Get_size()
     if per_rank and samples * size > MAX_COUNT:
@@ -105,14 +105,7 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     if not configured and compiled(total, size):
         jitcache.configure()
     backend_name, why = choose(comm, backend, total, methods)
-    extra = {}
-    if backend_name == "gpu":
-        from pympi_gpu.device.gpu import bind_device, describe, gpu_usable, simulator
-
-        usable, reason = gpu_usable()
-        if not (usable or simulator()):
-            fail(f"--backend gpu: no usable GPU ({reason}); use --backend numba or auto")
-        extra["gpu"] = describe(bind_device(comm, early))
+    extra = {"gpu": _bind_gpu(comm, early)} if backend_name == "gpu" else {}
     kernels = kernels_for(backend_name)
     # NumPy runs on one thread; only numba has a thread pool to size.
     nthreads = configure_threads(comm, threads) if backend_name == "numba" else 1
@@ -120,28 +113,47 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     provenance = collect(comm, extra={"backend_reason": why, "threads_per_rank": str(nthreads), **extra})
     run = estimate_pi(comm, samples, kernels, methods=methods, seed=seed, per_rank=per_rank,
                       backend=backend_name, provenance=provenance)
+    stop.honoured()  # every rank is past the sampling's reduction
     if comm.Get_rank() == 0:
-        if as_json:
-            from pympi_gpu.run.records import to_dict
+        click.echo(_json(run, methods, nthreads, why, verbose) if as_json else format_run(run, nthreads, verbose, why))
+    stop.finished()
+    _exit_if_stopped(comm, stop)
 
-            unit = "intervals" if methods == ("trapezoid",) else "samples"
-            doc = to_dict(run, schema=SCHEMA, app="pi", work_unit=unit)
-            doc["throughput"] = run.throughput
-            doc["threads_per_rank"] = nthreads
-            doc["backend_reason"] = why
-            if not verbose:
-                for r in doc["results"]:
-                    r.pop("shares")
-            click.echo(json.dumps(doc, indent=2))
-        else:
-            echo_root(comm, format_run(run, nthreads, verbose, why))
-    stop.restore()
+
+def _bind_gpu(comm, early) -> str:
+    """This rank's GPU, bound; refused on every rank where some rank has none (collective over comm)."""
+    from pympi_gpu.device.gpu import bind_device, describe, gpu_usable, simulator
+
+    usable, reason = gpu_usable()
+    # Decided together: a rank on a node without a GPU must not leave the others waiting in bind_device.
+    refuse_together(comm, None if usable or simulator() else
+                    f"--backend gpu: no usable GPU ({reason}); use --backend numba or auto")
+    return describe(bind_device(comm, early))
+
+
+def _json(run, methods, nthreads: int, why: str, verbose: bool) -> str:
+    """The JSON record of a :class:`~pympi_gpu.pi.record.PiRun` (docs/pi.md)."""
+    from pympi_gpu.run.records import to_dict
+
+    unit = "intervals" if methods == ("trapezoid",) else "samples"
+    doc = to_dict(run, schema=SCHEMA, app="pi", work_unit=unit)
+    doc["throughput"] = run.throughput
+    doc["threads_per_rank"] = nthreads
+    doc["backend_reason"] = why
+    if not verbose:
+        for r in doc["results"]:
+            r.pop("shares")
+    return json.dumps(doc, indent=2)
+
+
+def _exit_if_stopped(comm, stop: Stop) -> None:
+    """After a stop request: one line (the result above is whole) and its exit status, on every rank alike."""
     from mpi4py import MPI
 
     signum = comm.allreduce(stop.requested(), op=MPI.MAX)  # one verdict: every rank exits alike
     if signum:
-        name = signal.Signals(signum).name
         if comm.Get_rank() == 0:
-            click.echo(f"pympi-pi: stopped by {name} after the sampling, whose result is above "
+            click.echo(f"pympi-pi: stopped by {signal_name(signum)} after the sampling, whose result is above "
                        "(complete: nothing to save)", err=True)
-        sys.exit(INTERRUPTED if name == "SIGINT" else 128 + signum)
+        if exit_status(signum):
+            sys.exit(exit_status(signum))

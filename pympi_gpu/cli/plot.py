@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, fail, version_option
+from pympi_gpu.cli.common import fail
+from pympi_gpu.cli.options import CONTEXT_SETTINGS, version_option
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)

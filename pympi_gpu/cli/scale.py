@@ -18,7 +18,8 @@ from pathlib import Path
 
 import click
 
-from pympi_gpu.cli.common import CONTEXT_SETTINGS, IntRange, escape, fail, version_option
+from pympi_gpu.cli.common import fail
+from pympi_gpu.cli.options import CONTEXT_SETTINGS, IntRange, escape, version_option
 from pympi_gpu.mpi.environment import expected_world_size, node_cpus
 from pympi_gpu.mpi.launch import launcher_choices
 

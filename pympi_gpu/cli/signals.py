@@ -1,13 +1,33 @@
-"""Signals that ask a run to stop: SIGTERM (Slurm, before its time limit) and SIGINT (Ctrl-C).
+"""Signals that ask a run to stop, and what happens when a stop cannot be honoured.
 
-A first signal is a request: the run's loop sees :class:`Stop` turn true, every
-rank stops after the current step (an agreement, so that none is left waiting),
-writes its checkpoint and says where it stopped, exit status 130 for Ctrl-C.
-A second Ctrl-C ends the process at once with one line (rank 0's), without
-unwinding through MPI: no traceback, no MPI library noise; a checkpoint being
-written at that moment stays as it was (files are written beside and renamed).
-The same keypress can reach a rank twice, from the terminal and forwarded by
-the launcher: a repeat within :data:`REPEAT_WINDOW` seconds counts once.
+The stop requests (:data:`STOP_SIGNALS`) are what schedulers, launchers and
+terminals send: SIGTERM (Slurm's time limit, ``timeout``, ``scancel``),
+SIGUSR1 and SIGUSR2 (a job script's early warning, ``#SBATCH
+--signal=B:USR1@120``), SIGINT (Ctrl-C) and SIGHUP (a closed terminal).  A
+first one is a request: the run's loop sees :class:`Stop` turn true, every
+rank stops after the current step (an agreement, so that none is left
+waiting), writes its checkpoint and says where it stopped; the exit status is
+:func:`exit_status`'s.  A second Ctrl-C ends the process at once with one
+line (rank 0's), without unwinding through MPI: no traceback, no MPI library
+noise; a checkpoint being written at that moment stays as it was (files are
+written beside and renamed).  The same keypress can reach a rank twice, from
+the terminal and forwarded by the launcher: a repeat within
+:data:`REPEAT_WINDOW` seconds counts once.
+
+A request that is never honoured (a rank waits in a collective that another
+rank never reaches) would otherwise leave the job running for good: a
+watchdog started by the first signal ends the whole job through
+``MPI_Abort`` with one line when the ranks have not agreed on the stop within
+the grace period (:func:`grace_from_env`, plus twice the slowest step seen,
+so that a slow step is not taken for a stuck one).
+
+Which signals reach the ranks depends on the launcher (measured in
+docs/faults.md): MPICH's Hydra passes on SIGTERM, SIGINT and SIGUSR1 but
+dies of SIGHUP and SIGUSR2; Open MPI's mpirun and srun pass on SIGUSR1 and
+SIGUSR2 but kill the ranks on SIGTERM, SIGINT and SIGHUP.  SIGUSR1 is the
+one every launcher passes on untouched, so job scripts send it, and
+``pympi-launch`` relays every stop request to its launcher as SIGUSR1 (and
+a second Ctrl-C as SIGUSR2; :data:`RELAY_VARIABLE` tells the ranks so).
 """
 
 from __future__ import annotations
@@ -18,9 +38,13 @@ import sys
 import threading
 import time
 
-from pympi_gpu.cli.common import world_rank_hint
+from pympi_gpu.cli.common import abort_job, rank_now
 
-__all__ = ["Stop", "REPEAT_WINDOW", "INTERRUPTED"]
+__all__ = ["Stop", "STOP_SIGNALS", "REPEAT_WINDOW", "INTERRUPTED", "GRACE_VARIABLE", "DEFAULT_GRACE",
+           "RELAY_VARIABLE", "exit_status", "grace_from_env", "signal_name"]
+
+#: every signal that asks a run to stop
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 #: seconds within which a second SIGINT is the same Ctrl-C delivered twice
 REPEAT_WINDOW = 0.25
@@ -28,46 +52,91 @@ REPEAT_WINDOW = 0.25
 #: the exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 128 + signal.SIGINT
 
+#: seconds a stop request may wait for the ranks to agree before the job is ended (plus twice the slowest step)
+GRACE_VARIABLE = "PYMPI_STOP_GRACE"
+DEFAULT_GRACE = 60.0
+
+#: set by ``pympi-launch`` in the ranks' environment: its relayed stop requests arrive as SIGUSR1
+RELAY_VARIABLE = "PYMPI_STOP_RELAY"
+
+#: the exit status after a stop request that was not honoured in time (MPI_Abort's error code)
+OVERDUE = 1
+
+
+def exit_status(signum: int) -> int:
+    """The exit status of a run that a stop request ended (its checkpoint written).
+
+    0 after a scheduler's or a job script's request (SIGTERM, SIGUSR1, SIGUSR2):
+    the job did what it was asked.  128 + n after a person's (Ctrl-C 130, a
+    closed terminal 129), as shells report an interrupted command.
+    """
+    return 128 + signum if signum in (signal.SIGINT, signal.SIGHUP) else 0
+
+
+def signal_name(signum: int) -> str:
+    """``SIGTERM``; a relayed request says where it came from (``SIGUSR1 from pympi-launch``)."""
+    name = signal.Signals(signum).name
+    relayed = os.environ.get(RELAY_VARIABLE)
+    return f"{name} from {relayed}" if relayed and signum == signal.SIGUSR1 else name
+
+
+def grace_from_env(default: float = DEFAULT_GRACE) -> float:
+    """The grace period in seconds, from ``PYMPI_STOP_GRACE`` (a bad value is the default)."""
+    try:
+        value = float(os.environ.get(GRACE_VARIABLE, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
 
 class Stop:
-    """True once SIGTERM or SIGINT came; :attr:`signal` is its number.
+    """True once a stop request came; :attr:`signal` is its number.
 
-    Installed by :meth:`install` (from the main thread), put back by
-    :meth:`restore`.  ``prog`` names the command in the line a second Ctrl-C
-    prints.  The signals are read by a thread from Python's wakeup file
-    descriptor, where the interpreter writes each one as it arrives: so a
-    second Ctrl-C acts while the main thread is inside a compiled kernel
-    (the long ones release the GIL), not only when the kernel returns.
+    Installed by :meth:`install` (from the main thread); :meth:`finished` says
+    the run is over.  ``prog`` names the command in its lines; ``twice`` says
+    what a second Ctrl-C leaves.  The signals are read by a thread from
+    Python's wakeup file descriptor, where the interpreter writes each one
+    as it arrives: so a second Ctrl-C, and the watchdog, act while the main
+    thread is inside a compiled kernel or an MPI call (both release the GIL).
+
+    :meth:`requested` is polled by the run loop once a step (it notes the
+    time, nothing more: the slowest step stretches the grace period);
+    :meth:`honoured` is called once every rank has agreed on the stop.
     """
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    SIGNALS = STOP_SIGNALS
 
-    def __init__(self, prog: str = "pympi", twice: str = "nothing more written"):
+    def __init__(self, prog: str = "pympi", twice: str = "nothing more written", grace: float | None = None):
         self.prog, self.twice = prog, twice
+        self.grace = grace_from_env() if grace is None else grace
         self.signal = None
         self.when = 0.0
-        self.previous = {}
-        self._pipe = None
-        self._wakeup = -1
+        self.slowest = 0.0          # the longest time between two polls: a step
+        self._polled = None
+        self._timer = None
+        self._done = False
+        self._installed = False     # the watchdog ends the process: only for a Stop that took the signals
 
     def install(self) -> Stop:
         read, write = os.pipe()
         os.set_blocking(write, False)
-        self._pipe = (read, write)
-        self._wakeup = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
         # Python-level handlers must be set for the wakeup descriptor to be written; the thread acts.
-        self.previous = {s: signal.signal(s, _note) for s in self.SIGNALS}
+        for s in self.SIGNALS:
+            signal.signal(s, _note)
         threading.Thread(target=self._watch, args=(read,), name="pympi-signals", daemon=True).start()
+        self._installed = True
         return self
 
-    def restore(self) -> None:
-        if self._pipe is None:
-            return
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
-        signal.set_wakeup_fd(self._wakeup)
-        os.close(self._pipe[1])  # the thread reads end-of-file and ends; it closes the read end
-        self.previous, self._pipe = {}, None
+    def finished(self) -> None:
+        """The run is over: a later request has nothing left to stop (a second Ctrl-C still ends at once).
+
+        The handlers stay until the process ends: put back, a default handler
+        would let a request that arrives while the summary is printed (a
+        scheduler's, a launcher's repeat) kill the rank, and the launcher
+        report a bad termination.
+        """
+        self.honoured()
 
     def _watch(self, fd: int) -> None:
         try:
@@ -79,22 +148,73 @@ class Stop:
             os.close(fd)
 
     def arrived(self, signum: int) -> None:
-        """One signal: the first asks for a stop; a second Ctrl-C ends the process at once."""
+        """One signal: the first asks for a stop (and starts the watchdog); a second Ctrl-C ends at once.
+
+        Under ``pympi-launch`` a stop request arrives as SIGUSR1 and a second
+        Ctrl-C as SIGUSR2.
+        """
         now = time.monotonic()
         if self.signal is None:
-            self.signal, self.when = signum, now
-        elif signum == signal.SIGINT and now - self.when > REPEAT_WINDOW:
-            if world_rank_hint() == 0:
+            if not self._done:  # after the run, a first request is moot
+                self.signal, self.when = signum, now
+                self._arm(self.grace)
+        elif now - self.when > REPEAT_WINDOW and self._twice(signum):
+            if rank_now() == 0:
                 sys.stderr.write(f"{self.prog}: interrupted twice: stopped at once, {self.twice}\n")
                 sys.stderr.flush()
             os._exit(INTERRUPTED)
 
+    @staticmethod
+    def _twice(signum: int) -> bool:
+        """A second Ctrl-C: SIGINT, or the SIGUSR2 ``pympi-launch`` sends for one (:mod:`pympi_gpu.cli.relay`)."""
+        return signum == signal.SIGINT or (signum == signal.SIGUSR2 and bool(os.environ.get(RELAY_VARIABLE)))
+
     def requested(self) -> int:
-        """The signal number that asked for the stop, or 0."""
+        """The signal number that asked for the stop, or 0 (polled once a step)."""
+        now = time.monotonic()
+        if self._polled is not None:
+            self.slowest = max(self.slowest, now - self._polled)
+        self._polled = now
         return int(self.signal or 0)
+
+    def honoured(self) -> None:
+        """Every rank agreed on the stop (or the run ended): the watchdog stands down."""
+        self._done = True
+        if self._timer is not None:
+            self._timer.cancel()
 
     def __bool__(self):
         return self.signal is not None
+
+    # -- the watchdog ------------------------------------------------------------------------------
+    def _arm(self, seconds: float) -> None:
+        if self._done or not self._installed:
+            return
+        self._timer = threading.Timer(max(seconds, 0.0), self._overdue)
+        self._timer.daemon = True
+        self._timer.name = "pympi-stop-watchdog"
+        self._timer.start()
+
+    def _overdue(self) -> None:
+        """The grace period ran out: wait on for a slow step, else end the whole job."""
+        if self._done:
+            return
+        left = self.when + self.grace + 2 * self.slowest - time.monotonic()
+        if left > 0.05:  # a step slower than the grace period: its end is still to come
+            self._arm(left)
+            return
+        rank = rank_now()
+        if rank != 0:  # rank 0 speaks for the job; another rank only where rank 0 could not
+            time.sleep(5.0)
+            if self._done:
+                return
+        waited = time.monotonic() - self.when
+        where = "" if rank == 0 else f" (rank {rank})"
+        sys.stderr.write(f"{self.prog}: stop requested by {signal_name(self.signal)} {waited:.0f} s ago, but the "
+                         f"ranks never reached the end of a step together (a rank waits in MPI){where}: ending "
+                         f"the job with MPI_Abort, nothing more written\n")
+        sys.stderr.flush()
+        abort_job(OVERDUE)
 
 
 def _note(signum, frame) -> None:

@@ -19,18 +19,19 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import fail, given, prove_device_transport
+from pympi_gpu.cli.common import fail, prove_device_transport
+from pympi_gpu.cli.options import given
 from pympi_gpu.cli.signals import Stop
 from pympi_gpu.device.device import Device
 from pympi_gpu.nbody.blowup import EXIT_STATUS
-from pympi_gpu.nbody.loop import Labels, RunOptions
+from pympi_gpu.nbody.loop import Labels, RunOptions, Writer
 
 #: what a second Ctrl-C says of the run's files
 TWICE = "nothing more written (checkpoints on disk are as they were)"
 
 __all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "Outputs", "claim_outputs", "labels",
            "choose_devices", "progress", "simulating", "format_tail", "exit_if_unverified", "exit_if_stopped",
-           "clear_stale_temporaries", "restart_values", "execute", "report"]
+           "clear_stale_temporaries", "restart_values", "execute", "StopAgreed", "report"]
 
 
 def labels(device: Device, provenance) -> Labels:
@@ -123,7 +124,7 @@ class BlownUp(click.ClickException):
 
 @contextlib.contextmanager
 def simulating(bar, stop: Stop):
-    """Around a run: a checkpoint error or a blow-up becomes one message; the bar and signal handlers are put back."""
+    """Around a run: a checkpoint error or a blow-up becomes one message; the bar stops, the stop request is over."""
     from pympi_gpu.nbody.blowup import BlowUp
     from pympi_gpu.nbody.checkpoint import CheckpointError
     from pympi_gpu.run.outputs import OutputError
@@ -137,7 +138,7 @@ def simulating(bar, stop: Stop):
     finally:
         if bar is not None:
             bar.stop()
-        stop.restore()
+        stop.finished()
 
 
 def clear_stale_temporaries(comm, paths) -> None:
@@ -185,17 +186,21 @@ def exit_if_unverified(comm, verification) -> None:
 
 
 def exit_if_stopped(comm, run) -> None:
-    """After a run that a signal stopped: one line on stderr (where, what was saved); Ctrl-C exits 130."""
-    from pympi_gpu.cli.signals import INTERRUPTED
+    """After a run that a signal stopped: one line on stderr (where, what was saved), then its exit status
+    (:func:`~pympi_gpu.cli.signals.exit_status`: 130 for Ctrl-C, 129 for a closed terminal, else 0)."""
+    import signal
+
+    from pympi_gpu.cli.signals import exit_status, signal_name
 
     if not run.stopped_by:
         return
+    signum = signal.Signals[run.stopped_by]
     if comm.Get_rank() == 0:
         saved = (f"checkpoint {run.checkpoint} written (resume with --restart {run.checkpoint})"
                  if run.checkpoint else "no checkpoint asked for")
-        click.echo(f"pympi-nbody: stopped by {run.stopped_by} after step {run.last_step}; {saved}", err=True)
-    if run.stopped_by == "SIGINT":
-        sys.exit(INTERRUPTED)
+        click.echo(f"pympi-nbody: stopped by {signal_name(signum)} after step {run.last_step}; {saved}", err=True)
+    if exit_status(signum):
+        sys.exit(exit_status(signum))
 
 
 class ThermoOutput:
@@ -406,15 +411,30 @@ def execute(comm, system, options: RunOptions, *, device: Device, provenance, st
     rows.start()
     bar, on_step = progress(comm, not args.quiet, not args.as_json and options.steps - system.timestep >= 20)
     with simulating(bar, stop), contextlib.closing(outputs):
-        writers = loop.standard_writers(comm, options, on_thermo=[rows], dump=outputs.dump, on_step=on_step)
+        writers = [StopAgreed(stop), *loop.standard_writers(comm, options, on_thermo=[rows], dump=outputs.dump,
+                                                            on_step=on_step)]
         run = loop.simulate(comm, system, options, writers, stop_requested=stop.requested,
                             labels=labels(device, provenance))
     return run, rows.shown
 
 
+class StopAgreed(Writer):
+    """Tells the stop's watchdog that the ranks left the loop together: it never fires, it only finishes.
+
+    First among the writers, so that the watchdog stands down before the
+    final thermo row and checkpoint (which may take long) are written.
+    """
+
+    def __init__(self, stop: Stop):
+        self.stop = stop
+
+    def finish(self, run, stopped: bool) -> None:
+        self.stop.honoured()
+
+
 def report(comm, run, *, as_json: bool, human, document) -> None:
     """Rank 0 prints the record (``document()`` as JSON, or ``human()``); then the exit status of
-    a failed ``--verify`` (1) or a stop (130 for Ctrl-C)."""
+    a failed ``--verify`` (1) or a stop (:func:`exit_if_stopped`)."""
     if comm.Get_rank() == 0:
         if as_json:
             import json

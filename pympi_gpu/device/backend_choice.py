@@ -5,45 +5,25 @@ can: ranks that chose differently would part ways at the first collective
 that only GPU ranks enter (the device binding's ``Split_type``), and the job
 would hang.  Both command lines (``pympi-pi``, ``pympi-nbody``) use
 :func:`gpu_everywhere`.
-
-Testing switch
---------------
-``PYMPI_TESTING_GPU_PROBE`` replaces the probe's answer, by rank: a comma list
-of ``yes``/``no`` indexed by the rank in ``comm`` (the last entry repeats).
-``yes,no`` makes rank 0 claim a GPU and rank 1 deny one, which is how the
-tests check the agreement on machines without GPUs.  It is for tests only:
-with ``yes`` and no GPU (or ``NUMBA_ENABLE_CUDASIM=1``) the run fails later.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable
 
-__all__ = ["PROBE_ENV", "gpu_probe", "gpu_everywhere"]
-
-PROBE_ENV = "PYMPI_TESTING_GPU_PROBE"
+__all__ = ["gpu_everywhere"]
 
 
-def gpu_probe(rank: int = 0, environ=None) -> tuple[bool, str]:
-    """This rank's own answer: can it run GPU kernels, and why (not)."""
-    env = os.environ if environ is None else environ
-    fake = env.get(PROBE_ENV)
-    if fake:
-        answers = [a.strip().lower() for a in fake.split(",")]
-        answer = answers[min(rank, len(answers) - 1)]
-        return answer in ("1", "yes", "true", "on"), f"{PROBE_ENV}={fake} says {answer!r}"
-    from pympi_gpu.device.gpu import gpu_usable
-
-    return gpu_usable()
-
-
-def gpu_everywhere(comm) -> tuple[bool, str]:
+def gpu_everywhere(comm, probe: Callable[[], tuple[bool, str]] | None = None) -> tuple[bool, str]:
     """Whether every rank of comm can use a GPU, and why (not); collective over comm.
 
-    Every rank returns the same answer.  The reason names the first rank
-    without a GPU, or says what rank 0 found.
+    ``probe()`` is this rank's own answer (default
+    :func:`~pympi_gpu.device.gpu.gpu_usable`).  Every rank returns the same
+    answer.  The reason names the first rank without a GPU, or says what rank 0 found.
     """
-    answers = comm.allgather(gpu_probe(comm.Get_rank()))
+    if probe is None:
+        from pympi_gpu.device.gpu import gpu_usable as probe
+    answers = comm.allgather(probe())
     for rank, (ok, why) in enumerate(answers):
         if not ok:
             where = f"rank {rank} of {len(answers)}: " if len(answers) > 1 else ""

@@ -177,7 +177,8 @@ def agree(comm, mine: CudaAwareness) -> CudaAwareness:
             if supported is wanted:
                 where = f"rank {rank}: " if len(verdicts) > 1 else ""
                 return CudaAwareness(wanted, method, where + detail)
-    return mine
+    # rank 0's yes, not each rank's own: whether it was forced decides the round trip, a collective
+    return CudaAwareness(True, *verdicts[0][1:])
 
 
 def round_trip(comm, backend) -> tuple[bool, str]:

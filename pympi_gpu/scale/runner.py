@@ -123,17 +123,45 @@ def parse_record(stdout: str) -> dict[str, Any]:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """End a launcher and every rank it started (they share its session)."""
-    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+    """End a launcher and every rank it started, at once (SIGKILL): the run is discarded.
+
+    Not a stop request (SIGTERM): the ranks would answer it as one and write
+    a checkpoint of their own (``pympi-nbody-N.ckpt.npz`` in the working
+    directory) for a run no one resumes.  Its descendants are killed too, not
+    only its session: MPICH's proxy and ranks run in sessions of their own,
+    and Open MPI's ranks outlive a killed mpirun.
+    """
+    victims = [proc.pid, *_descendants(proc.pid)]
+    for pid in victims:
         try:
-            os.killpg(proc.pid, sig)
+            os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
-            return
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes below ``root`` (children first), from /proc; none where there is no /proc."""
+    parents = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
         try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
+            with open(f"/proc/{entry}/stat") as fh:
+                parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
+    found, frontier = [], [root]
+    while frontier:
+        frontier = [pid for pid, ppid in parents.items() if ppid in frontier]
+        found += frontier
+    return found
 
 
 def run_once(launch: Launch, point: Point, repeat: int, *, timeout: float | None = None,

@@ -60,7 +60,8 @@ def _flat(a):
 
 
 class DeviceAtoms:
-    """This brick's atoms, ghosts and lists in GPU memory, the twin of :class:`~pympi_gpu.nbody.lj.host_atoms.HostAtoms`.
+    """This brick's atoms, ghosts and lists in GPU memory: the twin of
+    :class:`~pympi_gpu.nbody.lj.host_atoms.HostAtoms`.
 
     ``system`` is the :class:`~pympi_gpu.nbody.lj.system.LjSystem` they
     belong to (its config, brick, cell grid and agreements); ``device`` the

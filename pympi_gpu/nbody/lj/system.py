@@ -164,7 +164,8 @@ class LjSystem:
             raise BlowUp(None, "non-finite velocities or forces", "the forces overflowed: reduce --dt or --temperature")
         if tally[0] != self.config.atoms:
             what = "lost" if tally[0] < self.config.atoms else "duplicated"
-            raise BlowUp(None, f"{abs(int(tally[0]) - self.config.atoms)} atoms {what} in the migration to their bricks",
+            count = abs(int(tally[0]) - self.config.atoms)
+            raise BlowUp(None, f"{count} atoms {what} in the migration to their bricks",
                          "atoms moved too far between list builds: reduce --dt or --temperature")
 
     @property
@@ -289,7 +290,8 @@ class LjSystem:
         steps = result.steps
         return LjRun(
             atoms=config.atoms, cells=config.cells, box=config.box, density=config.density,
-            temperature=config.temperature, pair=config.pair, pair_coeffs=config.coefficients, cutoff=config.cutoff, skin=config.skin, dt=config.dt, seed=config.seed,
+            temperature=config.temperature, pair=config.pair, pair_coeffs=config.coefficients, cutoff=config.cutoff,
+            skin=config.skin, dt=config.dt, seed=config.seed,
             ranks=comm.Get_size(), grid=tuple(self.brick.dims), backend=labels.backend,
             backend_reason=labels.backend_reason, transport=labels.transport, transport_reason=labels.transport_reason,
             newton=config.newton, first_step=result.first_step, last_step=result.last_step, steps=steps,

@@ -1,0 +1,91 @@
+"""How the commands read their options: counts as people type them, digits only, finite floats.
+
+click parameter types and the few helpers every command's options share; no
+MPI here (the error rules and the start-up are :mod:`pympi_gpu.cli.common`).
+"""
+
+from __future__ import annotations
+
+import click
+
+from pympi_gpu.cli.counts import MAX_COUNT, CountError, parse_count
+
+__all__ = ["Count", "IntRange", "PositiveFloat", "given", "version_option", "escape", "CONTEXT_SETTINGS"]
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class Count(click.ParamType):
+    """A positive whole number as people type it: ``1e7``, ``10_000_000``."""
+
+    name = "count"
+
+    def __init__(self, minimum: int = 1, maximum: int = MAX_COUNT):
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_count(value, minimum=self.minimum, maximum=self.maximum)
+        except CountError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class IntRange(click.IntRange):
+    """:class:`click.IntRange` for ASCII digits only.
+
+    Python's ``int()`` reads any Unicode digit (``int("１")`` is 1, so is
+    ``int("١")``); a seed or a thread count typed in another script is refused
+    rather than silently read.
+    """
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.isascii():
+            self.fail(f"{value!r} is not a valid integer (write it with the digits 0-9)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class PositiveFloat(click.ParamType):
+    """A finite float > 0 (or >= 0 with ``allow_zero``)."""
+
+    name = "float"
+
+    def __init__(self, allow_zero: bool = False):
+        self.allow_zero = allow_zero
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            if isinstance(value, str) and not value.isascii():  # float() reads any script's digits
+                raise ValueError(value)
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if x < 0 or (x == 0 and not self.allow_zero):
+            self.fail(f"{value!r} must be {'>= 0' if self.allow_zero else '> 0'}", param, ctx)
+        return x
+
+
+def version_option():
+    """``--version``: the installed package's version, from its metadata."""
+    return click.version_option(package_name="pympi_gpu", prog_name="pympi_gpu",
+                                message="%(prog)s %(version)s")
+
+
+def escape(text: object) -> str:
+    """``text`` made safe to print through rich: ``[plot]`` and ``[host:123]`` stay as typed.
+
+    Every string shown with a rich Console or Table that does not come from this
+    program (paths, commands, error messages, MPI's stderr) goes through here.
+    """
+    from rich.markup import escape as _escape
+
+    return _escape(str(text))
+
+
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether option ``name`` was given by the user (command line or environment), not defaulted."""
+    return ctx.get_parameter_source(name) in (click.core.ParameterSource.COMMANDLINE,
+                                              click.core.ParameterSource.ENVIRONMENT)
