@@ -273,6 +273,12 @@ def force_kernels(pair) -> ForceKernels:
     """
     pair = jitable(pair)
     row = make_row(pair)
+    newton = make_newton(pair)
+    return ForceKernels(row, newton, make_one_sided(row), make_run_ops(newton))
+
+
+def make_newton(pair):
+    """The half-list kernel of a pair term (Newton's third law, serial)."""
 
     @njit(nogil=True, cache=True)
     def newton(pos, f, i0, i1, cnt, nbr, rc2, eflag):
@@ -306,6 +312,12 @@ def force_kernels(pair) -> ForceKernels:
             f[i, 2] += fz
         return e, w
 
+    return newton
+
+
+def make_one_sided(row):
+    """The one-sided-list kernel around a pair term's :func:`make_row` (parallel over atoms)."""
+
     @njit(parallel=True, nogil=True, cache=True)
     def one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag):
         """Adds to f[i] only (parallel over i); returns the full (energy, virial) of the listed pairs (if eflag)."""
@@ -320,6 +332,12 @@ def force_kernels(pair) -> ForceKernels:
                 e += ei
                 w += wi
         return e, w
+
+    return one_sided
+
+
+def make_run_ops(newton):
+    """The force phase's compiled pieces (:data:`OPS`) around a half-list kernel (:func:`make_newton`)."""
 
     @njit(nogil=True, cache=True)
     def run_ops(ops, pos, f, v, n, h, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, eflag, pidx, poff, pshift, pstart,
@@ -363,7 +381,7 @@ def force_kernels(pair) -> ForceKernels:
             elif op == OP_KICK:
                 kick_serial(v, f, h, n)
 
-    return ForceKernels(row, newton, one_sided, run_ops)
+    return run_ops
 
 
 @njit(cache=True)
