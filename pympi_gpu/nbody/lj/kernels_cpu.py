@@ -45,7 +45,7 @@ __all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "jita
            "put_rows"]
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def bin_atoms(pos, n_all, lo, inv, ncell):
     """Counting sort of atoms into cells: ``(cell_of, start, atoms)``.
 
@@ -437,7 +437,7 @@ def max_displacement2(x, x0, n):
 # allocation or a NumPy temporary costs more than the loop.  Each does the same IEEE operations in
 # the same order as the NumPy or parallel code it replaces, so the states are the same bit for bit.
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def kick_drift(v, f, x, x0, h, dt, n):
     """``v += h f; x += dt v`` for the first n rows, then the largest squared displacement since ``x0``
     (infinite if one is not finite): :func:`kick`, :func:`drift` and :func:`max_displacement2` in one pass."""
@@ -455,7 +455,7 @@ def kick_drift(v, f, x, x0, h, dt, n):
     return m
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def kick_serial(v, f, h, n):
     """v += h f for the first n rows (unit masses), serial."""
     for i in range(n):
@@ -463,7 +463,7 @@ def kick_serial(v, f, h, n):
             v[i, d] += h * f[i, d]
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def finite_owned(a, b, c, n):
     """Are the first n rows of the three ``(*, 3)`` arrays finite?"""
     for i in range(n):
@@ -473,7 +473,7 @@ def finite_owned(a, b, c, n):
     return True
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def wrap_rows(x, n, box):
     """Fold the first n rows into ``[0, box)`` in place, as :func:`~pympi_gpu.nbody.lj.domain.wrap` does."""
     for i in range(n):
@@ -482,7 +482,7 @@ def wrap_rows(x, n, box):
             x[i, d] = 0.0 if w >= box else w
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def leaving_rows(rows, n, scale, p, coord, d, down, up):
     """Sort the first n rows ``[x ...]`` by the brick that owns them along d, in place: ``(stay, ndown, nup)``.
 
@@ -518,7 +518,7 @@ def leaving_rows(rows, n, scale, p, coord, d, down, up):
     return (-1 if bad else stay), nd, nu
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def pack_owned(v, f, ids, n, rows):
     """``rows[:n] = [v f id]``: what travels with an atom that migrates (ids exact in float64)."""
     for i in range(n):
@@ -528,7 +528,7 @@ def pack_owned(v, f, ids, n, rows):
         rows[i, 6] = ids[i] + 0.0
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def cell_order(x, key, n, lo, inv, ncell, order, cell, start):
     """``order[:n]``: the rows sorted by (cell, key), as ``np.lexsort((key, cell))`` (keys are distinct).
 
@@ -562,7 +562,7 @@ def cell_order(x, key, n, lo, inv, ncell, order, cell, start):
         s = e
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def sort_rows(order, n, x, rows, pos, v, f, gid):
     """Owned row k of ``pos v f gid`` from row ``order[k]`` of ``x`` and ``rows`` ``[v f id]``, for k < n."""
     for k in range(n):
@@ -574,7 +574,7 @@ def sort_rows(order, n, x, rows, pos, v, f, gid):
         gid[k] = np.int64(rows[r, 6])
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def border_rows(pos, n0, d, below, above, low, high):
     """The rows ``< n0`` within reach of the low face (``pos[:, d] < below``) and of the high one
     (``>= above``), in order, into ``low`` and ``high``: their counts."""
@@ -589,7 +589,7 @@ def border_rows(pos, n0, d, below, above, low, high):
     return nl, nh
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def append_ghosts(pos, gid, idx, m, shift, at):
     """Ghost rows ``at..at+m``: rows ``idx[:m]`` shifted (a brick's own periodic image)."""
     for k in range(m):
@@ -599,7 +599,7 @@ def append_ghosts(pos, gid, idx, m, shift, at):
         gid[at + k] = gid[j]
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def gather_rows(pos, gid, idx, m, shift, out):
     """Border rows ``[x + shift, id]`` of rows ``idx[:m]`` into ``out`` ``(m, 4)`` (ids exact in float64)."""
     for k in range(m):
@@ -609,7 +609,7 @@ def gather_rows(pos, gid, idx, m, shift, out):
         out[k, 3] = gid[j] + 0.0
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def unpack_ghosts(rows, m, pos, gid, at):
     """Received border rows ``[x, id]`` as ghost rows ``at..at+m``."""
     for k in range(m):

@@ -68,7 +68,7 @@ SIMD = _avx512()
 _STENCIL = 5 ** 3
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, grec):
     """Owned rows and ghost rows each in cell order (stable) as records ``(x, y, z, row)``.
 
@@ -127,7 +127,7 @@ def _copy(k0, k1, nb, src, dst):
     return nb + (k1 - k0)
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def _gather(c, ncell, reach, half, ostart, gstart, orec, grec, bo, bg):
     """Cell c's stencil candidates, in scan order: owned (half lists: cells from c on) and ghosts.
 
@@ -254,7 +254,7 @@ def _row(i, a, c, near, far, b, nbr, gid, idi, rule):
     return n
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def _scan_cells(gid, ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr,
                 ostart, gstart, orec, grec, bo, bg, near, far, simd):
     """Every owned atom's two rows, cell by cell; returns the longest owned and ghost rows."""
