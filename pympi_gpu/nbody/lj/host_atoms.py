@@ -12,9 +12,20 @@ shares.
 
 Order of summation: atoms are sorted by (cell, id) at every rebuild, so a
 rebuild's outcome depends on the positions only, not on the history.
+
+What a step costs at a few hundred atoms a rank is mostly what surrounds the
+pair loops, so the one-thread engine keeps it small: serial kernels (no
+parallel launch), kick, drift and the displacement in one pass, the state in
+buffers kept from one rebuild to the next (two sets: a rebuild sorts from one
+into the other), the lists built by :mod:`~pympi_gpu.nbody.lj.lists_cpu`, and
+on one rank (every neighbour brick the brick itself) a step's forces, halo
+and closing kick in one compiled call.  The kernels do the NumPy code's IEEE
+operations in its order: the states are the same bit for bit.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -22,8 +33,24 @@ from pympi_gpu.nbody.blowup import finite_rows
 from pympi_gpu.nbody.lj import kernels_cpu as kc
 from pympi_gpu.nbody.lj.domain import wrap
 from pympi_gpu.nbody.lj.halo import Halo
+from pympi_gpu.nbody.lj.lists_cpu import VerletLists
 
 __all__ = ["HostAtoms"]
+
+
+class _Rows:
+    """One set of a brick's row buffers: positions, forces and ids of every row, velocities of the owned."""
+
+    def __init__(self, rows: int):
+        self.pos = np.empty((rows, 3))
+        self.f = np.empty((rows, 3))
+        self.gid = np.empty(rows, np.int64)
+        self.v = np.empty((rows, 3))
+
+    def ensure(self, rows: int) -> None:
+        """Room for ``rows`` rows (their contents are not kept: the set is written next)."""
+        if rows > self.pos.shape[0]:
+            self.__init__(rows + rows // 4 + 64)
 
 
 class HostAtoms:
@@ -31,7 +58,9 @@ class HostAtoms:
 
     ``system`` is the :class:`~pympi_gpu.nbody.lj.system.LjSystem` they belong
     to (its config, brick, cell grid and agreements); ``x, v`` ``(n, 3)``,
-    ``ids`` ``(n,)``, ``f`` ``(n, 3)`` or None to compute them.
+    ``ids`` ``(n,)``, ``f`` ``(n, 3)`` or None to compute them.  ``pos``,
+    ``f``, ``gid`` (every row), ``v``, ``ids``, ``x0`` (the owned rows) are
+    views of the kept buffers.
     """
 
     #: atom arrays copied from a device to the host (none: the atoms live on the host)
@@ -42,20 +71,41 @@ class HostAtoms:
         config = self.config = system.config
         self.forces = kc.force_kernels(config.pair_term)
         self.halo = Halo(system.cart, system.brick, config.cutneigh)
-        self.pos = np.ascontiguousarray(x, dtype=np.float64)
-        self.v = np.ascontiguousarray(v, dtype=np.float64)
-        self.ids = np.ascontiguousarray(ids, dtype=np.int64)
-        self.f = np.zeros_like(self.v) if f is None else np.ascontiguousarray(f, dtype=np.float64)
+        n = self.nlocal = int(np.shape(v)[0])
+        self._set, self._spare = _Rows(n + n // 4 + 64), _Rows(n + n // 4 + 64)
+        self._set.pos[:n] = x
+        self._set.v[:n] = v
+        self._set.gid[:n] = ids
+        self._set.f[:n] = 0.0 if f is None else f
+        self._view(n)
         self.have_forces = f is not None
-        self.nlocal = self.v.shape[0]
         self.energy = 0.0
         self.virial = 0.0
         self.rebuilds = 0
+        #: seconds spent in rebuilds (migration, sort, ghosts, lists; their waits included)
+        self.rebuild_seconds = 0.0
         self.pairs = 0
-        self.gid = self.ids
         self.lists = None
         self.x0 = None
+        self._verlet = VerletLists(system.grid.capacity) if config.newton else None
         self.cap = list(system.grid.capacity)
+        self._work: dict[str, np.ndarray] = {}
+        self._sums = np.zeros(4)
+        self._programs = {(refresh, kick): _program(self.halo.remote, refresh, kick)
+                          for refresh in (True, False) for kick in (True, False)}
+
+    def _view(self, n_all: int) -> None:
+        """``pos``, ``f``, ``gid`` (rows held), ``v``, ``ids`` (owned rows): views of the current set."""
+        s, n = self._set, self.nlocal
+        self.pos, self.f, self.gid = s.pos[:n_all], s.f[:n_all], s.gid[:n_all]
+        self.v, self.ids = s.v[:n], s.gid[:n]
+
+    def _buffer(self, name: str, shape, dtype=np.float64) -> np.ndarray:
+        """A kept workspace array of at least ``shape[0]`` rows."""
+        a = self._work.get(name)
+        if a is None or a.shape[0] < shape[0]:
+            a = self._work[name] = np.empty((shape[0] + shape[0] // 4 + 64, *shape[1:]), dtype)
+        return a
 
     # -- neighbour lists --------------------------------------------------
     def rebuild(self) -> None:
@@ -63,66 +113,109 @@ class HostAtoms:
 
         Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank where some
         rank holds non-finite velocities or forces, or where the migration
-        left more or fewer atoms than the system has.
+        left more or fewer atoms than the system has (the state as it was).
         """
+        t0 = time.perf_counter()
+        n = self.nlocal
+        finite = kc.finite_owned(self.v, self.f, self.v, n)
+        x = self._buffer("x", (n, 3))[:n]
+        rows = self._buffer("rows", (n, 7))[:n]
+        kc.copy_rows(self.pos, 0, n, x)
+        kc.pack_owned(self.v, self.f, self.ids, n, rows)
+        x, rows = self.halo.migrate(x, rows, in_place=True)
+        n = x.shape[0]
+        self.system.agree_migration(n, finite)
         grid = self.system.grid
-        x = self.pos[:self.nlocal]
-        finite = finite_rows(self.v, self.f[:self.nlocal])
-        rows = np.hstack([self.v, self.f[:self.nlocal], self.ids[:, None].astype(np.float64)])
-        x, rows = self.halo.migrate(x, rows)
-        self.system.agree_migration(x.shape[0], finite)
-        cell_of, _, _ = kc.bin_atoms(x, x.shape[0], grid.lo, grid.inv, grid.ncell)
-        ids = rows[:, 6].astype(np.int64)
-        order = np.lexsort((ids, cell_of))
-        x, rows, ids = x[order], rows[order], ids[order]
-        self.nlocal = x.shape[0]
-        self.v = np.ascontiguousarray(rows[:, 0:3])
-        self.ids = ids
-        self.pos, self.gid = self.halo.borders(np.ascontiguousarray(x), ids)
-        # forces have ghost rows too: with newton they gather the ghosts' share before going back
-        self.f = np.zeros_like(self.pos)
-        self.f[:self.nlocal] = rows[:, 3:6]
-        self.x0 = self.pos[:self.nlocal].copy()
+        order = self._buffer("order", (n,), np.int64)
+        kc.cell_order(x, rows[:, 6], n, grid.lo, grid.inv, grid.ncell, order, self._buffer("cell", (n,), np.int64),
+                      self._buffer("start", (int(np.prod(grid.ncell)) + 1,), np.int64))
+        new = self._spare
+        new.ensure(n)
+        kc.sort_rows(order, n, x, rows, new.pos, new.v, new.f, new.gid)
+        new.pos, new.gid, n_all = self.halo.build(new.pos, new.gid, n)
+        if new.f.shape[0] < new.pos.shape[0]:  # the ghosts needed more rows: the other arrays follow
+            new.f, new.v = _grown(new.f, n, new.pos.shape[0]), _grown(new.v, n, new.pos.shape[0])
+        new.f[n:n_all] = 0.0  # forces have ghost rows too: with newton they gather the ghosts' share
+        self._set, self._spare = new, self._set
+        self.nlocal = n
+        self._view(n_all)
+        self.x0 = self._buffer("x0", (n, 3))[:n]
+        kc.copy_rows(self.pos, 0, n, self.x0)
         self._lists()
         self.rebuilds += 1
+        self.rebuild_seconds += time.perf_counter() - t0
 
     def _lists(self) -> None:
-        """The Verlet lists of the current rows, retried wider where a row overflows its capacity."""
+        """The Verlet lists of the current rows (retried wider where a row overflows its capacity)."""
         grid, config = self.system.grid, self.config
-        cell_of, start, atoms = kc.bin_atoms(self.pos, self.pos.shape[0], grid.lo, grid.inv, grid.ncell)
-        while True:
-            *lists, ok = kc.neighbor_lists(self.pos, self.nlocal, self.gid, cell_of, start, atoms, grid.ncell,
-                                           grid.reach, config.cutneigh ** 2, config.cutoff ** 2, config.newton,
-                                           self.cap[0], self.cap[1])
-            if ok:
-                break
-            self.cap = [max(self.cap[0], int(lists[0].max(initial=0)) + 8),
-                        max(self.cap[1], int(lists[2].max(initial=0)) + 8)]
-        self.lists = lists
+        if self._verlet is not None:  # one thread: the serial build of the same rows
+            lists = self._verlet.build(self.pos, self.nlocal, self.gid, grid, config.cutneigh ** 2,
+                                       config.cutoff ** 2, config.newton)
+        else:
+            cell_of, start, atoms = kc.bin_atoms(self.pos, self.pos.shape[0], grid.lo, grid.inv, grid.ncell)
+            while True:
+                *lists, ok = kc.neighbor_lists(self.pos, self.nlocal, self.gid, cell_of, start, atoms, grid.ncell,
+                                               grid.reach, config.cutneigh ** 2, config.cutoff ** 2, config.newton,
+                                               self.cap[0], self.cap[1])
+                if ok:
+                    break
+                self.cap = [max(self.cap[0], int(lists[0].max(initial=0)) + 8),
+                            max(self.cap[1], int(lists[2].max(initial=0)) + 8)]
+        self.lists = tuple(lists)
         # distinct pairs within cutoff + skin (without newton each is listed from both sides)
         self.pairs = (1.0 if config.newton else 0.5) * (int(lists[0].sum()) + int(lists[2].sum()))
 
-    def needs_rebuild(self) -> bool:
-        """Has any atom on any rank moved more than skin/2 since the last rebuild?  Collective."""
+    def needs_rebuild(self, d2: float | None = None) -> bool:
+        """Has any atom on any rank moved more than skin/2 since the last rebuild?  Collective.
+
+        ``d2``: this rank's largest squared displacement, if already measured.
+        """
         if self.lists is None:
             return True
-        return self.system.agree_displacement(kc.max_displacement2(self.pos, self.x0, self.nlocal))
+        if d2 is None:
+            d2 = kc.max_displacement2(self.pos, self.x0, self.nlocal)
+        return self.system.agree_displacement(d2)
 
     # -- forces -----------------------------------------------------------
-    def compute_forces(self, forward: bool, eflag: bool = True) -> None:
+    def compute_forces(self, forward: bool, eflag: bool = True, kick: float | None = None) -> None:
         """Forces at the current positions, energy and virial if ``eflag``; collective if ``forward``.
 
         With ``forward`` the ghost positions are refreshed stage by stage while
-        a third of the owned-owned pairs is computed behind each stage.  With
-        newton the ghosts' forces then go back to their owners (collective).
-        Without ``eflag`` (LAMMPS skips the sums on steps without thermo output)
+        the owned-owned pairs are computed behind the messages.  With newton
+        the ghosts' forces then go back to their owners (collective).  Without
+        ``eflag`` (LAMMPS skips the sums on steps without thermo output)
         :meth:`local_sums` computes them when asked, from the same positions.
+        ``kick``: then ``v += kick f`` (a step's closing half kick).
         """
-        self.f[...] = 0.0
-        self.pair_forces(self.f, forward, eflag)
         if self.config.newton:
-            self.halo.reverse(self.f)
+            self._force_program(forward, eflag, kick)
+        else:
+            self.f[...] = 0.0
+            self.pair_forces(self.f, forward, eflag)
+            if kick is not None:
+                kc.kick_serial(self.v, self.f, kick, self.nlocal)
         self.have_forces = True
+
+    def _force_program(self, forward: bool, eflag: bool, kick: float | None) -> None:
+        """The force phase with half lists: compiled pieces (:meth:`ForceKernels.run_ops`) between the
+        messages of the stages whose neighbours are other ranks (on one rank: one piece, one call)."""
+        own_cnt, own_nbr, gh_cnt, gh_nbr = self.lists
+        h = self.halo
+        sums = self._sums
+        sums[:] = 0.0
+        for ops, stage, then in self._programs[forward, kick is not None]:
+            self.forces.run_ops(ops, self.pos, self.f, self.v, self.nlocal, kick or 0.0, own_cnt, own_nbr, gh_cnt,
+                                gh_nbr, self.config.cutoff ** 2, eflag, h.pidx, h.poff, h.pshift, h.pstart, h.fsend,
+                                h.frecv, h.rsend, h.rrecv, h.soff, h.roff, sums)
+            if then == "post":
+                h.post(stage)
+            elif then == "wait":
+                h.wait(stage)
+            elif then == "back":  # the ghosts' forces home: nothing left to overlap with
+                h.post(stage, back=True)
+                h.wait(stage, back=True)
+        self.energy, self.virial = (float(sums[0]) + float(sums[2]), float(sums[1]) + float(sums[3])) if eflag \
+            else (None, None)
 
     def pair_forces(self, f, forward: bool, eflag: bool) -> None:
         """Add the pair forces to ``f``; set ``energy``/``virial`` (None without ``eflag``)."""
@@ -165,15 +258,18 @@ class HostAtoms:
 
         Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` (on every rank) where the state blew up.
         """
-        h = 0.5 * self.config.dt
-        kc.kick(self.v, self.f, h, self.nlocal)
-        kc.drift(self.pos, self.v, self.config.dt, self.nlocal)
-        if self.needs_rebuild() or force_rebuild:
-            self.rebuild()
-            self.compute_forces(forward=False, eflag=eflag)
+        h, n = 0.5 * self.config.dt, self.nlocal
+        if self.x0 is None:  # no lists yet: the step rebuilds whatever the displacement
+            kc.kick_serial(self.v, self.f, h, n)
+            kc.drift(self.pos, self.v, self.config.dt, n)
+            d2 = None
         else:
-            self.compute_forces(forward=True, eflag=eflag)
-        kc.kick(self.v, self.f, h, self.nlocal)
+            d2 = kc.kick_drift(self.v, self.f, self.pos, self.x0, h, self.config.dt, n)
+        if self.needs_rebuild(d2) or force_rebuild:
+            self.rebuild()
+            self.compute_forces(forward=False, eflag=eflag, kick=h)
+        else:
+            self.compute_forces(forward=True, eflag=eflag, kick=h)
 
     def start(self) -> bool:
         """Lists and (unless loaded) forces at the current positions; collective.
@@ -209,3 +305,53 @@ class HostAtoms:
         """Host copies of the owned atoms: ``x v f`` ``(n, 3)`` and ``id``."""
         n = self.nlocal
         return {"x": self.pos[:n].copy(), "v": self.v[:n].copy(), "f": self.f[:n].copy(), "id": self.ids.copy()}
+
+
+def _program(remote, refresh: bool, kick: bool) -> list[tuple[np.ndarray, int | None, str | None]]:
+    """A step's force phase with half lists as pieces ``(ops, stage, then)`` for ``ForceKernels.run_ops``.
+
+    After each piece, ``then`` for stage ``stage``'s messages: ``post`` (the
+    piece ended by packing them), ``wait``, or ``back`` (the ghosts' forces
+    sent home and waited for); None after the last.  The owned pairs run
+    while the first remote stage's messages travel; a stage of the brick's
+    own image costs no call of its own.  ``refresh``: the ghosts' positions
+    first (not right after a rebuild, which made them); ``kick``: the closing
+    half kick.
+    """
+    pieces, ops = [], [(kc.OP_ZERO, 0)]
+    owned = [(kc.OP_OWNED, s) for s in range(3)]
+
+    def cut(stage, then):
+        pieces.append((np.array(ops, np.int64).reshape(-1, 2), stage, then))
+        ops.clear()
+
+    for d in range(3 if refresh else 0):
+        if not remote[d]:
+            ops.append((kc.OP_FORWARD, d))
+            continue
+        ops.append((kc.OP_PACK, d))
+        cut(d, "post")
+        ops.extend(owned)
+        owned = []
+        cut(d, "wait")
+        ops.append((kc.OP_PUT, d))
+    ops.extend(owned)
+    ops.append((kc.OP_GHOSTS, 0))
+    for d in (2, 1, 0):
+        if not remote[d]:
+            ops.append((kc.OP_REVERSE, d))
+            continue
+        ops.append((kc.OP_PACK_BACK, d))
+        cut(d, "back")
+        ops.append((kc.OP_ADD_BACK, d))
+    if kick:
+        ops.append((kc.OP_KICK, 0))
+    cut(None, None)
+    return pieces
+
+
+def _grown(a: np.ndarray, keep: int, rows: int) -> np.ndarray:
+    """``a`` with ``rows`` rows, its first ``keep`` kept."""
+    out = np.empty((rows, *a.shape[1:]), a.dtype)
+    out[:keep] = a[:keep]
+    return out

@@ -35,19 +35,17 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
+from pympi_gpu.nbody.lj.lists_cpu import build as build_lists
+from pympi_gpu.nbody.lj.lists_cpu import cell_index as _cell_index
+
 __all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "jitable", "make_row", "kick", "drift",
-           "max_displacement2", "kinetic_sums", "pack_rows", "add_rows", "warmup"]
+           "max_displacement2", "kinetic_sums", "pack_rows", "add_rows", "warmup", "kick_drift", "kick_serial",
+           "finite_owned", "wrap_rows", "leaving_rows", "pack_owned", "cell_order", "sort_rows", "border_rows",
+           "append_ghosts", "unpack_ghosts", "forward_stages", "reverse_stages", "gather_rows", "copy_rows",
+           "put_rows"]
 
 
-@njit(cache=True, inline="always")
-def _cell_index(pos, i, lo, inv, ncell):
-    cx = min(max(int(np.floor((pos[i, 0] - lo[0]) * inv[0])), 0), ncell[0] - 1)
-    cy = min(max(int(np.floor((pos[i, 1] - lo[1]) * inv[1])), 0), ncell[1] - 1)
-    cz = min(max(int(np.floor((pos[i, 2] - lo[2]) * inv[2])), 0), ncell[2] - 1)
-    return (cx * ncell[1] + cy) * ncell[2] + cz
-
-
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def bin_atoms(pos, n_all, lo, inv, ncell):
     """Counting sort of atoms into cells: ``(cell_of, start, atoms)``.
 
@@ -194,6 +192,15 @@ def _inside_first(pos, i, nbr, cnt, rc2, tmp):
         nbr[i, a + k] = tmp[k]
 
 
+#: the operations of :meth:`ForceKernels.run_ops`, in the order a step with half lists runs them: the
+#: forces zeroed; per stage of the ghost plan, its rows refreshed in place (the brick's own image) or
+#: packed into a message and, once it came, the ghost rows put in place; the owned pairs, a third at a
+#: time; the ghost pairs; per stage backwards, the ghosts' forces added in place or packed to go home and,
+#: once the neighbours' came, added; the closing half kick.
+OP_ZERO, OP_FORWARD, OP_PACK, OP_PUT, OP_OWNED, OP_GHOSTS, OP_REVERSE, OP_PACK_BACK, OP_ADD_BACK, OP_KICK = range(10)
+OPS = ("zero", "forward", "pack", "put", "owned", "ghosts", "reverse", "pack back", "add back", "kick")
+
+
 class ForceKernels(NamedTuple):
     """The force kernels of one pair term (:func:`force_kernels`)."""
 
@@ -203,6 +210,8 @@ class ForceKernels(NamedTuple):
     newton: object
     #: one-sided lists (parallel over atoms)
     one_sided: object
+    #: a piece of a step's force phase with half lists, as a list of operations (:data:`OPS`)
+    run_ops: object
 
     def pair_forces(self, pos, f, i0, i1, cnt, nbr, rc2, newton, eflag=True):
         """Add the pair forces of the listed pairs of atoms ``[i0, i1)`` to ``f``.
@@ -264,6 +273,12 @@ def force_kernels(pair) -> ForceKernels:
     """
     pair = jitable(pair)
     row = make_row(pair)
+    newton = make_newton(pair)
+    return ForceKernels(row, newton, make_one_sided(row), make_run_ops(newton))
+
+
+def make_newton(pair):
+    """The half-list kernel of a pair term (Newton's third law, serial)."""
 
     @njit(nogil=True, cache=True)
     def newton(pos, f, i0, i1, cnt, nbr, rc2, eflag):
@@ -297,6 +312,12 @@ def force_kernels(pair) -> ForceKernels:
             f[i, 2] += fz
         return e, w
 
+    return newton
+
+
+def make_one_sided(row):
+    """The one-sided-list kernel around a pair term's :func:`make_row` (parallel over atoms)."""
+
     @njit(parallel=True, nogil=True, cache=True)
     def one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag):
         """Adds to f[i] only (parallel over i); returns the full (energy, virial) of the listed pairs (if eflag)."""
@@ -312,7 +333,55 @@ def force_kernels(pair) -> ForceKernels:
                 w += wi
         return e, w
 
-    return ForceKernels(row, newton, one_sided)
+    return one_sided
+
+
+def make_run_ops(newton):
+    """The force phase's compiled pieces (:data:`OPS`) around a half-list kernel (:func:`make_newton`)."""
+
+    @njit(nogil=True, cache=True)
+    def run_ops(ops, pos, f, v, n, h, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, eflag, pidx, poff, pshift, pstart,
+                fsend, frecv, rsend, rrecv, soff, roff, sums):
+        """A piece of a step's force phase with half lists (:data:`OPS`), one compiled call.
+
+        ``ops`` ``(k, 2)``: opcode and argument (a stage, a third of the
+        owned atoms), run in order; the ghost plan flat (``pidx``, ...); the
+        messages of the remote stages in ``fsend``/``frecv`` (forward) and
+        ``rsend``/``rrecv`` (reverse), stage d's rows from ``soff[d]`` or
+        ``roff[d]``.  ``sums``: the owned pairs' energy and virial added
+        third by third (``[0]``, ``[1]``), the ghost pairs' (``[2]``, ``[3]``).
+        """
+        for q in range(ops.shape[0]):
+            op = ops[q, 0]
+            d = ops[q, 1]
+            if op == OP_ZERO:
+                for r in range(f.shape[0]):
+                    for c in range(3):
+                        f[r, c] = 0.0
+            elif op == OP_FORWARD:
+                forward_stages(pos, pidx, poff, pshift, pstart, d, d + 1, fsend[:0])
+            elif op == OP_PACK:
+                forward_stages(pos, pidx, poff, pshift, pstart, d, d + 1, fsend[soff[d]:soff[d + 1]])
+            elif op == OP_PUT:
+                put_rows(pos, pstart[2 * d], roff[d + 1] - roff[d], frecv[roff[d]:roff[d + 1]])
+            elif op == OP_OWNED:
+                e, w = newton(pos, f, (d * n) // 3, ((d + 1) * n) // 3, own_cnt, own_nbr, rc2, eflag)
+                sums[0] += e
+                sums[1] += w
+            elif op == OP_GHOSTS:
+                e, w = newton(pos, f, 0, n, gh_cnt, gh_nbr, rc2, eflag)
+                sums[2] = e
+                sums[3] = w
+            elif op == OP_REVERSE:
+                reverse_stages(f, pidx, poff, pstart, d, d + 1, rsend[:0])
+            elif op == OP_PACK_BACK:
+                copy_rows(f, pstart[2 * d], roff[d + 1] - roff[d], rsend[roff[d]:roff[d + 1]])
+            elif op == OP_ADD_BACK:
+                reverse_stages(f, pidx, poff, pstart, d, d + 1, rrecv[soff[d]:soff[d + 1]])
+            elif op == OP_KICK:
+                kick_serial(v, f, h, n)
+
+    return run_ops
 
 
 @njit(cache=True)
@@ -362,6 +431,255 @@ def max_displacement2(x, x0, n):
     return m
 
 
+# -- the one-thread engine (``config.newton``) -------------------------------------------------------
+# Serial kernels into buffers the caller keeps between calls: a prange kernel pays numba's parallel
+# launch (microseconds) even on one thread, and at a few hundred atoms per rank that launch, an
+# allocation or a NumPy temporary costs more than the loop.  Each does the same IEEE operations in
+# the same order as the NumPy or parallel code it replaces, so the states are the same bit for bit.
+
+@njit(nogil=True, cache=True)
+def kick_drift(v, f, x, x0, h, dt, n):
+    """``v += h f; x += dt v`` for the first n rows, then the largest squared displacement since ``x0``
+    (infinite if one is not finite): :func:`kick`, :func:`drift` and :func:`max_displacement2` in one pass."""
+    m = 0.0
+    for i in range(n):
+        for d in range(3):
+            v[i, d] += h * f[i, d]
+        for d in range(3):
+            x[i, d] += dt * v[i, d]
+        dx = x[i, 0] - x0[i, 0]
+        dy = x[i, 1] - x0[i, 1]
+        dz = x[i, 2] - x0[i, 2]
+        d2 = dx * dx + dy * dy + dz * dz
+        m = max(m, d2 if d2 == d2 else np.inf)
+    return m
+
+
+@njit(nogil=True, cache=True)
+def kick_serial(v, f, h, n):
+    """v += h f for the first n rows (unit masses), serial."""
+    for i in range(n):
+        for d in range(3):
+            v[i, d] += h * f[i, d]
+
+
+@njit(nogil=True, cache=True)
+def finite_owned(a, b, c, n):
+    """Are the first n rows of the three ``(*, 3)`` arrays finite?"""
+    for i in range(n):
+        for d in range(3):
+            if not (np.isfinite(a[i, d]) and np.isfinite(b[i, d]) and np.isfinite(c[i, d])):
+                return False
+    return True
+
+
+@njit(nogil=True, cache=True)
+def wrap_rows(x, n, box):
+    """Fold the first n rows into ``[0, box)`` in place, as :func:`~pympi_gpu.nbody.lj.domain.wrap` does."""
+    for i in range(n):
+        for d in range(3):
+            w = x[i, d] - box * np.floor(x[i, d] / box)
+            x[i, d] = 0.0 if w >= box else w
+
+
+@njit(nogil=True, cache=True)
+def leaving_rows(rows, n, scale, p, coord, d, down, up):
+    """Sort the first n rows ``[x ...]`` by the brick that owns them along d, in place: ``(stay, ndown, nup)``.
+
+    The rows staying (grid coordinate ``min(int(x_d scale), p - 1) == coord``,
+    as :func:`~pympi_gpu.nbody.lj.domain.owner_coords`) are compacted to the
+    front in order; the others are copied to ``down`` (the lower neighbour's)
+    or ``up``, in order.  ``stay`` is -1 if some atom is neither here nor in
+    a neighbour brick.
+    """
+    below = (coord - 1) % p
+    above = (coord + 1) % p
+    width = rows.shape[1]
+    stay = 0
+    nd = 0
+    nu = 0
+    bad = False
+    for i in range(n):
+        c = min(int(rows[i, d] * scale), p - 1)
+        if c == coord:
+            for e in range(width):
+                rows[stay, e] = rows[i, e]
+            stay += 1
+        elif c == below:
+            for e in range(width):
+                down[nd, e] = rows[i, e]
+            nd += 1
+        elif c == above:
+            for e in range(width):
+                up[nu, e] = rows[i, e]
+            nu += 1
+        else:
+            bad = True
+    return (-1 if bad else stay), nd, nu
+
+
+@njit(nogil=True, cache=True)
+def pack_owned(v, f, ids, n, rows):
+    """``rows[:n] = [v f id]``: what travels with an atom that migrates (ids exact in float64)."""
+    for i in range(n):
+        for e in range(3):
+            rows[i, e] = v[i, e]
+            rows[i, 3 + e] = f[i, e]
+        rows[i, 6] = ids[i] + 0.0
+
+
+@njit(nogil=True, cache=True)
+def cell_order(x, key, n, lo, inv, ncell, order, cell, start):
+    """``order[:n]``: the rows sorted by (cell, key), as ``np.lexsort((key, cell))`` (keys are distinct).
+
+    A counting sort by cell (stable), then each cell's few rows by key;
+    ``cell`` and ``start`` (``ncells + 1``) are workspace.
+    """
+    ncells = ncell[0] * ncell[1] * ncell[2]
+    for c in range(ncells + 1):
+        start[c] = 0
+    for i in range(n):
+        c = _cell_index(x, i, lo, inv, ncell)
+        cell[i] = c
+        start[c + 1] += 1
+    for c in range(ncells):
+        start[c + 1] += start[c]
+    for i in range(n):
+        c = cell[i]
+        order[start[c]] = i
+        start[c] += 1  # start[c] ends as the end of cell c
+    s = 0
+    for c in range(ncells):
+        e = start[c]
+        for a in range(s + 1, e):
+            r = order[a]
+            k = key[r]
+            b = a - 1
+            while b >= s and key[order[b]] > k:
+                order[b + 1] = order[b]
+                b -= 1
+            order[b + 1] = r
+        s = e
+
+
+@njit(nogil=True, cache=True)
+def sort_rows(order, n, x, rows, pos, v, f, gid):
+    """Owned row k of ``pos v f gid`` from row ``order[k]`` of ``x`` and ``rows`` ``[v f id]``, for k < n."""
+    for k in range(n):
+        r = order[k]
+        for e in range(3):
+            pos[k, e] = x[r, e]
+            v[k, e] = rows[r, e]
+            f[k, e] = rows[r, 3 + e]
+        gid[k] = np.int64(rows[r, 6])
+
+
+@njit(nogil=True, cache=True)
+def border_rows(pos, n0, d, below, above, low, high):
+    """The rows ``< n0`` within reach of the low face (``pos[:, d] < below``) and of the high one
+    (``>= above``), in order, into ``low`` and ``high``: their counts."""
+    nl = 0
+    nh = 0
+    for r in range(n0):
+        p = pos[r, d]
+        low[nl] = r
+        nl += p < below
+        high[nh] = r
+        nh += p >= above
+    return nl, nh
+
+
+@njit(nogil=True, cache=True)
+def append_ghosts(pos, gid, idx, m, shift, at):
+    """Ghost rows ``at..at+m``: rows ``idx[:m]`` shifted (a brick's own periodic image)."""
+    for k in range(m):
+        j = idx[k]
+        for d in range(3):
+            pos[at + k, d] = pos[j, d] + shift[d]
+        gid[at + k] = gid[j]
+
+
+@njit(nogil=True, cache=True)
+def gather_rows(pos, gid, idx, m, shift, out):
+    """Border rows ``[x + shift, id]`` of rows ``idx[:m]`` into ``out`` ``(m, 4)`` (ids exact in float64)."""
+    for k in range(m):
+        j = idx[k]
+        for d in range(3):
+            out[k, d] = pos[j, d] + shift[d]
+        out[k, 3] = gid[j] + 0.0
+
+
+@njit(nogil=True, cache=True)
+def unpack_ghosts(rows, m, pos, gid, at):
+    """Received border rows ``[x, id]`` as ghost rows ``at..at+m``."""
+    for k in range(m):
+        for d in range(3):
+            pos[at + k, d] = rows[k, d]
+        gid[at + k] = np.int64(rows[k, 3])
+
+
+@njit(cache=True)
+def forward_stages(pos, pidx, poff, pshift, pstart, d0, d1, out):
+    """Stages ``d0..d1-1`` of the ghost plan (entries ``2d, 2d + 1`` each): their rows refreshed and shifted.
+
+    With ``out`` of no rows, into the ghost rows (a brick's own image);
+    otherwise packed into ``out`` one entry after the other (a message).
+    The plan is flat: entry e's rows are ``pidx[poff[e]:poff[e + 1]]``,
+    shifted by ``pshift[e]``, its ghosts from row ``pstart[e]`` on.
+    """
+    to_self = out.shape[0] == 0
+    w = 0
+    for e in range(2 * d0, 2 * d1):
+        s0 = poff[e]
+        base = pstart[e] - s0
+        for k in range(s0, poff[e + 1]):
+            j = pidx[k]
+            for d in range(3):
+                y = pos[j, d] + pshift[e, d]
+                if to_self:
+                    pos[base + k, d] = y
+                else:
+                    out[w, d] = y
+            w += 1
+
+
+@njit(cache=True)
+def reverse_stages(f, pidx, poff, pstart, d0, d1, buf):
+    """Stages ``d1-1`` down to ``d0`` backwards: forces added into the rows their ghosts came from.
+
+    With ``buf`` of no rows, from the ghost rows themselves (a brick's own
+    image); otherwise from ``buf``, one stage's entries' rows one after the
+    other (a message).  Entries in order within a stage, as :meth:`Halo.reverse`.
+    """
+    from_self = buf.shape[0] == 0
+    w = 0
+    for d in range(d1 - 1, d0 - 1, -1):
+        for e in range(2 * d, 2 * d + 2):
+            s0 = poff[e]
+            base = pstart[e] - s0
+            for k in range(s0, poff[e + 1]):
+                j = pidx[k]
+                for c in range(3):
+                    f[j, c] += f[base + k, c] if from_self else buf[w, c]
+                w += 1
+
+
+@njit(cache=True)
+def copy_rows(src, r0, m, out):
+    """``out[:m] = src[r0:r0 + m]`` (3 columns): a block of rows into a message."""
+    for k in range(m):
+        for d in range(3):
+            out[k, d] = src[r0 + k, d]
+
+
+@njit(cache=True)
+def put_rows(dst, r0, m, src):
+    """``dst[r0:r0 + m] = src[:m]`` (3 columns): a message into a block of rows."""
+    for k in range(m):
+        for d in range(3):
+            dst[r0 + k, d] = src[k, d]
+
+
 def kinetic_sums(v, n):
     """``[sum v^2, sum vx, sum vy, sum vz]`` of the first n rows (float64)."""
     vv = v[:n]
@@ -389,4 +707,52 @@ def warmup(forces: ForceKernels) -> None:
     kick(v, f, 0.1, 8)
     drift(pos, v, 0.1, 8)
     max_displacement2(pos, pos, 8)
+    _warm_engine(forces, pos, gid, lo, inv, ncell)
+
+
+def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
+    """The one-thread engine's kernels, with the argument types ``HostAtoms`` and ``Halo`` give them."""
+    n = 4
+    x, v, f = pos.copy(), np.zeros((8, 3)), np.zeros((8, 3))
+    kick_drift(v, f, x, pos, 0.1, 0.1, n)
+    kick_serial(v, f, 0.1, n)
+    finite_owned(v, f, v, n)
+    rows = np.zeros((8, 7))
+    copy_rows(pos, 0, n, x)
+    put_rows(x, np.int64(0), n, pos)
+    pack_owned(v, f, gid, n, rows)
+    wrap_rows(x, n, 3.0)
+    both = np.zeros((8, 10))
+    leaving_rows(both, n, 1.0, 2, 0, 0, both.copy(), both.copy())
+    order, cell, start = np.zeros(8, np.int64), np.zeros(8, np.int64), np.zeros(64, np.int64)
+    cell_order(x, rows[:, 6], n, lo, inv, ncell, order, cell, start)
+    sort_rows(order, n, x, rows, x.copy(), v, f, gid.copy())
+    low, high = np.zeros(8, np.int64), np.zeros(8, np.int64)
+    border_rows(pos, n, 0, 1.0, 2.0, low, high)
+    append_ghosts(x, gid.copy(), low[:2], 2, np.zeros(3), n)
+    msg = np.zeros((2, 4))
+    gather_rows(pos, gid, low[:2], 2, np.zeros(3), msg)
+    unpack_ghosts(msg, 2, x, gid.copy(), n)
+    pidx, poff, pstart = np.zeros(0, np.int64), np.zeros(7, np.int64), np.full(6, n, np.int64)
+    pshift, none = np.zeros((6, 3)), np.empty((0, 3))
+    forward_stages(x, pidx, poff, pshift, pstart, 0, 3, none)
+    reverse_stages(f, pidx, poff, pstart, 0, 3, none)
+    sums = np.zeros(4)
+    every = np.array([[op, 0] for op in range(len(OPS))], np.int64)
+    for half in (True, False):
+        grid = _Grid(lo, inv, ncell)
+        lists = build_lists(pos, n, gid, grid, 1.0, 0.5, half, widths=(8, 8))
+        if half:
+            for eflag in (True, False):
+                forces.run_ops(every, x, f, v, n, 0.1, *lists, 1.0, eflag, pidx, poff, pshift, pstart, none, none,
+                               none, none, np.zeros(4, np.int64), np.zeros(4, np.int64), sums)
+
+
+class _Grid(NamedTuple):
+    """The fields of a :class:`~pympi_gpu.nbody.lj.system.CellGrid` a list build reads."""
+
+    lo: np.ndarray
+    inv: np.ndarray
+    ncell: np.ndarray
+    reach: int = 1
 

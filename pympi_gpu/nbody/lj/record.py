@@ -41,6 +41,12 @@ class LjRun:
     Times in seconds (maximum over ranks); ``comm_time`` is halo and
     migration time not hidden behind force work, summed over the steps,
     ``comm_per_step`` its mean; ``rate`` is atom-steps per second.
+    ``rebuild_time``: seconds the timed steps spent in list rebuilds
+    (migration, sort, ghosts, lists, and the waits inside them; the slowest
+    rank's), ``time_per_rebuild`` that over the rebuilds those steps made
+    (None without any); both None where the atoms do not measure them.  A
+    rebuild step costs ``median_step_time + time_per_rebuild``, and
+    ``time_per_step`` is the median step plus their share.
     ``host_copies_per_step``: on a GPU, the atom arrays copied from the device
     to the host over the run (checkpoints, frames; the most of any rank)
     divided by the steps, 0 when nothing but sums and messages left the
@@ -100,3 +106,5 @@ class LjRun:
     launches_per_step: float | None = None
     host_syncs_per_step: float | None = None
     device_calls_per_step: dict[str, dict[str, float]] | None = None
+    rebuild_time: float | None = None
+    time_per_rebuild: float | None = None

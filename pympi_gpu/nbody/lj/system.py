@@ -127,6 +127,9 @@ class LjSystem:
         self._rebuild_next = False  # after a checkpoint (and a restart) the next step rebuilds
         self._fold_next = False  # after a checkpoint the next step first folds the positions into the box
         self._stop_request, self._stop_agreed = 0, None  # carried by the displacement test (advance)
+        self._ranks = cart.Get_size()
+        self._rebuild2 = (0.5 * config.skin) ** 2  # the squared displacement that asks for a rebuild
+        self._move_limit2 = self.move_limit * self.move_limit  # beyond it an atom moved too far (moved_too_far's)
         if device.gpu:
             from pympi_gpu.nbody.lj.device_atoms import DeviceAtoms
 
@@ -150,12 +153,13 @@ class LjSystem:
 
         Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank if not.
         """
-        from mpi4py import MPI
-
         tally = np.array([owned, 0 if finite else 1], np.int64)  # [atoms owned, ranks not finite]
-        with self.halo.clock.phase("waiting"):
-            self.cart.Allreduce(MPI.IN_PLACE, tally, op=MPI.SUM)
-        self.halo.clock.sent(tally.nbytes)
+        if self._ranks > 1:  # (one rank's tally is its own)
+            from mpi4py import MPI
+
+            with self.halo.clock.phase("waiting"):
+                self.cart.Allreduce(MPI.IN_PLACE, tally, op=MPI.SUM)
+            self.halo.clock.sent(tally.nbytes)
         if tally[1]:
             raise BlowUp(None, "non-finite velocities or forces", "the forces overflowed: reduce --dt or --temperature")
         if tally[0] != self.config.atoms:
@@ -174,17 +178,21 @@ class LjSystem:
 
         The same reduction carries the ranks' stop requests (the run loop's, see :meth:`advance`).
         """
-        from mpi4py import MPI
+        d2 = float(d2) if d2 == d2 else math.inf
+        if self._ranks > 1:
+            from mpi4py import MPI
 
-        top = np.array([d2 if d2 == d2 else np.inf, self._stop_request])
-        clock = self.halo.clock
-        with clock.phase("waiting"):  # every rank's step meets here: the imbalance shows
-            self.cart.Allreduce(MPI.IN_PLACE, top, op=MPI.MAX)
-        clock.sent(top.nbytes)
-        self._stop_agreed = int(top[1])
-        if bad := moved_too_far(None, float(top[0]), self.move_limit, "sigma"):
+            top = np.array([d2, self._stop_request])
+            clock = self.halo.clock
+            with clock.phase("waiting"):  # every rank's step meets here: the imbalance shows
+                self.cart.Allreduce(MPI.IN_PLACE, top, op=MPI.MAX)
+            clock.sent(top.nbytes)
+            d2, self._stop_agreed = float(top[0]), int(top[1])
+        else:  # one rank agrees with itself: no message
+            self._stop_agreed = int(self._stop_request)
+        if d2 > self._move_limit2 and (bad := moved_too_far(None, d2, self.move_limit, "sigma")):
             raise bad
-        return bool(top[0] > (0.5 * self.config.skin) ** 2)
+        return bool(d2 > self._rebuild2)
 
     # -- what the run loop drives (pympi_gpu.nbody.loop.System) ----------
     @property
@@ -209,6 +217,8 @@ class LjSystem:
         self._rebuild_next = self.atoms.start()
         counted = getattr(self.atoms, "calls", None)  # the device's launches and syncs (GPU only)
         self._calls0 = counted() if counted else None
+        # the rebuilds of the steps from here on (the loop times those): their count and seconds
+        self._timed0 = (self.atoms.rebuilds, getattr(self.atoms, "rebuild_seconds", None))
 
     def advance(self, energy: bool, stop: int) -> int | None:
         """One step (``timestep += 1``); ``energy``: sum energy and virial on the way (a thermo step).
@@ -300,4 +310,17 @@ class LjSystem:
             traffic=result.traffic,
             host_copies_per_step=None if copies is None else (copies / steps if steps else float(copies)),
             launches_per_step=calls and calls["launches"], host_syncs_per_step=calls and calls["syncs"],
-            device_calls_per_step=calls and calls["phases"])
+            device_calls_per_step=calls and calls["phases"], **self._rebuild_times(comm))
+
+    def _rebuild_times(self, comm) -> dict:
+        """``rebuild_time``, ``time_per_rebuild`` of the timed steps (the slowest rank's; None where not
+        measured); collective."""
+        from mpi4py import MPI
+
+        count0, seconds0 = self._timed0
+        seconds = getattr(self.atoms, "rebuild_seconds", None)
+        if seconds is None or seconds0 is None:
+            return {}
+        total = comm.allreduce(seconds - seconds0, op=MPI.MAX)
+        count = self.atoms.rebuilds - count0
+        return {"rebuild_time": total, "time_per_rebuild": total / count if count else None}

@@ -1,0 +1,349 @@
+"""The Verlet lists of one brick on one CPU thread: the same rows as ``kernels_cpu.neighbor_lists``, faster.
+
+The rows are those of :func:`~pympi_gpu.nbody.lj.kernels_cpu.neighbor_lists`
+(the parallel build, which several threads per rank keep), entry for entry
+and in the same order, so that the GPU's build still equals the CPU's row
+for row: owned atoms in cells of half the list radius, searched two cells
+out, the stencil's rows of cells (x, then y) scanned in order and each row's
+cells along z; a row lists the pairs within ``rc`` first, then the skin's.
+
+How it is faster (about 2.5x at every size measured, 500 to 32,000 atoms a
+rank).  The owned atoms and the ghosts are each put in cell order, as records
+``(x, y, z, row)`` (an owned and a ghost neighbour never share a row of the
+list, so the two can be scanned apart without changing either row's order).
+For each cell with owned atoms the candidates of its stencil are copied once
+into two contiguous buffers, one block copy per stencil row; then each of
+the cell's atoms scans them in one pass, with no branch: every candidate is
+written to both of two index lists (within ``rc``, within ``rc + skin``) and
+each list's length grows by the test's outcome.  The half lists' rule for
+owned pairs (``j > i``, the atoms sorted by (cell, id)) is where the scan
+starts; the ghosts' (the smaller global id lists the pair) is applied to the
+kept ones only.  Nothing is allocated per build once the buffers are large
+enough.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba import uint64 as u64
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = ["VerletLists", "build", "cell_index"]
+
+@njit(cache=True, inline="always")
+def cell_index(pos, i, lo, inv, ncell):
+    """The search cell of row i of ``pos``: the one definition, which every binning and sort uses."""
+    cx = min(max(int(np.floor((pos[i, 0] - lo[0]) * inv[0])), 0), ncell[0] - 1)
+    cy = min(max(int(np.floor((pos[i, 1] - lo[1]) * inv[1])), 0), ncell[1] - 1)
+    cz = min(max(int(np.floor((pos[i, 2] - lo[2]) * inv[2])), 0), ncell[2] - 1)
+    return (cx * ncell[1] + cy) * ncell[2] + cz
+
+
+def _avx512() -> bool:
+    """Does numba compile for a CPU with AVX-512 (where :func:`_scan8`'s compress is one instruction)?
+
+    The features numba is told (``NUMBA_CPU_FEATURES``, as ``jitcache.tune_cpu``
+    sets them) or, for the host CPU, the host's; a CPU named without features
+    (``NUMBA_CPU_NAME=generic``, an image built for any CPU) counts as without.
+    """
+    import llvmlite.binding as ll
+    from numba.core import config
+
+    if config.CPU_FEATURES is not None:
+        features = config.CPU_FEATURES
+    elif config.CPU_NAME not in (None, "host"):
+        return False
+    else:
+        features = ll.get_host_cpu_features().flatten()
+    return "+avx512f" in features.split(",")
+
+
+#: scan eight candidates at a time with vector code (AVX-512 hosts; elsewhere one at a time, the same lists)
+SIMD = _avx512()
+
+#: (2 reach + 1)^3 cells in a stencil: the largest number of cells whose atoms one cell's scan reads
+_STENCIL = 5 ** 3
+
+
+@njit(nogil=True, cache=True)
+def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, grec):
+    """Owned rows and ghost rows each in cell order (stable) as records ``(x, y, z, row)``.
+
+    ``ostart``/``gstart`` (``ncells + 1``) are the cells' first records;
+    returns the most owned and ghost atoms one cell holds.
+    """
+    ncells = ncell[0] * ncell[1] * ncell[2]
+    for c in range(ncells + 1):
+        ostart[c] = 0
+        gstart[c] = 0
+    for i in range(n_all):
+        c = cell_index(pos, i, lo, inv, ncell)
+        cell[i] = c
+        if i < nlocal:
+            ostart[c + 1] += 1
+        else:
+            gstart[c + 1] += 1
+    most_o = 0
+    most_g = 0
+    for c in range(ncells):
+        most_o = max(most_o, ostart[c + 1])
+        most_g = max(most_g, gstart[c + 1])
+        ostart[c + 1] += ostart[c]
+        gstart[c + 1] += gstart[c]
+    for i in range(n_all):  # ostart[c], gstart[c] advance to the next cell's start, then step back
+        c = cell[i]
+        if i < nlocal:
+            r = u64(4 * ostart[c])
+            ostart[c] += 1
+            rec = orec
+        else:
+            r = u64(4 * gstart[c])
+            gstart[c] += 1
+            rec = grec
+        rec[r] = pos[i, 0]
+        rec[r + 1] = pos[i, 1]
+        rec[r + 2] = pos[i, 2]
+        rec[r + 3] = i
+    for c in range(ncells, 0, -1):
+        ostart[c] = ostart[c - 1]
+        gstart[c] = gstart[c - 1]
+    ostart[0] = 0
+    gstart[0] = 0
+    return most_o, most_g
+
+
+@njit(cache=True, inline="always")
+def _copy(k0, k1, nb, src, dst):
+    """Records ``[k0, k1)`` of ``src`` appended to ``dst`` after its first ``nb``; the new count.
+
+    Unsigned indices: numba's wraparound of negative indices would cost more than the copy.
+    """
+    o = u64(4 * nb) - u64(4 * k0)
+    for k in range(u64(4 * k0), u64(4 * k1)):
+        dst[k + o] = src[k]
+    return nb + (k1 - k0)
+
+
+@njit(nogil=True, cache=True)
+def _gather(c, ncell, reach, half, ostart, gstart, orec, grec, bo, bg):
+    """Cell c's stencil candidates, in scan order: owned (half lists: cells from c on) and ghosts.
+
+    Returns ``(owned count, ghost count, buffer index of cell c's first owned atom)``.
+    """
+    n2 = ncell[2]
+    cz = c % n2
+    cy = (c // n2) % ncell[1]
+    cx = c // (ncell[1] * n2)
+    nbo = 0
+    nbg = 0
+    bself = 0
+    for ax in range(max(cx - reach, 0), min(cx + reach + 1, ncell[0])):
+        for ay in range(max(cy - reach, 0), min(cy + reach + 1, ncell[1])):
+            base = (ax * ncell[1] + ay) * n2
+            z0 = base + max(cz - reach, 0)
+            z1 = base + min(cz + reach + 1, n2)
+            nbg = _copy(gstart[z0], gstart[z1], nbg, grec, bg)
+            if half:  # the owned atoms of the cells before c have smaller rows: their pairs are listed there
+                if z1 <= c:
+                    continue
+                z0 = max(z0, c)
+            if z0 <= c < z1:
+                bself = nbo + ostart[c] - ostart[z0]
+            nbo = _copy(ostart[z0], ostart[z1], nbo, orec, bo)
+    return nbo, nbg, bself
+
+
+_F64, _I64, _I32, _I8, _I1 = ir.DoubleType(), ir.IntType(64), ir.IntType(32), ir.IntType(8), ir.IntType(1)
+_V8D, _V8L, _V8B = ir.VectorType(_F64, 8), ir.VectorType(_I64, 8), ir.VectorType(_I1, 8)
+
+
+def _lanes(*items) -> ir.Constant:
+    return ir.Constant(ir.VectorType(_I32, len(items)), [ir.Constant(_I32, i) for i in items])
+
+
+@intrinsic
+def _scan8(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c):
+    """Records ``k..k+7`` of ``b`` as :func:`_scan` treats them, in 8-lane vectors: ``(a, c)`` advanced.
+
+    The squared distances are the scalar loop's operations in its order
+    (``(dx dx + dy dy) + dz dz``, no fused multiply-add); the indices kept
+    are compressed into a vector (``llvm.experimental.vector.compress``: one
+    ``vpcompressq`` to a register on AVX-512) stored whole at ``near[a]`` and
+    ``far[c]``, so both need 8 entries of room past their counts.
+    """
+    sig = types.UniTuple(types.int64, 2)(b, k, xi, yi, zi, rc2, cut2, near, far, a, c)
+
+    def codegen(context, builder, signature, args):
+        b_, k_, xi_, yi_, zi_, rc2_, cut2_, near_, far_, a_, c_ = args
+        rec = context.make_array(signature.args[0])(context, builder, b_).data
+        vec32 = ir.VectorType(_F64, 32)
+        v = builder.load(builder.bitcast(builder.gep(rec, [builder.mul(k_, ir.Constant(_I64, 4))]),
+                                         vec32.as_pointer()), align=8)
+
+        def splat(value, vt=_V8D):
+            one = builder.insert_element(ir.Constant(vt, ir.Undefined), value, ir.Constant(_I32, 0))
+            return builder.shuffle_vector(one, ir.Constant(vt, ir.Undefined), _lanes(*[0] * 8))
+
+        xyz = [builder.shuffle_vector(v, ir.Constant(vec32, ir.Undefined), _lanes(*range(e, 32, 4))) for e in range(3)]
+        dx, dy, dz = (builder.fsub(splat(q), w) for q, w in zip((xi_, yi_, zi_), xyz))
+        d2 = builder.fadd(builder.fadd(builder.fmul(dx, dx), builder.fmul(dy, dy)), builder.fmul(dz, dz))
+        r = splat(rc2_)
+        masks = (builder.fcmp_ordered("<", d2, r),
+                 builder.and_(builder.fcmp_ordered(">=", d2, r), builder.fcmp_ordered("<", d2, splat(cut2_))))
+        idx = builder.add(splat(k_, _V8L), ir.Constant(_V8L, [ir.Constant(_I64, j) for j in range(8)]))
+        compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V8L, [_V8L, _V8B, _V8L]),
+                                                  "llvm.experimental.vector.compress.v8i64")
+        popcount = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I8, [_I8]), "llvm.ctpop.i8")
+        out = []
+        for arr, ty, count, mask in ((near_, signature.args[7], a_, masks[0]), (far_, signature.args[8], c_, masks[1])):
+            dst = builder.gep(context.make_array(ty)(context, builder, arr).data, [count])
+            builder.store(builder.call(compress, [idx, mask, ir.Constant(_V8L, ir.Undefined)]),
+                          builder.bitcast(dst, _V8L.as_pointer()), align=8)
+            out.append(builder.add(count, builder.zext(builder.call(popcount, [builder.bitcast(mask, _I8)]), _I64)))
+        return context.make_tuple(builder, signature.return_type, out)
+
+    return sig, codegen
+
+
+@njit(cache=True, inline="always")
+def _scan(xi, yi, zi, b0, b1, b, cut2, rc2, near, far, a, c, simd):
+    """Candidates ``[b0, b1)`` of the buffer ``b``: those within rc to ``near[a:]``, the skin's to ``far[c:]``.
+
+    Every candidate is written to both lists and each list's length grows
+    by its test's outcome: no branch.  With ``simd`` (AVX-512), eight at a
+    time (:func:`_scan8`), the rest one by one.
+    """
+    k = b0
+    if simd:
+        while k + 8 <= b1:
+            a, c = _scan8(b, k, xi, yi, zi, rc2, cut2, near, far, a, c)
+            k += 8
+    for q in range(u64(k), u64(b1)):
+        dx = xi - b[4 * q]
+        dy = yi - b[4 * q + 1]
+        dz = zi - b[4 * q + 2]
+        d2 = dx * dx + dy * dy + dz * dz
+        near[u64(a)] = q
+        far[u64(c)] = q
+        a += d2 < rc2
+        c += (d2 >= rc2) & (d2 < cut2)
+    return a, c
+
+
+@njit(cache=True, inline="always")
+def _row(i, a, c, near, far, b, nbr, gid, idi, rule):
+    """Row i of ``nbr``: the near candidates, then the skin's (with ``rule``, those of larger global id).
+
+    Returns the row's length; entries past the row's capacity are not kept
+    (the last column is overwritten), and the caller retries wider.
+    """
+    last = u64(nbr.shape[1] - 1)
+    ii = u64(i)
+    n = 0
+    for q in range(u64(a)):
+        j = np.int64(b[4 * near[q] + 3])
+        nbr[ii, min(u64(n), last)] = j
+        n += (not rule) or gid[u64(j)] > idi
+    for q in range(u64(c)):
+        j = np.int64(b[4 * far[q] + 3])
+        nbr[ii, min(u64(n), last)] = j
+        n += (not rule) or gid[u64(j)] > idi
+    return n
+
+
+@njit(nogil=True, cache=True)
+def _scan_cells(gid, ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr,
+                ostart, gstart, orec, grec, bo, bg, near, far, simd):
+    """Every owned atom's two rows, cell by cell; returns the longest owned and ghost rows."""
+    ncells = ostart.size - 1
+    most_own = 0
+    most_gh = 0
+    for c in range(ncells):
+        m0 = ostart[c]
+        m1 = ostart[c + 1]
+        if m1 == m0:
+            continue
+        nbo, nbg, bself = _gather(c, ncell, reach, half, ostart, gstart, orec, grec, bo, bg)
+        for m in range(m0, m1):
+            i = np.int64(orec[4 * m + 3])
+            xi = orec[4 * m]
+            yi = orec[4 * m + 1]
+            zi = orec[4 * m + 2]
+            idi = gid[u64(i)]
+            # skip the atom itself (full lists), or with half lists its cell's atoms up to itself (j > i)
+            e1 = bself + (m - m0) + 1
+            e0 = bself if half else e1 - 1
+            a, f = _scan(xi, yi, zi, 0, e0, bo, cut2, rc2, near, far, 0, 0, simd)
+            a, f = _scan(xi, yi, zi, e1, nbo, bo, cut2, rc2, near, far, a, f, simd)
+            n = _row(i, a, f, near, far, bo, own_nbr, gid, idi, False)
+            own_cnt[u64(i)] = n
+            most_own = max(most_own, n)
+            a, f = _scan(xi, yi, zi, 0, nbg, bg, cut2, rc2, near, far, 0, 0, simd)
+            n = _row(i, a, f, near, far, bg, gh_nbr, gid, idi, half)
+            gh_cnt[u64(i)] = n
+            most_gh = max(most_gh, n)
+    return most_own, most_gh
+
+
+class VerletLists:
+    """The two Verlet lists of a brick and the buffers they are built in, kept from one build to the next.
+
+    ``widths``: the rows' first capacities (owned, ghost), grown when a
+    build finds a longer row.  :meth:`build` returns ``(own_cnt, own_nbr,
+    gh_cnt, gh_nbr)``, views of the kept buffers: ``own_nbr[i, :own_cnt[i]]``
+    are the owned neighbours of owned atom i, ``gh_nbr[i, :gh_cnt[i]]`` its
+    ghosts, as :func:`~pympi_gpu.nbody.lj.kernels_cpu.neighbor_lists` returns them.
+    """
+
+    def __init__(self, widths: tuple[int, int]):
+        self.widths = [int(widths[0]), int(widths[1])]
+        self._buf: dict[str, np.ndarray] = {}
+
+    def _get(self, name: str, size: int, dtype=np.float64) -> np.ndarray:
+        """The kept buffer ``name`` of at least ``size`` items (a larger one, with headroom, if not)."""
+        a = self._buf.get(name)
+        if a is None or a.shape[0] < size:
+            a = self._buf[name] = np.empty(max(size + size // 8, 16), dtype)
+        return a
+
+    def _rows(self, nlocal: int):
+        rows = self._buf.get("own_nbr")
+        if rows is None or rows.shape[0] < nlocal or rows.shape[1] != self.widths[0] + 1 \
+                or self._buf["gh_nbr"].shape[1] != self.widths[1] + 1:
+            cap = max(nlocal + nlocal // 8, 16)
+            self._buf["own_nbr"] = np.empty((cap, self.widths[0] + 1), np.int32)
+            self._buf["gh_nbr"] = np.empty((cap, self.widths[1] + 1), np.int32)
+        return (self._get("own_cnt", nlocal, np.int64), self._buf["own_nbr"],
+                self._get("gh_cnt", nlocal, np.int64), self._buf["gh_nbr"])
+
+    def build(self, pos, nlocal: int, gid, grid, cut2: float, rc2: float, half: bool):
+        """The lists of the owned rows ``pos[:nlocal]`` among all rows of ``pos`` (owned first, then ghosts).
+
+        With ``half`` the owned rows must be sorted by (cell, id) in ``grid``
+        (as a rebuild leaves them).
+        """
+        n_all = pos.shape[0]
+        ncells = int(np.prod(grid.ncell))
+        ostart = self._get("ostart", ncells + 1, np.int64)[:ncells + 1]
+        gstart = self._get("gstart", ncells + 1, np.int64)[:ncells + 1]
+        orec, grec = self._get("orec", 4 * nlocal), self._get("grec", 4 * (n_all - nlocal))
+        most_o, most_g = _records(pos, nlocal, n_all, grid.lo, grid.inv, grid.ncell, self._get("cell", n_all, np.int64),
+                                  ostart, gstart, orec, grec)
+        no, ng = min(nlocal, _STENCIL * most_o), min(n_all - nlocal, _STENCIL * most_g)
+        bo, bg = self._get("bo", 4 * no), self._get("bg", 4 * ng)
+        near, far = self._get("near", max(no, ng) + 8, np.int64), self._get("far", max(no, ng) + 8, np.int64)
+        while True:
+            own_cnt, own_nbr, gh_cnt, gh_nbr = self._rows(nlocal)
+            most_own, most_gh = _scan_cells(gid, grid.ncell, grid.reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt,
+                                            gh_nbr, ostart, gstart, orec, grec, bo, bg, near, far, SIMD)
+            if most_own <= self.widths[0] and most_gh <= self.widths[1]:
+                return own_cnt[:nlocal], own_nbr[:nlocal], gh_cnt[:nlocal], gh_nbr[:nlocal]
+            self.widths = [max(self.widths[0], most_own + 8), max(self.widths[1], most_gh + 8)]
+
+
+def build(pos, nlocal, gid, grid, cut2, rc2, half, widths=(64, 64)):
+    """One build of :class:`VerletLists` (fresh buffers): ``(own_cnt, own_nbr, gh_cnt, gh_nbr)``."""
+    return VerletLists(widths).build(pos, nlocal, gid, grid, cut2, rc2, half)
