@@ -96,6 +96,8 @@ def test_rows_are_printed_as_they_are_computed_and_a_killed_job_keeps_them(tmp_p
                 seen.append(int(parts[0]))
                 if len(seen) == 3:
                     break
+        else:
+            pytest.fail(f"the run ended after the rows of steps {seen}: {proc.communicate(timeout=60)}")
         assert proc.poll() is None  # the rows came while the run went on
         os.killpg(proc.pid, signal.SIGKILL)  # no chance to close anything
     assert seen == [0, 20, 40]
