@@ -143,17 +143,24 @@ def test_pympi_launch_relays_every_stop_request_under_mpich(tmp_path, name, grou
                     status=status)
 
 
-def test_pympi_launch_second_ctrl_c_ends_at_once_without_hydra_noise(tmp_path):
-    """Before (Ctrl-C twice to mpiexec): exit 255 and Hydra's assertion lines; the ranks never saw the second."""
-    path = tmp_path / "c.npz"
-    argv = [LAUNCH, "-n", "2", "--launcher", "mpiexec", "--", NBODY, *LARGE, "--checkpoint", str(path), "-q"]
-    with started(argv) as job:
+def _ctrl_c_twice(argv: list[str], **kw) -> tuple[int, str, str, float]:
+    """Ctrl-C twice, half a second apart, to the job's group once its run prints "Step": its exit status,
+    stdout, stderr and the seconds it took to end after the second."""
+    with started(argv, **kw) as job:
         job.wait_for("Step")
         os.killpg(job.proc.pid, signal.SIGINT)
         time.sleep(0.5)
         os.killpg(job.proc.pid, signal.SIGINT)
         stdout, stderr, took = job.finish(30)
-    assert job.proc.returncode == 130, stdout + stderr
+    return job.proc.returncode, stdout, stderr, took
+
+
+def test_pympi_launch_second_ctrl_c_ends_at_once_without_hydra_noise(tmp_path):
+    """Before (Ctrl-C twice to mpiexec): exit 255 and Hydra's assertion lines; the ranks never saw the second."""
+    path = tmp_path / "c.npz"
+    argv = [LAUNCH, "-n", "2", "--launcher", "mpiexec", "--", NBODY, *LARGE, "--checkpoint", str(path), "-q"]
+    status, stdout, stderr, took = _ctrl_c_twice(argv)
+    assert status == 130, stdout + stderr
     # relayed as SIGUSR2, of which Hydra dies, its proxy killing the ranks: pympi-launch says it
     assert stderr.strip().splitlines() == ["pympi-launch: interrupted twice: the job ended at once, nothing more "
                                            "written (checkpoints on disk are as they were)"], stderr
@@ -167,13 +174,8 @@ def test_under_open_mpi_pympi_launch_second_ctrl_c_ends_at_once(tmp_path, openmp
     path = tmp_path / "c.npz"
     argv = [openmpi.python, "-m", "pympi_gpu", "launch", "-n", "2", "--", openmpi.python, "-m", "pympi_gpu",
             "nbody", *LARGE, "--checkpoint", str(path), "-q"]
-    with started(argv, env={**openmpi.env(), "PYTHONPATH": str(ROOT)}) as job:
-        job.wait_for("Step")
-        os.killpg(job.proc.pid, signal.SIGINT)
-        time.sleep(0.5)
-        os.killpg(job.proc.pid, signal.SIGINT)
-        stdout, stderr, took = job.finish(30)
-    assert job.proc.returncode == 130, stdout + stderr
+    status, stdout, stderr, took = _ctrl_c_twice(argv, env={**openmpi.env(), "PYTHONPATH": str(ROOT)})
+    assert status == 130, stdout + stderr
     ours = [line for line in stderr.splitlines() if "interrupted twice" in line]
     assert ours == ["pympi-nbody: interrupted twice: stopped at once, nothing more written (checkpoints on disk "
                     "are as they were)"], stderr
