@@ -75,6 +75,10 @@ def test_lj_halo_traffic_and_phases(mpirun, ranks):
     doc = json.loads(out.stdout)
     ph, tr = _check_phases(doc)
     assert tr["per"] == "step"
+    # the timed steps' rebuilds (the slowest rank's seconds) over their count: the record's rebuilds less
+    # the start's build, which is not timed
+    assert doc["rebuilds"] > 1 and doc["rebuild_time"] > 0
+    assert doc["time_per_rebuild"] == pytest.approx(doc["rebuild_time"] / (doc["rebuilds"] - 1))
     # per step at least: the rebuild check and the stop flag (one reduction), the forward halo along the
     # split dimension and the ghosts' forces back (one message each at 2 ranks, whose one neighbour is on
     # both sides; two at 3) with most of a face of ghosts
