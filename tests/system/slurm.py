@@ -99,6 +99,13 @@ class SlurmCluster:
         env["PATH"] = os.pathsep.join(path)
         env["SLURM_CONF"] = str(self.conf)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # MPICH from PyPI between the fake nodes: its OFI netmod (libfabric's tcp provider, as two
+        # nodes on Ethernet), not UCX. Under srun's PMI-2, UCX's business-card exchange failed
+        # MPI_Init in about 1 launch in 5 of 2 ranks on 2 nodes with UCX_TLS=self,tcp ("mpi/pmi2:
+        # invalid client request" in slurmstepd, the ranks then hung), and now and then with UCX's
+        # defaults ("Shared memory error": the fake nodes share a host, so UCX joins them through
+        # shared memory); OFI: 0 failures in 60 launches (docs/launching.md, "MPICH from PyPI under srun").
+        env.setdefault("MPIR_CVAR_CH4_NETMOD", "ofi")
         if extra:
             env.update(extra)
         return env
