@@ -345,6 +345,10 @@ def test_where_the_time_goes_and_a_labelled_projection(tmp_path):
     assert proj["label"].startswith("projection: a model") and proj["tasks_per_node"] == 56
     assert [r["ranks"] for r in proj["points"]] == [56, 896, 3584]
     assert proj["network"]["bandwidth"] == 12.5e9
+    # pympi-pi keeps a + b / P over the rank counts, and says why
+    assert proj["model"]["floor"] is None and proj["floor_probes"] == []
+    assert "no floor probes: a run of pympi-pi has no steps" in proj["model"]["floor_source"]
+    assert not any(r["floor_probe"] for r in read_jsonl(out.with_suffix(".jsonl")))
     effs = [r["efficiency"] for r in proj["points"]]
     assert all(0 < e <= 1.0 + 1e-9 for e in effs) and effs == sorted(effs, reverse=True)
     assert png_size(out.with_suffix(".png"))[0] == 1500  # with the where-the-time-goes panel

@@ -3,7 +3,8 @@
 The study is a driver on one process: it launches COMMAND at each size
 through :func:`pympi_gpu.mpi.launch.plan`, reads each run's JSON record and
 writes PREFIX.jsonl (every run, appended as it ends), PREFIX.json,
-PREFIX.csv and PREFIX.png.
+PREFIX.csv and PREFIX.png.  The projection's options, floor probes and table
+are :mod:`pympi_gpu.cli.scale_projection`'s.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from pympi_gpu.mpi.environment import expected_world_size, node_cpus
 from pympi_gpu.mpi.launch import launcher_choices
 
 
-def _sizes(value, what):
+def _sizes(value, what, words=None):
+    """The list of sizes an option gives (``what``: its parameter; ``words``: how messages name them)."""
     from pympi_gpu.scale.points import parse_sizes
 
     if value is None:
         return None
     try:
-        return parse_sizes(value, what)
+        return parse_sizes(value, words or what)
     except ValueError as exc:
         ctx = click.get_current_context()
         param = next(p for p in ctx.command.params if p.name == what)
@@ -184,9 +186,16 @@ def render_phases(summary):
               help="Projection: seconds per message (default: Frontera's HDR-100 InfiniBand).")
 @click.option("--bandwidth", type=click.FloatRange(min=0, min_open=True), default=12.5e9, show_default=True,
               help="Projection: bytes per second per rank's link (default: HDR-100, 100 Gb/s).")
+@click.option("--floor-sizes", metavar="LIST", default=None,
+              help="Projection of a pympi-nbody study: also run the command with this many atoms (bodies) per "
+                   "rank at the largest measured rank count, the floor probes, and fit the per-step floor to "
+                   "them [default: 250,2000].")
+@click.option("--no-floor", is_flag=True,
+              help="Projection without floor probes: compute fitted over the measured rank counts only.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, image, gpu,
-          timeout, threads, as_json, dry_run, project_nodes, project_tasks_per_node, latency, bandwidth, command):
+          timeout, threads, as_json, dry_run, project_nodes, project_tasks_per_node, latency, bandwidth,
+          floor_sizes, no_floor, command):
     """Run COMMAND at each size, REPEAT times, and report speedup and efficiency.
 
     \b
@@ -202,30 +211,37 @@ def scale(ranks, nodes, tasks_per_node, repeat, weak, out, fresh, launcher, imag
     and the same command run again resumes it.  A failed size is reported
     with its error and the study goes on; the exit status is then 1.
     """
+    from pympi_gpu.cli import scale_projection
     from pympi_gpu.scale.points import fix_threads, make_points
     from pympi_gpu.scale.runner import with_json
 
     _check_sizes(command, ranks, nodes, tasks_per_node)
     ranks = _sizes(ranks, "ranks")
     nodes = _sizes(nodes, "nodes")
-    projection = _projection(project_nodes, project_tasks_per_node, tasks_per_node, latency, bandwidth)
+    projection = scale_projection.options(_sizes(project_nodes, "project_nodes"), project_tasks_per_node,
+                                          tasks_per_node, latency, bandwidth,
+                                          _sizes(floor_sizes, "floor_sizes", "atoms per rank"), no_floor)
     _check_where(command, image, gpu)
     points = make_points(ranks=ranks, nodes=nodes, tasks_per_node=tasks_per_node)
     try:
         command, threads = fix_threads(command, threads)
     except ValueError:
         fail("the command's --threads is not a whole number")
+    probes = scale_projection.floor_probes(command, points, projection)
+    batches = [(command, points)] + ([(cmd, (pt,)) for pt, cmd in probes] if isinstance(probes, tuple) else [])
     cores = _cores_per_node()
     _warn_oversubscribed(points, threads, cores)
     planner = _planner(launcher, image, gpu)
     try:  # refuse a plan that cannot be made before running anything
-        plans = [planner(with_json(command), p) for p in points]
+        plans = [(p, planner(with_json(cmd), p)) for cmd, pts in batches for p in pts]
     except ValueError as exc:
         fail(str(exc))
     if dry_run:
-        _print_plans(points, plans, threads, cores)
+        _print_plans(plans, threads, cores)
         return
-    _study(command, points, repeat, "weak" if weak else "strong", planner,
+    if projection is not None:
+        projection = dict(projection, why_no_floor=probes if isinstance(probes, str) else None)
+    _study(command, batches, repeat, "weak" if weak else "strong", planner,
            Path(out or _default_prefix(command, weak)), fresh, timeout, as_json, threads, cores, projection)
 
 
@@ -241,19 +257,6 @@ def _check_sizes(command, ranks, nodes, tasks_per_node) -> None:
         fail("--nodes needs --tasks-per-node")
     if ranks is not None and tasks_per_node is not None:
         fail("--tasks-per-node goes with --nodes (with --ranks the launcher places the ranks)")
-
-
-def _projection(project_nodes, project_tasks_per_node, tasks_per_node, latency, bandwidth) -> dict | None:
-    """What --project-nodes asks for: the node counts, ranks per node and network; None without it."""
-    if project_nodes is None:
-        if project_tasks_per_node is not None:
-            fail("--project-tasks-per-node goes with --project-nodes")
-        return None
-    from pympi_gpu.scale.projection import FRONTERA, Network
-
-    same = latency == FRONTERA.latency and bandwidth == FRONTERA.bandwidth
-    return dict(nodes=_sizes(project_nodes, "project_nodes"), tasks_per_node=project_tasks_per_node or tasks_per_node,
-                network=FRONTERA if same else Network(latency, bandwidth, "given on the command line"))
 
 
 def _check_where(command, image, gpu) -> None:
@@ -280,20 +283,21 @@ def _warn_oversubscribed(points, threads, cores) -> None:
                        "its time measures contention, not scaling", err=True)
 
 
-def _print_plans(points, plans, threads, cores) -> None:
-    """--dry-run: each size's command line, and why that launcher."""
+def _print_plans(plans, threads, cores) -> None:
+    """--dry-run: each size's command line (and each floor probe's), and why that launcher."""
     import shlex
 
     from pympi_gpu.scale.points import cores_used
 
-    for p, plan in zip(points, plans):
+    for p, plan in plans:
         click.echo(f"# {p.label()}, {threads} thread(s) per rank, {cores_used(p, threads)} cores per "
                    f"node (of {cores}): {plan.launcher} ({plan.reason})")
         click.echo(shlex.join(plan.argv))
 
 
-def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json, threads=None, cores=None,
+def _study(command, batches, repeat, kind, planner, prefix, fresh, timeout, as_json, threads=None, cores=None,
            projection=None):
+    """Run the study's ``batches`` (its points with its command, then each floor probe with its own) and report."""
     from rich.console import Console
 
     from pympi_gpu.scale.store import ResultsStore, StudyLocked
@@ -312,55 +316,26 @@ def _study(command, points, repeat, kind, planner, prefix, fresh, timeout, as_js
     if store.unlocked_reason:
         err.print(f"pympi-scale: warning: {escape(store.unlocked_reason)}", highlight=False)
     with held:
-        _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json,
+        _study_locked(command, batches, repeat, kind, planner, prefix, fresh, timeout, as_json,
                       err, out, jsonl, store, threads, cores, projection)
 
 
-def _project(summary, projection):
-    """The projection's record (a dict), or a string saying why there is none."""
-    from pympi_gpu.run.records import to_dict
-    from pympi_gpu.scale.projection import fit, project
-
-    try:
-        model = fit(summary)
-    except ValueError as exc:
-        return str(exc)
-    tpn = projection["tasks_per_node"] or max(model.fitted_on)
-    rows = project(model, projection["nodes"], tpn, projection["network"], summary.baseline_ranks)
-    return {"label": "projection: a model fitted to the measured sizes, not a measurement",
-            "tasks_per_node": tpn, "network": to_dict(projection["network"]), "model": to_dict(model),
-            "points": [to_dict(r) for r in rows]}
-
-
-def render_projection(doc):
-    from rich.table import Table
-
-    net = doc["network"]
-    model = doc["model"]
-    table = Table(title=escape(f"PROJECTION (a model, not a measurement): {doc['tasks_per_node']} ranks per node, "
-                               f"latency {net['latency']:.2g} s, bandwidth {net['bandwidth']:.3g} B/s"),
-                  caption=escape(f"fitted on {', '.join(map(str, model['fitted_on']))} rank(s): per {model['per']} "
-                                 f"{model['serial']:.3g} s serial + {model['parallel']:.3g} s / P; messages "
-                                 f"{model['messages'][0]:.3g} P^{model['messages'][1]:.2f}, bytes "
-                                 f"{model['bytes'][0]:.3g} P^{model['bytes'][1]:.2f} per rank; {net['source']}"))
-    for name in ("nodes", "ranks", "time [s]", "compute [s]", "network [s]", "speedup", "efficiency"):
-        table.add_column(escape(name), justify="right")
-    for r in doc["points"]:
-        table.add_row(str(r["nodes"]), str(r["ranks"]), f"{r['time']:.4g}", f"{r['compute']:.4g}",
-                      f"{r['communication']:.4g}", f"{r['speedup']:.3g}", f"{100 * r['efficiency']:.1f}%")
-    return table
-
-
-def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout, as_json, err, out, jsonl,
+def _study_locked(command, batches, repeat, kind, planner, prefix, fresh, timeout, as_json, err, out, jsonl,
                   store, threads, cores, projection=None):
+    from pympi_gpu.cli import scale_projection
     from pympi_gpu.scale import report
     from pympi_gpu.scale.analysis import summarise
 
-    todo = _resume(store, fresh, points, repeat, jsonl, err)
-    interrupted = _run_with_progress(command, points, repeat, kind, planner, store, timeout, todo, err)
+    todo = _resume(store, fresh, [p for _, pts in batches for p in pts], repeat, jsonl, err)
+    interrupted = _run_with_progress(batches, repeat, kind, planner, store, timeout, todo, err)
     runs = store.load()
+    points = batches[0][1]
     summary = summarise(runs, points, repeat, kind, command, threads=threads, cores_per_node=cores)
-    projected = _project(summary, projection) if projection else None
+    probe_points = [p for _, pts in batches[1:] for p in pts]
+    probes = list(zip((p.size for p in probe_points),
+                      summarise(runs, probe_points, repeat, kind, command, threads=threads,
+                                cores_per_node=cores).points)) if probe_points else []
+    projected = scale_projection.project(summary, projection, probes) if projection else None
     extra = {"projection": projected} if isinstance(projected, dict) else {}
     files = [jsonl, report.write_json(summary, prefix.with_name(prefix.name + ".json"), **extra),
              report.write_csv(summary, prefix.with_name(prefix.name + ".csv"))]
@@ -368,7 +343,7 @@ def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout
     if as_json:
         click.echo(json.dumps(report.study_dict(summary, **extra), indent=2))
     else:
-        _print_summary(out, summary, projected)
+        _print_summary(out, summary, projected, probes)
     for f in files + ([png] if png else []):
         err.print(f"wrote {escape(f)}", highlight=False)
     if png is None:
@@ -377,7 +352,7 @@ def _study_locked(command, points, repeat, kind, planner, prefix, fresh, timeout
         err.print(f"interrupted: {len(runs)} run(s) kept in {escape(jsonl)}; run the same command again to resume",
                   highlight=False)
         sys.exit(130)
-    if summary.failed:
+    if summary.failed or any(p.status in ("failed", "partial") for _, p in probes):
         sys.exit(1)
 
 
@@ -400,8 +375,8 @@ def _resume(store, fresh, points, repeat, jsonl, err) -> int:
     return todo
 
 
-def _run_with_progress(command, points, repeat, kind, planner, store, timeout, todo, err) -> bool:
-    """Run the study under a progress bar, a line per run; whether Ctrl-C or SIGTERM stopped it."""
+def _run_with_progress(batches, repeat, kind, planner, store, timeout, todo, err) -> bool:
+    """Run each batch (command, points) under a progress bar, a line per run; whether Ctrl-C or SIGTERM stopped it."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pympi_gpu.scale.runner import run_study
@@ -427,8 +402,9 @@ def _run_with_progress(command, points, repeat, kind, planner, store, timeout, t
                 else:
                     progress.console.print(f"  {o.point.label():>14} run {o.repeat + 1}/{repeat}: "
                                            f"[red]FAILED[/] {escape(o.error)}", highlight=False)
-            run_study(command, points, repeat, planner, store, timeout=timeout,
-                      on_start=on_start, on_done=on_done)
+            for command, points in batches:
+                run_study(command, points, repeat, planner, store, timeout=timeout,
+                          on_start=on_start, on_done=on_done)
     except KeyboardInterrupt:
         return True
     finally:
@@ -436,14 +412,16 @@ def _run_with_progress(command, points, repeat, kind, planner, store, timeout, t
     return False
 
 
-def _print_summary(out, summary, projected) -> None:
+def _print_summary(out, summary, projected, probes=()) -> None:
     """The study for people: the table, where the time goes, the projection, the warnings, the failures."""
+    from pympi_gpu.cli import scale_projection
+
     out.print(render_table(summary))
     phases = render_phases(summary)
     if phases is not None:
         out.print(phases)
     if isinstance(projected, dict):
-        out.print(render_projection(projected))
+        out.print(scale_projection.render(projected))
     elif projected:
         out.print(f"[yellow]no projection[/]: {escape(projected)}", highlight=False)
     for p in summary.superlinear:
@@ -455,8 +433,10 @@ def _print_summary(out, summary, projected) -> None:
         out.print(f"[yellow]warning[/]: the points ran on different backends "
                   f"({', '.join(summary.mixed_backends)}); give the command --backend to compare like "
                   "with like", highlight=False)
-    for p in summary.failed:
-        where = f"{p.ranks} ranks" + (f" ({p.nodes} nodes x {p.tasks_per_node})" if p.nodes else "")
+    failed = [(p, "") for p in summary.failed]
+    failed += [(p, f", floor probe of size {size}") for size, p in probes if p.status in ("failed", "partial")]
+    for p, probe in failed:
+        where = f"{p.ranks} ranks" + (f" ({p.nodes} nodes x {p.tasks_per_node})" if p.nodes else "") + probe
         out.print(f"[red]{where} failed[/]: {escape(p.error)}", highlight=False)
         if p.stderr_tail.strip():
             tail = "\n".join(p.stderr_tail.strip().splitlines()[-5:])

@@ -75,6 +75,8 @@ class PointSummary:
     superlinear: bool = False
     #: this node's 1-minute load average before the runs (median): what else was running
     load: float | None = None
+    #: work units of one run, throughput x wall_time (atom-steps, interactions, samples; median)
+    work: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +185,8 @@ def _point_row(p: Point, got: dict[int, dict[str, Any]], repeat: int, threads: i
         elapsed=statistics.median(float(r["elapsed"]) for r in ok) if ok else None,
         load=statistics.median(loads) if loads else None,
         throughput=statistics.median(thr) if thr else None,
+        work=statistics.median(float(r["record"]["throughput"]) * float(r["record"]["wall_time"]) for r in ok
+                               if r["record"].get("throughput") is not None) if thr else None,
         throughput_per_rank=statistics.median(thr) / p.ranks if thr else None,
         launcher=(ok or bad)[-1].get("launcher") if got else None,
         error=err.get("error") if err else None, returncode=err.get("returncode") if err else None,

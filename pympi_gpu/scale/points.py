@@ -1,4 +1,4 @@
-"""The sizes of a study: rank counts, or node counts times tasks per node."""
+"""The sizes of a study: rank counts, or node counts times tasks per node (and its floor probes)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,22 @@ __all__ = ["Point", "parse_sizes", "make_points", "fix_threads", "cores_used", "
 
 @dataclasses.dataclass(frozen=True, order=True)
 class Point:
-    """One size of a study: ``ranks`` MPI ranks, on ``nodes`` nodes if given."""
+    """One size of a study: ``ranks`` MPI ranks, on ``nodes`` nodes if given.
+
+    ``size`` is set on a floor probe only: the command's size argument it
+    runs with instead of the study's (:mod:`pympi_gpu.scale.probes`).
+    """
 
     ranks: int
     nodes: int | None = None
     tasks_per_node: int | None = None
+    size: int | None = None
 
     @property
     def key(self) -> str:
         """A stable name for this point in the results file."""
-        return f"n{self.ranks}" if self.nodes is None else f"N{self.nodes}x{self.tasks_per_node}"
+        where = f"n{self.ranks}" if self.nodes is None else f"N{self.nodes}x{self.tasks_per_node}"
+        return where if self.size is None else f"{where}:size{self.size}"
 
     @property
     def ranks_per_node(self) -> int:
@@ -27,8 +33,10 @@ class Point:
 
     def label(self) -> str:
         if self.nodes is None:
-            return f"{self.ranks} rank{'s' if self.ranks != 1 else ''}"
-        return f"{self.nodes} node{'s' if self.nodes != 1 else ''} x {self.tasks_per_node}"
+            where = f"{self.ranks} rank{'s' if self.ranks != 1 else ''}"
+        else:
+            where = f"{self.nodes} node{'s' if self.nodes != 1 else ''} x {self.tasks_per_node}"
+        return where if self.size is None else f"{where}, size {self.size} (floor probe)"
 
 
 def parse_sizes(text: str, what: str = "ranks") -> tuple[int, ...]:

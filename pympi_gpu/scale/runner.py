@@ -67,9 +67,10 @@ class RunOutcome:
     load: float | None = None
 
     def to_run(self) -> dict[str, Any]:
-        """The dict stored in the results file."""
+        """The dict stored in the results file (a floor probe's marked ``floor_probe``, with its ``size``)."""
         return {"point": self.point.key, "ranks": self.point.ranks, "nodes": self.point.nodes,
-                "tasks_per_node": self.point.tasks_per_node, "repeat": self.repeat, "ok": self.ok,
+                "tasks_per_node": self.point.tasks_per_node, "floor_probe": self.point.size is not None,
+                "size": self.point.size, "repeat": self.repeat, "ok": self.ok,
                 "argv": list(self.argv), "launcher": self.launcher, "returncode": self.returncode,
                 "elapsed": self.elapsed, "load": self.load, "error": self.error, "stderr_tail": self.stderr_tail,
                 "record": self.record, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

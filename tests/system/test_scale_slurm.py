@@ -77,7 +77,9 @@ def test_two_node_study_has_phases_and_traffic(slurm, tmp_path, name):
 
 def test_the_model_fitted_on_one_node_predicts_two(slurm, tmp_path):
     """Fit on 1 and 2 ranks of one node, project to 2 nodes x 1 rank with the fake cluster's own network
-    (a ping-pong between its nodes), compare with the measured 2-node study."""
+    (a ping-pong between its nodes), compare with the measured 2-node study.  The network terms are what
+    this checks: the compute is fitted over the rank counts (--no-floor), whose fit passes through the
+    measured 2-rank point; the floor probes are tests/test_scale_floor.py's."""
     p = slurm.srun([sys.executable, "-c", PINGPONG], ntasks=2, nodes=2, timeout=180)
     assert p.returncode == 0, p.stderr
     net = json.loads(p.stdout)
@@ -86,7 +88,7 @@ def test_the_model_fitted_on_one_node_predicts_two(slurm, tmp_path):
         where = tmp_path / f"try{attempt}"
         (where / "n2").mkdir(parents=True)
         one = _study(slurm, where, "gravity", ["--ranks", "1,2", "--repeat", "3"], 1,
-                     "--project-nodes", "2", "--project-tasks-per-node", "1",
+                     "--project-nodes", "2", "--project-tasks-per-node", "1", "--no-floor",
                      "--latency", repr(net["latency"]), "--bandwidth", repr(net["bandwidth"]))
         two = _study(slurm, where / "n2", "gravity", ["--nodes", "1,2", "--tasks-per-node", "1", "--repeat", "3"], 2)
         predicted = one["projection"]["points"][0]
