@@ -112,6 +112,7 @@ def lj_case(comm, atoms: int, steps: int) -> dict:
         parts = {"displacement_nan_test": max(0.0, new - old), "finite_v_f_per_build": finite * builds_per_step,
                  "atom_count_reduction_per_build": reduce2 * builds_per_step, "thermo_row_every_step": thermo}
         parts = {k: comm.allreduce(v, op=MPI.MAX) for k, v in parts.items()}
+        system.close()
         return {"model": "lj", "size": config.atoms, "ranks": comm.Get_size(), "median_step_s": step,
                 "builds_per_step": builds_per_step, "checks_s": parts, "checks_per_step_s": sum(parts.values()),
                 "share": sum(parts.values()) / step}

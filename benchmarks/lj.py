@@ -338,7 +338,9 @@ def profile(atoms: int, steps: int, clock: str = "cpu") -> dict:
         c0 = prof.clock()
         run(cart, system, RunOptions(steps=steps))
         total = prof.clock() - c0
-        return _profile_report(cart, prof, labels, total, steps, system.atoms.rebuilds - rebuilds, clock, config)
+        report = _profile_report(cart, prof, labels, total, steps, system.atoms.rebuilds - rebuilds, clock, config)
+        system.close()
+        return report
     finally:
         cart.Free()
 

@@ -68,6 +68,7 @@ def run_lj(ctx, args) -> None:
     comm = mpi_world()
     stop = Stop("pympi-nbody", TWICE).install()
     cart = make_cart(comm)
+    system = None
     try:
         _check_memory(cart, config, args.backend)
         restart = _restart(ctx, cart, args, config)
@@ -88,6 +89,8 @@ def run_lj(ctx, args) -> None:
         if args.verify:
             run = _verify(cart, system, config, run, args)
     finally:
+        if system is not None:
+            system.close()
         cart.Free()
     report(comm, run, as_json=args.as_json, human=lambda: format_lj(run, nthreads, shown=shown),
            document=lambda: _document(run, nthreads))

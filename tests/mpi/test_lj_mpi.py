@@ -25,6 +25,7 @@ THERMO_TOL = 1e-11
 def _run(comm, config, options, drift=(0.0, 0.0, 0.0), restart=None):
     """Run ``config`` with ``options`` over comm's bricks; return (record, whole system by id on every rank)."""
     cart = make_cart(comm)
+    system = None
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
         if restart is None:
@@ -42,6 +43,8 @@ def _run(comm, config, options, drift=(0.0, 0.0, 0.0), restart=None):
         full = ckpt.gather(cart, system.atoms.owned())
         return run, cart.bcast(full, root=0)
     finally:
+        if system is not None:
+            system.close()
         cart.Free()
 
 
@@ -133,6 +136,7 @@ def _forces_at(comm, config, x, v, ids):
     from pympi_gpu.nbody.lj.domain import owner_coords, wrap
 
     cart = make_cart(comm)
+    system = None
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
         xw = wrap(x, config.box)
@@ -150,6 +154,8 @@ def _forces_at(comm, config, x, v, ids):
         e = cart.allreduce(system.energy)
         return full["f"], pairs, ghost_share, e
     finally:
+        if system is not None:
+            system.close()
         cart.Free()
 
 
@@ -201,5 +207,6 @@ def test_reverse_sums_every_copy_of_a_ghost():
         want = 1000.0 + (copies[system.ids] * system.ids)[:, None] * np.array([1.0, -2.0, 0.5])
         assert np.array_equal(f[:n], want)
         assert cart.allreduce(int((copies[system.ids] > 1).sum())) > 0  # some atoms have several copies
+        system.close()
     finally:
         cart.Free()

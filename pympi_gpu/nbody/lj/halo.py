@@ -37,6 +37,7 @@ keeps them.
 
 from __future__ import annotations
 
+import atexit
 import time
 import weakref
 
@@ -122,9 +123,11 @@ class Halo:
     brick : this rank's :class:`~pympi_gpu.nbody.lj.domain.Brick`
     cutneigh : halo thickness, ``rc + skin`` (sigma)
 
-    The plan, after :meth:`borders`: ``plan`` (a tuple ``(d, idx, shift,
-    dest, source, start, count)`` per stage and direction) and its flat copy
-    for the kernels, ``pidx``, ``poff``, ``pshift``, ``pstart``.
+    The plan, after :meth:`build` (or :meth:`borders`), flat for the kernels:
+    entry ``e`` (``2d`` for stage d's low face, sent to the lower neighbour,
+    ``2d + 1`` for its high face) sends rows ``pidx[poff[e]:poff[e + 1]]``
+    shifted by ``pshift[e]``, and its ghosts (``counts[e]`` rows, from the
+    other side's matching entry) are rows ``pstart[e]`` on.
     """
 
     def __init__(self, cart, brick: Brick, cutneigh: float):
@@ -135,11 +138,21 @@ class Halo:
         self.nbrs = [cart.Shift(d, 1) for d in range(3)]
         #: the dimensions along which the neighbours are other ranks (else the brick is its own image)
         self.remote = tuple(brick.dims[d] > 1 for d in range(3))
-        self.plan: list = []
+        #: the plan, flat (see the class docstring): entry 2d is stage d's low face, 2d + 1 its high face;
+        #: the shifts are the brick's (the box edge where it meets the periodic boundary), made once
+        self.pshift = np.zeros((6, 3))
+        for d in range(3):
+            if brick.coords[d] == 0:
+                self.pshift[2 * d, d] = brick.box
+            if brick.coords[d] == brick.dims[d] - 1:
+                self.pshift[2 * d + 1, d] = -brick.box
+        self.pidx = np.zeros(0, np.int64)
+        self.poff, self.pstart = np.zeros(7, np.int64), np.zeros(6, np.int64)
+        #: ghost rows of each entry
+        self.counts = np.zeros(6, np.int64)
+        self._plan_rows = np.zeros(64, np.int64)  # pidx's kept buffer
         self._stages: dict[int, _Stage] = {}
-        # persistent requests must be freed before MPI is finalized (MPICH complains of those left): at the
-        # latest at exit, before mpi4py's own exit handler (registered earlier, so run later)
-        weakref.finalize(self, _free_stages, self._stages)
+        _keep_track(self)
         #: seconds in halo packing and waiting for halo/migration messages (reset by the caller)
         self.comm_time = 0.0
         #: the rank's communication and waiting time and traffic (the driver adds its collectives)
@@ -213,78 +226,67 @@ class Halo:
         larger ones (the rows kept) where the ghosts need more; returns
         ``(pos, gid, rows held)``.  Collective.
         """
+        _free_orphans()
         t0 = time.perf_counter()
         b = self.brick
-        self.plan = []
+        plan, poff, pstart, counts = self._plan_rows, self.poff, self.pstart, self.counts
         for d in range(3):
-            n0 = n
-            low, high = np.empty(n0, np.int64), np.empty(n0, np.int64)
-            nl, nh = kc.border_rows(pos, n0, d, b.lo[d] + self.cut, b.hi[d] - self.cut, low, high)
-            low, high = low[:nl], high[:nh]
-            s_low, s_high = np.zeros(3), np.zeros(3)
-            if b.coords[d] == 0:
-                s_low[d] = b.box
-            if b.coords[d] == b.dims[d] - 1:
-                s_high[d] = -b.box
-            lower, upper = self.nbrs[d]
+            n0, o = n, int(poff[2 * d])
+            if plan.shape[0] < o + 2 * n0 + 1:
+                plan = self._plan_rows = _grown_plan(plan, o, o + 2 * n0 + 1)
+            nl, nh = kc.border_plan(pos, n0, d, b.lo[d] + self.cut, b.hi[d] - self.cut, plan, o)
+            poff[2 * d + 1], poff[2 * d + 2] = o + nl, o + nl + nh
             if self.remote[d]:
-                got = self._border_messages(d, pos, gid, (low, high), (s_low, s_high))
-                counts = [g.shape[0] for g in got]
+                msg = np.empty((nl + nh, 4))
+                kc.border_rows(pos, gid, plan, o, nl, nh, self.pshift, 2 * d, msg, 0)
+                lower, upper = self.nbrs[d]
+                got = _swap_rows(self.cart, [(msg[:nl], lower, _TAG_BORDER + 4 * d),
+                                             (msg[nl:], upper, _TAG_BORDER + 4 * d + 2)],
+                                 [(upper, _TAG_BORDER + 4 * d), (lower, _TAG_BORDER + 4 * d + 2)], self.clock)
+                counts[2 * d], counts[2 * d + 1] = got[0].shape[0], got[1].shape[0]
             else:
-                counts = [nl, nh]
-            pos, gid = _room(pos, gid, n0, n0 + sum(counts))
+                counts[2 * d], counts[2 * d + 1] = nl, nh
+            pos, gid = _room(pos, gid, n0, n0 + int(counts[2 * d] + counts[2 * d + 1]))
             if self.remote[d]:
-                kc.unpack_ghosts(got[0], counts[0], pos, gid, n0)
-                kc.unpack_ghosts(got[1], counts[1], pos, gid, n0 + counts[0])
+                kc.unpack_ghosts(got[0], counts[2 * d], pos, gid, n0)
+                kc.unpack_ghosts(got[1], counts[2 * d + 1], pos, gid, n0 + counts[2 * d])
             else:
-                kc.append_ghosts(pos, gid, low, nl, s_low, n0)
-                kc.append_ghosts(pos, gid, high, nh, s_high, n0 + nl)
-            self.plan.append((d, low, s_low, lower, upper, n0, counts[0]))
-            self.plan.append((d, high, s_high, upper, lower, n0 + counts[0], counts[1]))
-            n = n0 + sum(counts)
-        self._flatten()
+                kc.border_rows(pos, gid, plan, o, nl, nh, self.pshift, 2 * d, None, n0)
+            pstart[2 * d], pstart[2 * d + 1] = n0, n0 + counts[2 * d]
+            n = n0 + int(counts[2 * d] + counts[2 * d + 1])
+        self.pidx = plan[:poff[6]]
+        self._messages()
         self.comm_time += time.perf_counter() - t0
         self.clock.add("communication", time.perf_counter() - t0)
         return pos, gid, n
 
-    def _border_messages(self, d, pos, gid, idx, shifts) -> list[np.ndarray]:
-        """Stage d's border rows ``[x + shift, id]`` to the lower and upper neighbours; what they sent."""
-        lower, upper = self.nbrs[d]
-        out = []
-        for rows_idx, shift in zip(idx, shifts):
-            msg = np.empty((rows_idx.size, 4))
-            kc.gather_rows(pos, gid, rows_idx, rows_idx.size, shift, msg)
-            out.append(msg)
-        return _swap_rows(self.cart, [(out[0], lower, _TAG_BORDER + 4 * d), (out[1], upper, _TAG_BORDER + 4 * d + 2)],
-                          [(upper, _TAG_BORDER + 4 * d), (lower, _TAG_BORDER + 4 * d + 2)], self.clock)
-
-    def _flatten(self) -> None:
-        """The plan as flat arrays for the kernels, and the persistent messages of its remote stages.
+    def _messages(self) -> None:
+        """The flat message buffers of the plan, and the persistent messages of its remote stages.
 
         ``fsend``/``rrecv`` hold the rows each remote stage sends (and gets
         back), stage d's from row ``soff[d]``; ``frecv``/``rsend`` its ghosts,
         from ``roff[d]``.
         """
-        sizes = [p[1].size for p in self.plan]
-        self.pidx = np.concatenate([p[1] for p in self.plan]).astype(np.int64)
-        self.poff = np.zeros(len(self.plan) + 1, np.int64)
-        self.poff[1:] = np.cumsum(sizes)
-        self.pshift = np.array([p[2] for p in self.plan], np.float64)
-        self.pstart = np.array([p[5] for p in self.plan], np.int64)
+        sizes, counts = np.diff(self.poff), self.counts
         self.soff, self.roff = np.zeros(4, np.int64), np.zeros(4, np.int64)
         for d in range(3):
             remote = self.remote[d]
             self.soff[d + 1] = self.soff[d] + (sizes[2 * d] + sizes[2 * d + 1] if remote else 0)
-            self.roff[d + 1] = self.roff[d] + (self.plan[2 * d][6] + self.plan[2 * d + 1][6] if remote else 0)
+            self.roff[d + 1] = self.roff[d] + (counts[2 * d] + counts[2 * d + 1] if remote else 0)
         self.fsend, self.rrecv = np.empty((self.soff[3], 3)), np.empty((self.soff[3], 3))
         self.frecv, self.rsend = np.empty((self.roff[3], 3)), np.empty((self.roff[3], 3))
-        _free_stages(self._stages)
+        self.free()
         for d in range(3):
             if self.remote[d]:
                 s0, s1, r0, r1 = self.soff[d], self.soff[d + 1], self.roff[d], self.roff[d + 1]
                 self._stages[d] = _Stage(self.cart, d, *self.nbrs[d], (sizes[2 * d], sizes[2 * d + 1]),
-                                         (self.plan[2 * d][6], self.plan[2 * d + 1][6]), self.fsend[s0:s1],
+                                         (counts[2 * d], counts[2 * d + 1]), self.fsend[s0:s1],
                                          self.frecv[r0:r1], self.rsend[r0:r1], self.rrecv[s0:s1])
+
+    def free(self) -> None:
+        """Free the persistent messages of the plan (a new plan, or no more steps: before the
+        communicator is freed, whose last request would destroy it wherever it is freed)."""
+        _free_stages(self._stages)
 
     def post(self, d: int, back: bool = False) -> None:
         """Start stage d's messages (``back``: the reverse ones), their rows already packed."""
@@ -374,7 +376,35 @@ class Halo:
 
     @property
     def ghosts(self) -> int:
-        return sum(p[-1] for p in self.plan)
+        return int(self.counts.sum())
+
+
+# Persistent requests are freed where Python code runs between MPI calls: by the halo's owner
+# (:meth:`Halo.free`, before the communicator goes; ``LjSystem.close``), at the next plan (those of
+# collected halos) or at exit (those left), never by a garbage collection itself.  A collection can run
+# inside an MPI call (a reduction's Python callback), where freeing a request (and with it, after
+# ``cart.Free()``, the communicator) is a second MPI call: a rank of the MPI suite hung there.
+_LIVE: weakref.WeakSet = weakref.WeakSet()   # halos, for exit
+_ORPHANS: list[dict] = []                    # the stages of collected halos
+_EXIT: list = []                             # the exit handler, once registered
+
+
+def _keep_track(halo: Halo) -> None:
+    if not _EXIT:  # registered after mpi4py's own exit handler (MPI is up: the halo has its neighbours),
+        _EXIT.append(atexit.register(_free_left))  # so run before it
+    _LIVE.add(halo)
+    weakref.finalize(halo, _ORPHANS.append, halo._stages).atexit = False
+
+
+def _free_orphans() -> None:
+    while _ORPHANS:
+        _free_stages(_ORPHANS.pop())
+
+
+def _free_left() -> None:
+    _free_orphans()
+    for halo in list(_LIVE):
+        halo.free()
 
 
 def _free_stages(stages: dict) -> None:
@@ -385,6 +415,13 @@ def _free_stages(stages: dict) -> None:
         for stage in stages.values():
             stage.free()
     stages.clear()
+
+
+def _grown_plan(plan: np.ndarray, keep: int, size: int) -> np.ndarray:
+    """A larger plan buffer (room for ``size`` entries, and more), its first ``keep`` entries kept."""
+    grown = np.zeros(max(size, 2 * plan.shape[0]), np.int64)
+    grown[:keep] = plan[:keep]
+    return grown
 
 
 def _room(pos: np.ndarray, gid: np.ndarray, keep: int, rows: int) -> tuple[np.ndarray, np.ndarray]:

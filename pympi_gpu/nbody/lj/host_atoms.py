@@ -306,6 +306,10 @@ class HostAtoms:
         n = self.nlocal
         return {"x": self.pos[:n].copy(), "v": self.v[:n].copy(), "f": self.f[:n].copy(), "id": self.ids.copy()}
 
+    def close(self) -> None:
+        """Free the halo's persistent messages (before the communicator is freed)."""
+        self.halo.free()
+
 
 def _program(remote, refresh: bool, kick: bool) -> list[tuple[np.ndarray, int | None, str | None]]:
     """A step's force phase with half lists as pieces ``(ops, stage, then)`` for ``ForceKernels.run_ops``.

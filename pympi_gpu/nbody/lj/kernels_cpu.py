@@ -40,8 +40,8 @@ from pympi_gpu.nbody.lj.lists_cpu import cell_index as _cell_index
 
 __all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "jitable", "make_row", "kick", "drift",
            "max_displacement2", "kinetic_sums", "pack_rows", "add_rows", "warmup", "kick_drift", "kick_serial",
-           "finite_owned", "wrap_rows", "leaving_rows", "pack_owned", "cell_order", "sort_rows", "border_rows",
-           "append_ghosts", "unpack_ghosts", "forward_stages", "reverse_stages", "gather_rows", "copy_rows",
+           "finite_owned", "wrap_rows", "leaving_rows", "pack_owned", "cell_order", "sort_rows", "border_plan",
+           "border_rows", "unpack_ghosts", "forward_stages", "reverse_stages", "copy_rows",
            "put_rows"]
 
 
@@ -575,38 +575,39 @@ def sort_rows(order, n, x, rows, pos, v, f, gid):
 
 
 @njit(nogil=True, cache=True)
-def border_rows(pos, n0, d, below, above, low, high):
-    """The rows ``< n0`` within reach of the low face (``pos[:, d] < below``) and of the high one
-    (``>= above``), in order, into ``low`` and ``high``: their counts."""
+def border_plan(pos, n0, d, below, above, pidx, o):
+    """Stage d's two plan entries from the rows ``< n0``: those within reach of the low face
+    (``pos[:, d] < below``) to ``pidx[o:o + nl]``, then those of the high one (``>= above``); ``(nl, nh)``.
+
+    ``pidx`` needs room for ``o + 2 n0 + 1`` entries (every row is written, then kept or not).
+    """
     nl = 0
+    for r in range(n0):
+        pidx[o + nl] = r
+        nl += pos[r, d] < below
     nh = 0
     for r in range(n0):
-        p = pos[r, d]
-        low[nl] = r
-        nl += p < below
-        high[nh] = r
-        nh += p >= above
+        pidx[o + nl + nh] = r
+        nh += pos[r, d] >= above
     return nl, nh
 
 
 @njit(nogil=True, cache=True)
-def append_ghosts(pos, gid, idx, m, shift, at):
-    """Ghost rows ``at..at+m``: rows ``idx[:m]`` shifted (a brick's own periodic image)."""
-    for k in range(m):
-        j = idx[k]
-        for d in range(3):
-            pos[at + k, d] = pos[j, d] + shift[d]
-        gid[at + k] = gid[j]
-
-
-@njit(nogil=True, cache=True)
-def gather_rows(pos, gid, idx, m, shift, out):
-    """Border rows ``[x + shift, id]`` of rows ``idx[:m]`` into ``out`` ``(m, 4)`` (ids exact in float64)."""
-    for k in range(m):
-        j = idx[k]
-        for d in range(3):
-            out[k, d] = pos[j, d] + shift[d]
-        out[k, 3] = gid[j] + 0.0
+def border_rows(pos, gid, pidx, o, nl, nh, pshift, e, out, at):
+    """The rows of plan entries e (``pidx[o:o + nl]``) and e + 1 (the next nh), each shifted by its entry's
+    ``pshift``: as ghost rows ``at..`` of ``pos``/``gid`` (``out`` None: a brick's own image), or as
+    message rows ``[x + shift, id]`` of ``out`` (ids exact in float64)."""
+    for k in range(nl + nh):
+        j = pidx[o + k]
+        s = e if k < nl else e + 1
+        if out is None:
+            for q in range(3):
+                pos[at + k, q] = pos[j, q] + pshift[s, q]
+            gid[at + k] = gid[j]
+        else:
+            for q in range(3):
+                out[k, q] = pos[j, q] + pshift[s, q]
+            out[k, 3] = gid[j] + 0.0
 
 
 @njit(nogil=True, cache=True)
@@ -727,14 +728,15 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
     order, cell, start = np.zeros(8, np.int64), np.zeros(8, np.int64), np.zeros(64, np.int64)
     cell_order(x, rows[:, 6], n, lo, inv, ncell, order, cell, start)
     sort_rows(order, n, x, rows, x.copy(), v, f, gid.copy())
-    low, high = np.zeros(8, np.int64), np.zeros(8, np.int64)
-    border_rows(pos, n, 0, 1.0, 2.0, low, high)
-    append_ghosts(x, gid.copy(), low[:2], 2, np.zeros(3), n)
+    plan, pshift = np.zeros(16, np.int64), np.zeros((6, 3))
+    nl, nh = border_plan(pos, n, 0, 1.0, 2.0, plan, 0)
+    x8, gid8 = np.zeros((16, 3)), np.zeros(16, np.int64)
+    border_rows(x8, gid8, plan, 0, 1, 1, pshift, 0, None, n)
     msg = np.zeros((2, 4))
-    gather_rows(pos, gid, low[:2], 2, np.zeros(3), msg)
+    border_rows(pos, gid, plan, 0, 1, 1, pshift, 0, msg, 0)
     unpack_ghosts(msg, 2, x, gid.copy(), n)
     pidx, poff, pstart = np.zeros(0, np.int64), np.zeros(7, np.int64), np.full(6, n, np.int64)
-    pshift, none = np.zeros((6, 3)), np.empty((0, 3))
+    none = np.empty((0, 3))
     forward_stages(x, pidx, poff, pshift, pstart, 0, 3, none)
     reverse_stages(f, pidx, poff, pstart, 0, 3, none)
     sums = np.zeros(4)

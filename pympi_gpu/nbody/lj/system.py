@@ -281,6 +281,14 @@ class LjSystem:
 
         ckpt.save(self.cart, path, self.atoms.owned(), dict(self.meta(initial), blowup=note), by_id=False)
 
+    def close(self) -> None:
+        """Free what the atoms hold on the communicator (the host halo's persistent messages); call it
+        before ``cart.Free()``: a request freed after its communicator, by a garbage collection at
+        any point, destroys the communicator there, and a rank of the MPI suite hung in it."""
+        close = getattr(self.atoms, "close", None)  # (the device path holds none)
+        if close is not None:
+            close()
+
     def record(self, result, labels) -> LjRun:
         """The run's record from the loop's :class:`~pympi_gpu.nbody.loop.LoopResult`; collective."""
         from mpi4py import MPI
