@@ -239,15 +239,15 @@ class ThermoOutput:
 
         error = None
         if self.rank0:
-            if self.echo:
-                if not self.rows:
-                    click.echo("  thermo   " + self.model.HEADER)
-                click.echo("           " + self.model.format_row(row))  # click.echo flushes
-            if self.log is not None:
+            if self.log is not None:  # the file first: a row on the screen is in the file, whenever the job dies
                 try:
                     self.log.write(self.model.values(row))
                 except OutputError as exc:
                     error = str(exc)
+            if self.echo:
+                if not self.rows:
+                    click.echo("  thermo   " + self.model.HEADER)
+                click.echo("           " + self.model.format_row(row))  # click.echo flushes
             self.rows += 1
         if self.checked:
             error = self.comm.bcast(error, root=0)
