@@ -73,10 +73,10 @@ def test_gpu_restart_bit_for_bit(tmp_path):
 
 # A hot system (T 3.0): atoms cross bricks and the periodic boundary.  The smallest lattices that split
 # over the ranks: 4^3 cells over 1 and 2, 5^3 over 3 (unevenly: 200/150/150 atoms; a thin skin keeps the
-# bricks, 2.8 sigma, wider than the halo).  100 steps and a thin skin: over 20 rebuilds (22 at 256 atoms,
-# 23 at 500 over 3 ranks), which under the simulator are what the test costs (every launch a Python
-# thread per atom).  Thermo every 25 steps.
-HOT = ["--model", "lj", "--steps", "100", "--thermo", "25", "--skin", "0.2", "--temperature", "3.0", "--json"]
+# bricks, 2.8 sigma, wider than the halo).  50 steps and a thin skin: 11 rebuilds at 256 atoms and at 500
+# over 3 ranks, which under the simulator are what the test costs (a rebuild is about a hundred launches,
+# each a Python thread per atom: 2 minutes a case for 100 steps on 2 cores).  Thermo every 25 steps.
+HOT = ["--model", "lj", "--steps", "50", "--thermo", "25", "--skin", "0.2", "--temperature", "3.0", "--json"]
 SPLIT = {2: [128, 128], 3: [200, 150, 150]}  # the atoms per rank of the initial lattice
 
 
@@ -87,10 +87,10 @@ def test_hot_device_resident_matches_cpu(ranks, atoms):
     doc = _doc(mpiexec_argv(ranks) + [NBODY, str(atoms), *HOT, "--backend", "gpu", "--transport", "host", "-q"])
     assert doc["backend"] == "gpu" and doc["ranks"] == ranks
     assert doc["host_copies_per_step"] == 0  # nothing but sums and messages left the device
-    assert doc["rebuilds"] >= 20 and doc["rebuilds"] == ref["rebuilds"]
+    assert doc["rebuilds"] >= 10 and doc["rebuilds"] == ref["rebuilds"]
     if ranks > 1:  # atoms migrated between bricks
         assert list(doc["atoms_per_rank"]) != SPLIT[ranks]
-    assert [t["step"] for t in doc["thermo"]] == [0, 25, 50, 75, 100]
+    assert [t["step"] for t in doc["thermo"]] == [0, 25, 50]
     for a, b in zip(doc["thermo"], ref["thermo"]):
         for f in ("temp", "e_pair", "ke", "etotal", "press"):
             assert a[f] == pytest.approx(b[f], rel=1e-10), (a["step"], f)
