@@ -596,8 +596,9 @@ def _make_pi_sif() -> tuple[ApptainerRoot, str]:
     box = apptainer_root(CACHE / "apptainer-work")
     for name in ("pi.def", "nbody.def"):
         shutil.copy(ROOT / "apptainer" / name, box.work / name)
-    image_id = sh(podman("image", "inspect", "--format", "{{.Id}}", image.tag), timeout=60).stdout.strip()
-    made_from = f"{image_id} {hashlib.sha256((box.work / 'pi.def').read_bytes()).hexdigest()}\n"
+    # the image's layers, not its id: a build with a new CREATED label (each test session's) has another id
+    layers = sh(podman("image", "inspect", "--format", "{{.RootFS.Layers}}", image.tag), timeout=60).stdout.strip()
+    made_from = f"{layers} {hashlib.sha256((box.work / 'pi.def').read_bytes()).hexdigest()}\n"
     ready = box.work / "pi.sif.from"
     if not (box.work / "pi.sif").exists() or not ready.exists() or ready.read_text() != made_from:
         ready.unlink(missing_ok=True)
