@@ -47,7 +47,7 @@ from pympi_gpu.nbody.lj import kernels_cpu as kc
 from pympi_gpu.nbody.lj.domain import Brick
 from pympi_gpu.run.phases import PhaseClock
 
-__all__ = ["Halo"]
+__all__ = ["Halo", "grown"]
 
 _TAG_MIGRATE = 0x4C00
 _TAG_BORDER = 0x4C10
@@ -233,7 +233,7 @@ class Halo:
         for d in range(3):
             n0, o = n, int(poff[2 * d])
             if plan.shape[0] < o + 2 * n0 + 1:
-                plan = self._plan_rows = _grown_plan(plan, o, o + 2 * n0 + 1)
+                plan = self._plan_rows = grown(plan, o, max(o + 2 * n0 + 1, 2 * plan.shape[0]))
             nl, nh = kc.border_plan(pos, n0, d, b.lo[d] + self.cut, b.hi[d] - self.cut, plan, o)
             poff[2 * d + 1], poff[2 * d + 2] = o + nl, o + nl + nh
             if self.remote[d]:
@@ -417,11 +417,11 @@ def _free_stages(stages: dict) -> None:
     stages.clear()
 
 
-def _grown_plan(plan: np.ndarray, keep: int, size: int) -> np.ndarray:
-    """A larger plan buffer (room for ``size`` entries, and more), its first ``keep`` entries kept."""
-    grown = np.zeros(max(size, 2 * plan.shape[0]), np.int64)
-    grown[:keep] = plan[:keep]
-    return grown
+def grown(a: np.ndarray, keep: int, rows: int) -> np.ndarray:
+    """``a`` with ``rows`` rows, its first ``keep`` kept."""
+    out = np.empty((rows, *a.shape[1:]), a.dtype)
+    out[:keep] = a[:keep]
+    return out
 
 
 def _room(pos: np.ndarray, gid: np.ndarray, keep: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -429,7 +429,4 @@ def _room(pos: np.ndarray, gid: np.ndarray, keep: int, rows: int) -> tuple[np.nd
     if rows <= pos.shape[0]:
         return pos, gid
     cap = max(rows, 2 * pos.shape[0])
-    grown, ids = np.empty((cap, 3)), np.empty(cap, np.int64)
-    grown[:keep] = pos[:keep]
-    ids[:keep] = gid[:keep]
-    return grown, ids
+    return grown(pos, keep, cap), grown(gid, keep, cap)

@@ -32,7 +32,7 @@ import numpy as np
 from pympi_gpu.nbody.blowup import finite_rows
 from pympi_gpu.nbody.lj import kernels_cpu as kc
 from pympi_gpu.nbody.lj.domain import wrap
-from pympi_gpu.nbody.lj.halo import Halo
+from pympi_gpu.nbody.lj.halo import Halo, grown
 from pympi_gpu.nbody.lj.lists_cpu import VerletLists
 
 __all__ = ["HostAtoms"]
@@ -134,7 +134,7 @@ class HostAtoms:
         kc.sort_rows(order, n, x, rows, new.pos, new.v, new.f, new.gid)
         new.pos, new.gid, n_all = self.halo.build(new.pos, new.gid, n)
         if new.f.shape[0] < new.pos.shape[0]:  # the ghosts needed more rows: the other arrays follow
-            new.f, new.v = _grown(new.f, n, new.pos.shape[0]), _grown(new.v, n, new.pos.shape[0])
+            new.f, new.v = grown(new.f, n, new.pos.shape[0]), grown(new.v, n, new.pos.shape[0])
         new.f[n:n_all] = 0.0  # forces have ghost rows too: with newton they gather the ghosts' share
         self._set, self._spare = new, self._set
         self.nlocal = n
@@ -352,10 +352,3 @@ def _program(remote, refresh: bool, kick: bool) -> list[tuple[np.ndarray, int | 
         ops.append((kc.OP_KICK, 0))
     cut(None, None)
     return pieces
-
-
-def _grown(a: np.ndarray, keep: int, rows: int) -> np.ndarray:
-    """``a`` with ``rows`` rows, its first ``keep`` kept."""
-    out = np.empty((rows, *a.shape[1:]), a.dtype)
-    out[:keep] = a[:keep]
-    return out
