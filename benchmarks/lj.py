@@ -395,13 +395,13 @@ def gpu_profile(atoms: int, steps: int) -> dict:
     from mpi4py import MPI
 
     from pympi_gpu.device.device import Device
-    from pympi_gpu.device.gpu import bind_device
+    from pympi_gpu.device.gpu import bind_device, simulator
     from pympi_gpu.nbody.lj.device_atoms import PHASES
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
     from pympi_gpu.nbody.lj.lattice import cells_for
     from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
 
-    GPU = Device(backend="gpu", transport="host", binding=bind_device(MPI.COMM_WORLD))
+    GPU = Device(backend="gpu", transport="host", simulated=simulator(), binding=bind_device(MPI.COMM_WORLD))
     cart = make_cart(MPI.COMM_WORLD)
     out = {}
     try:

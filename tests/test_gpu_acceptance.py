@@ -48,7 +48,8 @@ def test_plan_covers_the_issue_matrix(tmp_path):
     assert {"pi gpu 1 rank(s)", "pi numba 2 rank(s)", "gpu-marked tests", "cuda-aware Open MPI + mpi4py",
             "build cuda-samples nbody", "cuda-samples nbody fp64", "benchmarks/nbody.py --mode gpu",
             "benchmarks/pi.py (GPU mode)", "final state gpu fp64", "transport device 2 ranks 2^20",
-            "lj gpu device 2 ranks 4000", "lj gpu device 2 rank(s) 1000188", "lj gpu host 1 rank(s) 1000188",
+            "lj gpu device 2 rank(s) 4000", "lj gpu host 1 rank(s) 4000", "lj numba host 1 rank(s) 4000",
+            "lj gpu device 2 rank(s) 1000188", "lj gpu host 1 rank(s) 1000188", "lj full vs half lists 1000188",
             "benchmarks/lj.py --mode gpu"} <= set(names)
     mpi = next(s for s in steps if s.name == "cuda-aware Open MPI + mpi4py")
     assert mpi.argv[-1] == "none" and "--no-index" in mpi.env["PIP_ARGS"]   # offline, one node
@@ -162,8 +163,8 @@ def test_lj_thermo_compared_across_backends(tmp_path):
 def test_parts_fit_a_device_call(tmp_path):
     """Every step belongs to a part; each part's own steps, and the setup, fit one 10-minute call."""
     steps = acc.plan(tmp_path / "carry", tmp_path / "mpi", tmp_path / "venv", tmp_path)
-    assert {s.part for s in steps} == set(acc.PARTS)
-    for part in acc.PARTS:
+    assert {s.part for s in steps} == set(acc.PARTS) - {"sprint"}   # the sprint takes steps of the others
+    for part in set(acc.PARTS) - {"sprint"}:
         own = sum(s.est for s in steps if s.part == part)
         assert 0 < own <= 540, (part, own)
     setup = [s.name for s in steps if s.part == "setup"]
@@ -300,3 +301,67 @@ def test_rehearsal_offline(tmp_path, capsys):
     assert "none from the system" in log                                 # ... against the carried GL only
     assert log.count("no launcher flag: 2 ranks of") == 3                # tests', nbody.py's, lj.py's env
     assert re.search(r"1/\d+ tests? collected \(\d+ deselected\)", log), log[-3000:]
+
+
+def test_sprint_with_mpi_from_wheels(tmp_path):
+    """The one-call form a short lease allows (``--mpi wheel --part sprint``): nothing is built but
+    cuda-samples' nbody, MPICH's wheel runs the ranks, the steps that need a CUDA-aware MPI are left
+    out, and every step SPRINT names exists (a renamed step would silently drop out of it)."""
+    work = tmp_path
+    steps = acc.plan(tmp_path / "carry", work / "mpi", work / "venv", work, mpi="wheel")
+    names = [s.name for s in steps]
+    assert set(acc.SPRINT) <= set(names), set(acc.SPRINT) - set(names)
+    assert not [s.name for s in steps if "device" in s.argv]                     # no --transport device
+    sprint = acc.part_steps(steps, "sprint")
+    setup = [s.name for s in sprint if s.part == "setup"]
+    assert setup == ["venv", "mpi4py + MPICH wheels", "build cuda-samples nbody",
+                     "cuda-samples nbody: linked against the carry"]
+    assert [s.name for s in sprint if s.part != "setup"] == list(acc.SPRINT)       # the figures first
+    wheels = next(s for s in sprint if s.name == "mpi4py + MPICH wheels")
+    assert "--no-index" in wheels.argv and "--only-binary=:all:" in wheels.argv
+    for s in sprint:
+        if s.argv and s.argv[0].endswith("mpiexec"):
+            assert s.argv[0] == str(work / "venv" / "bin" / "mpiexec") and "--oversubscribe" not in s.argv
+    assert sum(s.est for s in sprint) <= 540 + 120   # the budget skips what is left; the figures come first
+
+
+def test_lj_lists_judged_from_a_real_profile(tmp_path):
+    """The full-vs-half step reads what ``benchmarks/lj.py --mode gpu-profile`` wrote (here from the
+    simulated GPU, 108 atoms, one step each)."""
+    out = tmp_path / "lists.json"
+    argv = [sys.executable, str(ROOT / "benchmarks" / "lj.py"), "--mode", "gpu-profile", "--gpu-atoms", "108",
+            "--steps", "1", "--out", str(out)]
+    done = run(argv, env=clean_env(NUMBA_ENABLE_CUDASIM="1"), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    step = acc.Step(f"lj full vs half lists {acc.LJ_BENCH_ATOMS}", argv, check="lj-lists")
+    acc.judge(step, 0, done.stdout, done.stderr)
+    assert step.status == "passed", step.detail
+    f = step.figures
+    assert f["atoms"] == 108 and f["faster"] in ("full", "half")
+    assert f["full_atom_steps_per_s"] > 0 and f["half_atom_steps_per_s"] > 0
+    assert set(f["half_phase_shares"]) == {"forces", "list build", "halo", "integrate", "thermo", "other"}
+    assert f["full_host_copies"] == f["half_host_copies"] == 0
+
+
+def test_outer_venv_pth_files_run_in_the_acceptance_venv(tmp_path):
+    """The GPU image's Python is a venv whose numba-cuda takes ``numba.cuda`` over through a .pth
+    file: the acceptance venv must run that file too, or numba's built-in CUDA target types the
+    kernels (what the first H200 run hit)."""
+    import subprocess
+    import venv
+
+    outer = tmp_path / "outer-site"
+    outer.mkdir()
+    (outer / "zz_redirect.pth").write_text("import os; os.environ['PYMPI_OUTER_PTH_RAN'] = 'yes'\n")
+    (outer / "outer_module.py").write_text("WHERE = 'outer'\n")
+    venv.create(tmp_path / "v", with_pip=False)
+    site = subprocess.run([str(tmp_path / "v" / "bin" / "python"), "-c",
+                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "_pympi_outer_venv.pth").write_text(acc.outer_site_lines([outer]))
+    out = subprocess.run([str(tmp_path / "v" / "bin" / "python"), "-c",
+                          "import os, sys, outer_module; print(os.environ.get('PYMPI_OUTER_PTH_RAN'), "
+                          "outer_module.WHERE, sys.path.index(%r) < sys.path.index(%r))" % (site, str(outer))],
+                         capture_output=True, text=True, timeout=60, env=clean_env())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["yes", "outer", "True"]   # run, importable, behind the venv's own

@@ -11,7 +11,7 @@ from pympi_gpu.cli.options import given
 from pympi_gpu.cli.signals import Stop
 from pympi_gpu.cli.simulation import TWICE, choose_devices, execute, format_tail, report, restart_values
 from pympi_gpu.nbody.lj import pairs
-from pympi_gpu.nbody.lj.config import LjConfig
+from pympi_gpu.nbody.lj.config import LjConfig, half_lists
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
 #: options a restart file fixes
@@ -79,7 +79,8 @@ def run_lj(ctx, args) -> None:
             _need_cupy(comm)
         nthreads = configure_threads(comm, args.threads)
         # one list kind for all: each rank's thread count is its node's (numba caps it at the cpuset)
-        config = dataclasses.replace(config, newton=largest(comm, nthreads) == 1 and not device.gpu)
+        config = dataclasses.replace(config, newton=half_lists(device.gpu, config.atoms, comm.Get_size(),
+                                                               largest(comm, nthreads)))
         outputs = _claim(cart, args, config)
         system = _system(cart, config, device, restart)
         from pympi_gpu.run.provenance import collect

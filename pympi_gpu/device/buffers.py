@@ -14,13 +14,30 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
-from numba import cuda
+
+
+def _numpy_names_numba_cuda_reads() -> None:
+    """Give NumPy back ``row_stack`` (an alias of ``vstack``), where NumPy 2.5 removed it.
+
+    numba-cuda up to 0.30 registers its overload of ``np.row_stack`` when it types the first
+    kernel that uses an array function, and with NumPy >= 2.5 that import fails
+    (``AttributeError: module 'numpy' has no attribute 'row_stack'``): every GPU run stopped
+    there on an H200 with numba-cuda 0.30.4 and NumPy 2.5.2.  The alias is the one NumPy had.
+    """
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+
+
+_numpy_names_numba_cuda_reads()
+
+from numba import cuda  # noqa: E402  (after the alias: numba.cuda may read it)
 
 __all__ = ["DeviceBuffers", "DeviceArrays", "array_namespace", "mpi_buffer", "COPY_KINDS", "CALL_KINDS",
            "quiet_small_grids"]
 
-#: numba.cuda's warning at every launch of fewer than 128 blocks (its text since numba 0.57)
-SMALL_GRID_WARNING = r"Grid size \d+ will likely result in GPU under-utilization due to low occupancy"
+#: numba.cuda's warning at every launch of fewer than 128 blocks (its text since numba 0.57; numba-cuda
+#: starts it with a terminal's bold escape, and a warnings filter matches from the message's start)
+SMALL_GRID_WARNING = r"(?:\x1b\[1m)?Grid size \d+ will likely result in GPU under-utilization due to low occupancy"
 
 
 def quiet_small_grids() -> None:

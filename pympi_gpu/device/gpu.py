@@ -44,6 +44,12 @@ def gpu_usable() -> tuple[bool, str]:
     try:
         from numba import cuda
 
+        if getattr(cuda, "implementation", "NVIDIA") == "Built-in":
+            # numba's own CUDA target, deprecated: it mistypes the package's kernels. numba-cuda
+            # takes numba.cuda over through a .pth file, which Python skips in a folder that
+            # another .pth file added to sys.path (not through site.addsitedir)
+            return False, ("numba.cuda is numba's built-in CUDA target, not numba-cuda: pip install "
+                           "numba-cuda (installed but not used: its _numba_cuda_redirector.pth was not read)")
         if not cuda.is_available():
             return False, "numba.cuda finds no usable CUDA driver or device"
         n = len(cuda.gpus)

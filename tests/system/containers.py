@@ -515,7 +515,9 @@ APPTAINER_USER_UID = 1001
 
 #: mksquashfs at gzip level 1: the default level takes minutes on two cores for
 #: a 600 MB image; every kernel and squashfs tool reads gzip.
-APPTAINER_BUILD_FLAGS = ("--mksquashfs-args", "-comp gzip -Xcompression-level 1")
+#: --disable-cache: the image comes from a docker-archive file already here; Apptainer's cache of
+#: its layers would hold another 1.3 GB for nothing (CI's disk ran out in the last image build)
+APPTAINER_BUILD_FLAGS = ("--disable-cache", "--mksquashfs-args", "-comp gzip -Xcompression-level 1")
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,12 @@ pytestmark = [pytest.mark.system, pytest.mark.timeout(3000)]
 USERNS_UCX = {"UCX_POSIX_USE_PROC_LINK": "n"}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def sif():
-    """(ApptainerRoot, path of pi.sif inside it) built once per session."""
+    """(ApptainerRoot, path of pi.sif inside it) built once per session (the prebuild's, or here).
+
+    At the end of the module the impi image's archive (1.5 GB) and nbody.sif (0.5 GB) go: the
+    CUDA image is built after this module, and CI's disk ran out there."""
     need_tool("podman", "buildah", "runc", "debootstrap", "unshare", "setpriv")
     need_root("debootstrap, podman's root storage and pivot_root need root")
     try:
@@ -37,7 +40,9 @@ def sif():
             c.save_archive(c.ensure_image("impi").tag, box.work / "pympi-impi.tar")
     except c.ContainerError as exc:
         pytest.fail(f"building pi.sif failed: {exc}")
-    return box, image
+    yield box, image
+    for name in ("pympi-impi.tar", "nbody.sif"):
+        (box.work / name).unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")
