@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from pympi_gpu.nbody.lj.domain import Brick
 from pympi_gpu.nbody.lj.halo import _TAG_BORDER, _TAG_FORWARD, _TAG_MIGRATE, _TAG_REVERSE
-from pympi_gpu.nbody.lj.kernels_cuda import BLOCK, chain_rows, gather_rows, grid
+from pympi_gpu.nbody.lj.kernels_cuda import BLOCK, add_rows, chain_rows, gather_rows, grid
 from pympi_gpu.run.phases import PhaseClock
 
 __all__ = ["DeviceHalo", "fold"]
@@ -106,6 +106,7 @@ class DeviceHalo:
         #: what :meth:`forward` launches, per rebuild (:meth:`_stage`): :class:`_Local` and :class:`_Travel`
         self.segments: list = []
         self._pos = self._pos_view = None
+        self._f = self._f_view = None
         self._pinned: dict[int, np.ndarray] = {}
         #: page-locked buffers allocated so far (the host transport; grown, never one per rebuild)
         self.pinned_allocations = 0
@@ -233,7 +234,7 @@ class DeviceHalo:
         stages would have added one after the other: the same rows, bit for bit.
         """
         self.segments = []
-        self._pos = self._pos_view = None  # the last rebuild's positions: let them go
+        self._pos = self._pos_view = self._f = self._f_view = None  # the last rebuild's arrays: let them go
         local: list = []
         for d in range(3):
             if not self.travels[d]:
@@ -367,49 +368,64 @@ class DeviceHalo:
     def reverse(self, f) -> None:
         """Add the forces on the ghost rows of device ``f`` ``(n_all, 3)`` into the rows they came from.
 
-        Stage by stage in reverse order, as the CPU's ``Halo.reverse`` (each
-        message's rows are distinct, so a gathered ``+=`` adds each once).
-        Collective over the Cartesian communicator.
+        Segment by segment in reverse order (:attr:`segments`), as the CPU's ``Halo.reverse``
+        goes stage by stage: a run of the brick's own periodic images in one launch, each ghost's
+        force added to the row it is finally a copy of (atomic adds: two images of one atom add
+        to one row); a stage that travels, its two messages sent back and each added in one launch
+        (a message's rows are distinct).  The sums are the stage-by-stage ones in another order:
+        equal to round-off, as half lists' atomic adds already are.  Collective over the
+        Cartesian communicator.
         """
-        from mpi4py import MPI
-
-        dev, xp = self.dev, self.dev.xp
+        dev = self.dev
+        if f is not self._f:  # the kernels' view of f, made once per array
+            self._f, self._f_view = f, dev.view(_flat(f))
         t0 = time.perf_counter()
         waited = 0.0
-        for d in (2, 1, 0):
-            reqs, back = [], []
-            for k in (0, 1):
-                _, idx, _, dest, source, start, count = self.plan[2 * d + k]
-                if not self.travels[d]:  # the brick's own periodic image
-                    back.append((idx, f[start:start + count], None))
-                    continue
-                # the rows sent to dest come back from dest; those received from source go back to it
-                tag = _TAG_REVERSE + 2 * d + k
-                n = idx.shape[0]
-                if self.transport == "device":
-                    buf = xp.empty((n, 3), np.float64)
-                    dev.sync()  # MPI reads the forces the kernels wrote
-                    reqs.append(self.cart.Irecv(dev.mpi_buffer(buf), dest, tag))
-                    reqs.append(self.cart.Isend(dev.mpi_buffer(f[start:start + count]), source, tag))
-                    back.append((idx, buf, None))
-                else:
-                    sent = dev.to_host(f[start:start + count], "message") if count else np.empty((0, 3))
-                    got = np.empty((n, 3), np.float64)
-                    reqs.append(self.cart.Irecv(got, dest, tag))
-                    reqs.append(self.cart.Isend(sent, source, tag))
-                    back.append((idx, got, sent))
-                self.clock.sent(count * 3 * 8)
-            tw = time.perf_counter()
-            MPI.Request.Waitall(reqs)
-            waited += time.perf_counter() - tw
-            for idx, rows, _ in back:  # one message after the other: the two may share rows
-                if idx.shape[0]:
-                    rows = rows if isinstance(rows, xp.ndarray) else dev.from_host(rows)
-                    with dev.ops(3):
-                        f[idx] += rows
+        for seg in reversed(self.segments):
+            if isinstance(seg, _Local):
+                if seg.count:
+                    dev.launch(add_rows, grid(seg.count), BLOCK, self._f_view, seg.idx, self._f_view, seg.start,
+                               seg.count, True)
+            else:
+                waited += self._send_back(f, seg.d)
         self.comm_time += time.perf_counter() - t0
         self.clock.add("waiting", waited)
         self.clock.add("communication", time.perf_counter() - t0 - waited)
+
+    def _send_back(self, f, d: int) -> float:
+        """Stage ``d``'s ghost forces to their owners, theirs added here; the seconds waited."""
+        from mpi4py import MPI
+
+        dev, xp = self.dev, self.dev.xp
+        reqs, back = [], []
+        for k in (0, 1):
+            _, idx, _, dest, source, start, count = self.plan[2 * d + k]
+            # the rows sent to dest come back from dest; those received from source go back to it
+            tag = _TAG_REVERSE + 2 * d + k
+            n = idx.shape[0]
+            if self.transport == "device":
+                buf = xp.empty((n, 3), np.float64)
+                dev.sync()  # MPI reads the forces the kernels wrote
+                reqs.append(self.cart.Irecv(dev.mpi_buffer(buf), dest, tag))
+                reqs.append(self.cart.Isend(dev.mpi_buffer(f[start:start + count]), source, tag))
+                back.append((idx, buf, None))
+            else:
+                sent = dev.to_host(f[start:start + count], "message") if count else np.empty((0, 3))
+                got = np.empty((n, 3), np.float64)
+                reqs.append(self.cart.Irecv(got, dest, tag))
+                reqs.append(self.cart.Isend(sent, source, tag))
+                back.append((idx, got, sent))
+            self.clock.sent(count * 3 * 8)
+        tw = time.perf_counter()
+        MPI.Request.Waitall(reqs)
+        waited = time.perf_counter() - tw
+        for idx, rows, _ in back:  # one message after the other, in stream order: the two may share rows
+            m = idx.shape[0]
+            if m:
+                rows = rows if isinstance(rows, xp.ndarray) else dev.from_host(rows)
+                dev.launch(add_rows, grid(m), BLOCK, self._f_view, dev.view(idx), dev.view(_flat(rows)), 0, m,
+                           False)
+        return waited
 
     @property
     def ghosts(self) -> int:
