@@ -139,8 +139,10 @@ SPRINT = ("pi gpu 1 rank(s)", "pi numba 1 rank(s)",
           "nbody verify 2r fp32 ring host", "nbody verify 2r fp64 allgather host")
 
 
-#: a test marked ``gpu``: by its decorator, or a module's ``pytestmark``
-GPU_MARK = re.compile(r"^\s*@pytest\.mark\.gpu\b|^pytestmark\s*=.*\bpytest\.mark\.gpu\b", re.M)
+#: a test marked ``gpu``: by its decorator, a module's ``pytestmark``, or the ``device`` fixture's ``gpu`` case
+#: (tests/conftest.py: a test body that takes ``device`` runs on the real GPU too)
+GPU_MARK = re.compile(r"^\s*@pytest\.mark\.gpu\b|^pytestmark\s*=.*\bpytest\.mark\.gpu\b"
+                      r"|^def test_\w+\(device\b", re.M)
 
 
 def gpu_test_files(root: Path = ROOT) -> list[Path]:

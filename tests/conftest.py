@@ -236,8 +236,9 @@ def pytest_itemcollected(item):
 
 # -- one test body on each device --------------------------------------------------------------------------
 
-#: the devices a ``device`` test runs on: numba on the CPU, and the GPU kernels under numba's CUDA simulator
-DEVICES = ("numba", "cudasim")
+#: the devices a ``device`` test runs on: numba on the CPU, the GPU kernels under numba's CUDA simulator, and
+#: a real GPU where one is usable (marked ``gpu``: the GPU acceptance runs these bodies on its device)
+DEVICES = ("numba", "cudasim", pytest.param("gpu", marks=pytest.mark.gpu))
 
 
 @pytest.fixture(params=DEVICES)
@@ -248,11 +249,19 @@ def device(request):
     device-resident arrays) under numba's CUDA simulator, which numba reads when
     numba.cuda is imported: that case runs in a child pytest with
     ``NUMBA_ENABLE_CUDASIM=1`` (:func:`pytest_pyfunc_call`), and here only there.
+    ``gpu``: a real CUDA GPU, skipped with the reason where none is usable.
     """
     from pympi_gpu.device.device import Device
 
     if request.param == "numba":
         return Device()
+    if request.param == "gpu":
+        from pympi_gpu.device.gpu import gpu_usable
+
+        ok, why = gpu_usable()
+        if not ok:
+            pytest.skip(f"no usable GPU: {why}")
+        return Device(backend="gpu", backend_reason="the device fixture", transport="host")
     return Device(backend="gpu", backend_reason="the device fixture", transport="host", simulated=True)
 
 
