@@ -51,6 +51,11 @@ REPEAT_WINDOW = 0.25
 
 #: the exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 128 + signal.SIGINT
+#: seconds every rank waits, at a second Ctrl-C, before it ends: rank 0 says why first. Each rank gets
+#: the signal at once, and one that ended at once could have the launcher kill rank 0 before its line
+#: was out (seen under load: exit 130, nothing on stderr); all end together after the pause, so the
+#: launcher still reports the ranks' own status
+SPEAKER_FIRST = 0.3
 
 #: seconds a stop request may wait for the ranks to agree before the job is ended (plus twice the slowest step)
 GRACE_VARIABLE = "PYMPI_STOP_GRACE"
@@ -162,6 +167,7 @@ class Stop:
             if rank_now() == 0:
                 sys.stderr.write(f"{self.prog}: interrupted twice: stopped at once, {self.twice}\n")
                 sys.stderr.flush()
+            time.sleep(SPEAKER_FIRST)
             os._exit(INTERRUPTED)
 
     @staticmethod

@@ -250,20 +250,24 @@ class NpzRows:
     it on one rank.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, *, file=None):
         self.path = str(path)
         self.dtype, self.shape = {}, {}
-        self._streams, self._zip = {}, None
+        self._streams, self._zip, self._file = {}, None, None
         p = Path(path)
-        if not p.exists():
-            raise CheckpointError(f"restart file {self.path!r} does not exist")
-        if p.is_dir():
-            raise CheckpointError(f"restart file {self.path!r} is a directory")
+        if file is None:
+            if not p.exists():
+                raise CheckpointError(f"restart file {self.path!r} does not exist")
+            if p.is_dir():
+                raise CheckpointError(f"restart file {self.path!r} is a directory")
         with self._reading():
-            if not zipfile.is_zipfile(p):
+            # the file opened once: a run that replaces the path meanwhile (a checkpoint every K
+            # steps) leaves this reader, and those made by again(), on the file it opened
+            self._file = open(p, "rb") if file is None else file
+            if not zipfile.is_zipfile(self._file):
                 raise CheckpointError(f"{self.path!r} is not a readable checkpoint: not an .npz archive "
                                       "(truncated, corrupt, or another kind of file)")
-            self._zip = zipfile.ZipFile(p)
+            self._zip = zipfile.ZipFile(self._file)
             if "meta.npy" not in self._zip.namelist():
                 raise CheckpointError(f"{self.path!r} is not a pympi-nbody checkpoint (no 'meta' record)")
             with self._zip.open("meta.npy") as fp:
@@ -324,6 +328,14 @@ class NpzRows:
                 rows[n] = np.frombuffer(data, self.dtype[n]).reshape(m, *tail)
             yield first, rows
 
+    def again(self) -> NpzRows:
+        """A reader of the same file from its start (:meth:`blocks` reads once): the file this one
+        opened, not the path, which a run writing checkpoints may have replaced since.  This one is
+        closed; the new one closes the file."""
+        file, self._file = self._file, None
+        self.close()
+        return NpzRows(self.path, file=file)
+
     def close(self) -> None:
         for fp in self._streams.values():
             with contextlib.suppress(Exception):
@@ -331,6 +343,10 @@ class NpzRows:
         self._streams = {}
         if self._zip is not None:
             self._zip.close()
+            self._zip = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def __enter__(self):
         return self

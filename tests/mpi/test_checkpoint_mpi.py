@@ -131,6 +131,46 @@ def test_lj_save_and_load_hold_a_share_plus_blocks(tmp_path_factory):
         cart.Free()
 
 
+def test_lj_load_reads_one_file_while_a_run_replaces_it(tmp_path_factory, monkeypatch):
+    """Rank 0 reads an LJ checkpoint twice (counts per brick, then the rows): a run writing its
+    checkpoints to that path may replace it between the passes (`--restart c.npz --checkpoint c.npz
+    --checkpoint-every K`). Both passes read the file opened first: every rank gets that file's
+    atoms. (Reading the new file's rows with the old file's counts sent ranks more rows than they
+    had room for: "Message truncated" on one rank.)"""
+    import os
+
+    from pympi_gpu.nbody.checkpoint import NpzRows
+
+    cart = make_cart(MPI.COMM_WORLD)
+    try:
+        rank, dims = cart.Get_rank(), cart.Get_topo()[0]
+        box, full, owned = _lj_system(cart, 6)
+        meta = {"model": "lj", "step": 40, "cells": 6, "atoms": full["id"].size, "density": 0.8442,
+                "temperature": 1.44, "cutoff": 2.5, "skin": 0.3, "dt": 0.005, "seed": 3}
+        path = _shared_path(cart, tmp_path_factory, "lj.npz")
+        lj_ckpt.save(cart, path, owned, meta, block=BLOCK)
+        later = dict(owned, x=owned["x"] + box / 2)  # the other run, some steps on: its atoms in other bricks
+        lj_ckpt.save(cart, path + ".next.npz", later, dict(meta, step=50), block=BLOCK)
+        if rank == 0:
+            first_pass_done = NpzRows.again
+
+            def replaced_meanwhile(self):
+                os.replace(path + ".next.npz", path)  # as the run's atomic rename does
+                return first_pass_done(self)
+
+            monkeypatch.setattr(NpzRows, "again", replaced_meanwhile)
+        got_meta, got = lj_ckpt.load(cart, path, lambda m: box, dims, block=BLOCK)
+        assert got_meta["step"] == 40
+        coords = owner_coords(np.mod(full["x"], box), box, dims)
+        ours = np.all(coords == np.array(cart.Get_coords(rank)), axis=1)
+        for k in ("x", "v", "f", "id"):
+            assert got[k].tobytes() == full[k][ours].tobytes(), k
+        if rank == 0:
+            assert lj_ckpt.read_file(path)[0]["step"] == 50  # the path holds the other run's file now
+    finally:
+        cart.Free()
+
+
 def test_lj_atom_held_twice_refused_on_every_rank(tmp_path_factory):
     """A row lost or held twice cannot be written in id order: one error on every rank, the old file kept."""
     cart = make_cart(MPI.COMM_WORLD)

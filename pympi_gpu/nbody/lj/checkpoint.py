@@ -115,16 +115,23 @@ def load(comm, path: str, box_of, dims, block: int = BLOCK_ROWS) -> tuple[dict, 
         for c in np.ndindex(*ranks_of.shape):
             ranks_of[c] = comm.Get_cart_rank(list(c))
         try:
-            with NpzRows(path) as f:  # a first pass over x: how many atoms each brick gets
-                _validate_header(f)
-                meta, box = f.meta, box_of(f.meta)
-                counts = np.zeros(size, np.int64)
-                for first, rows in f.blocks(("x",), block):
-                    if not np.isfinite(rows["x"]).all():
-                        raise CheckpointError(f"{path!r}: array 'x' holds non-finite values")
-                    counts += np.bincount(_dest(rows["x"], box, dims, ranks_of), minlength=size)
+            f = NpzRows(path)  # a first pass over x: how many atoms each brick gets
+            _validate_header(f)
+            meta, box = f.meta, box_of(f.meta)
+            counts = np.zeros(size, np.int64)
+            for first, rows in f.blocks(("x",), block):
+                if not np.isfinite(rows["x"]).all():
+                    raise CheckpointError(f"{path!r}: array 'x' holds non-finite values")
+                counts += np.bincount(_dest(rows["x"], box, dims, ranks_of), minlength=size)
+            # the second pass reads the same file: were the path replaced between the passes (a run
+            # checkpointing there), other positions would go to other bricks than counted
+            f = f.again()
+            _validate_header(f)
         except CheckpointError as exc:
             error = str(exc)
+            if f is not None:
+                f.close()
+                f = None
     meta, error = comm.bcast((meta, error), root=0)
     if error:
         raise CheckpointError(error)
@@ -138,15 +145,6 @@ def load(comm, path: str, box_of, dims, block: int = BLOCK_ROWS) -> tuple[dict, 
             _validate_rows(path, first, rows)
             yield _dest(rows["x"], box, dims, ranks_of), rows
 
-    if rank == 0:
-        try:
-            f = NpzRows(path)
-            _validate_header(f)
-        except CheckpointError as exc:  # gone or changed since the first pass
-            f, error = None, str(exc)
-    error = comm.bcast(error, root=0)
-    if error:
-        raise CheckpointError(error)
     try:
         scatter_rows(comm, local, blocks(f) if rank == 0 else None, catch=(CheckpointError,), error=CheckpointError)
     finally:

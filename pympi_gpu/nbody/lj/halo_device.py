@@ -107,6 +107,7 @@ class DeviceHalo:
         self.segments: list = []
         self._pos = self._pos_view = None
         self._f = self._f_view = None
+        self._idx_views: list = []
         self._pinned: dict[int, np.ndarray] = {}
         #: page-locked buffers allocated so far (the host transport; grown, never one per rebuild)
         self.pinned_allocations = 0
@@ -235,6 +236,8 @@ class DeviceHalo:
         """
         self.segments = []
         self._pos = self._pos_view = self._f = self._f_view = None  # the last rebuild's arrays: let them go
+        #: the kernels' views of each message's rows (the reverse halo adds into them), once per rebuild
+        self._idx_views = [self.dev.view(p[1]) for p in self.plan]
         local: list = []
         for d in range(3):
             if not self.travels[d]:
@@ -368,26 +371,26 @@ class DeviceHalo:
     def reverse(self, f) -> None:
         """Add the forces on the ghost rows of device ``f`` ``(n_all, 3)`` into the rows they came from.
 
-        Segment by segment in reverse order (:attr:`segments`), as the CPU's ``Halo.reverse``
-        goes stage by stage: a run of the brick's own periodic images in one launch, each ghost's
-        force added to the row it is finally a copy of (atomic adds: two images of one atom add
-        to one row); a stage that travels, its two messages sent back and each added in one launch
-        (a message's rows are distinct).  The sums are the stage-by-stage ones in another order:
-        equal to round-off, as half lists' atomic adds already are.  Collective over the
-        Cartesian communicator.
+        Stage by stage in reverse order, as the CPU's ``Halo.reverse``, one launch a message
+        (:func:`~pympi_gpu.nbody.lj.kernels_cuda.add_rows`; a message's rows are distinct): a
+        brick's own periodic image adds its ghost rows in place; a stage that travels sends them
+        back and adds what comes back.  The same additions in the same order as the CPU's: the
+        same forces bit for bit.  Collective over the Cartesian communicator.
         """
         dev = self.dev
         if f is not self._f:  # the kernels' view of f, made once per array
             self._f, self._f_view = f, dev.view(_flat(f))
         t0 = time.perf_counter()
         waited = 0.0
-        for seg in reversed(self.segments):
-            if isinstance(seg, _Local):
-                if seg.count:
-                    dev.launch(add_rows, grid(seg.count), BLOCK, self._f_view, seg.idx, self._f_view, seg.start,
-                               seg.count, True)
-            else:
-                waited += self._send_back(f, seg.d)
+        for d in (2, 1, 0):
+            if self.travels[d]:
+                waited += self._send_back(f, d)
+                continue
+            for k in (0, 1):
+                start, count = self.plan[2 * d + k][5:7]
+                if count:
+                    dev.launch(add_rows, grid(count), BLOCK, self._f_view, self._idx_views[2 * d + k], self._f_view,
+                               start, count)
         self.comm_time += time.perf_counter() - t0
         self.clock.add("waiting", waited)
         self.clock.add("communication", time.perf_counter() - t0 - waited)
@@ -408,23 +411,23 @@ class DeviceHalo:
                 dev.sync()  # MPI reads the forces the kernels wrote
                 reqs.append(self.cart.Irecv(dev.mpi_buffer(buf), dest, tag))
                 reqs.append(self.cart.Isend(dev.mpi_buffer(f[start:start + count]), source, tag))
-                back.append((idx, buf, None))
+                back.append((2 * d + k, buf, None))
             else:
                 sent = dev.to_host(f[start:start + count], "message") if count else np.empty((0, 3))
                 got = np.empty((n, 3), np.float64)
                 reqs.append(self.cart.Irecv(got, dest, tag))
                 reqs.append(self.cart.Isend(sent, source, tag))
-                back.append((idx, got, sent))
+                back.append((2 * d + k, got, sent))
             self.clock.sent(count * 3 * 8)
         tw = time.perf_counter()
         MPI.Request.Waitall(reqs)
         waited = time.perf_counter() - tw
-        for idx, rows, _ in back:  # one message after the other, in stream order: the two may share rows
-            m = idx.shape[0]
+        for message, rows, _ in back:  # one message after the other, in stream order: the two may share rows
+            m = self.plan[message][1].shape[0]
             if m:
                 rows = rows if isinstance(rows, xp.ndarray) else dev.from_host(rows)
-                dev.launch(add_rows, grid(m), BLOCK, self._f_view, dev.view(idx), dev.view(_flat(rows)), 0, m,
-                           False)
+                dev.launch(add_rows, grid(m), BLOCK, self._f_view, self._idx_views[message], dev.view(_flat(rows)),
+                           0, m)
         return waited
 
     @property

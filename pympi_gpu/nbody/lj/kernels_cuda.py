@@ -320,27 +320,22 @@ def gather_rows(src, idx, shift, dst, row0, m):
 
 
 @cuda.jit
-def add_rows(dst, idx, src, row0, m, atomic):
+def add_rows(dst, idx, src, row0, m):
     """Rows ``dst[idx[g]] += src[row0 + g]`` for g in [0, m), one thread a row (flat ``(3 rows,)``).
 
-    The reverse halo's adds, a message's or a run of self-image stages' in one launch.  ``atomic``
-    where rows of ``idx`` repeat (a run's ghosts resolved by :func:`chain_rows` to the rows they
-    copy, two images of one atom among them); a message's rows are distinct, so plain adds.
-    ``dst`` may be ``src``: the rows added to (``idx``) lie before those read.
+    One message of the reverse halo: the forces of its ghost rows (``src`` from ``row0``: a
+    brick's own periodic image, ``dst`` itself; or the message received back) added into the rows
+    they were copied from.  A message's rows are distinct, and those added to lie before those
+    read, so plain adds, in the CPU's order: the same sums bit for bit.
     """
     g = uint64(cuda.grid(1))
     if g >= uint64(m):
         return
     j = _3 * uint64(idx[g])
     s = _3 * (g + uint64(row0))
-    if atomic:
-        cuda.atomic.add(dst, j, src[s])
-        cuda.atomic.add(dst, j + _1, src[s + _1])
-        cuda.atomic.add(dst, j + _2, src[s + _2])
-    else:
-        dst[j] += src[s]
-        dst[j + _1] += src[s + _1]
-        dst[j + _2] += src[s + _2]
+    dst[j] += src[s]
+    dst[j + _1] += src[s + _1]
+    dst[j + _2] += src[s + _2]
 
 
 @cuda.jit
