@@ -107,7 +107,7 @@ class DeviceHalo:
         self.segments: list = []
         self._pos = self._pos_view = None
         self._f = self._f_view = None
-        self._idx_views: list = []
+        self._idx_views: list | None = None
         self._pinned: dict[int, np.ndarray] = {}
         #: page-locked buffers allocated so far (the host transport; grown, never one per rebuild)
         self.pinned_allocations = 0
@@ -236,8 +236,7 @@ class DeviceHalo:
         """
         self.segments = []
         self._pos = self._pos_view = self._f = self._f_view = None  # the last rebuild's arrays: let them go
-        #: the kernels' views of each message's rows (the reverse halo adds into them), once per rebuild
-        self._idx_views = [self.dev.view(p[1]) for p in self.plan]
+        self._idx_views = None  # made by the first reverse after the rebuild (half lists only)
         local: list = []
         for d in range(3):
             if not self.travels[d]:
@@ -380,6 +379,8 @@ class DeviceHalo:
         dev = self.dev
         if f is not self._f:  # the kernels' view of f, made once per array
             self._f, self._f_view = f, dev.view(_flat(f))
+        if self._idx_views is None:  # the kernels' views of each message's rows, once per rebuild
+            self._idx_views = [dev.view(p[1]) for p in self.plan]
         t0 = time.perf_counter()
         waited = 0.0
         for d in (2, 1, 0):
