@@ -245,7 +245,7 @@ PROFILED = (
     ("pympi_gpu.nbody.lj.halo", "Halo.post", "halo: messages started", "step"),
     ("pympi_gpu.nbody.lj.halo", "Halo.wait", "halo: messages waited for", "step"),
     ("pympi_gpu.nbody.lj.host_atoms", "HostAtoms.rebuild", "rebuild: sort, copies, Python", "rebuild"),
-    ("pympi_gpu.nbody.lj.halo", "Halo.migrate", "rebuild: migration", "rebuild"),
+    ("pympi_gpu.nbody.lj.halo", "Halo.migrate_rows", "rebuild: migration", "rebuild"),
     ("pympi_gpu.nbody.lj.system", "LjSystem.agree_migration", "rebuild: atom-count reduction", "rebuild"),
     ("pympi_gpu.nbody.lj.halo", "Halo.build", "rebuild: ghosts (borders)", "rebuild"),
     ("pympi_gpu.nbody.lj.lists_cpu", "VerletLists.build", "rebuild: Verlet lists", "rebuild"),

@@ -107,16 +107,18 @@ def test_neighbor_lists_match_brute_force(half):
 @pytest.mark.parametrize("half", [True, False])
 @pytest.mark.parametrize("box", [7.0, 9.3])
 @pytest.mark.parametrize("simd", [True, False])
-def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, monkeypatch):
+@pytest.mark.parametrize("prune", [True, False])
+def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, prune, monkeypatch):
     """The one-thread engine's build (lists_cpu) lists the same neighbours in the same order, row for
-    row, as neighbor_lists (the GPU's build is held to the latter), with the vector scan (its generic
-    form where the CPU lacks AVX-512) and without; a row too long for the first widths is built again
-    wider, not cut."""
+    row, as neighbor_lists (the GPU's build is held to the latter), by both of its searches (each
+    atom's pruned stencil, each cell's gathered one), with the vector scan and without; a row too
+    long for the first widths is built again wider, not cut."""
     from pympi_gpu.nbody.lj import lists_cpu
     from pympi_gpu.nbody.lj.lists_cpu import VerletLists
     from pympi_gpu.nbody.lj.system import CellGrid
 
     monkeypatch.setattr(lists_cpu, "SIMD", simd)
+    monkeypatch.setattr(lists_cpu, "PRUNE", prune)
 
     cut = 2.8
     own, pos = _random_system(box=box, seed=3)
@@ -137,9 +139,28 @@ def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, monk
     assert lists.widths[0] >= got[0].max() > 4 and lists.widths[1] >= got[2].max() > 4
 
 
+def test_serial_lists_without_avx512_compress(tmp_path):
+    """Where numba compiles for a CPU without AVX-512 (an AVX2 node; ``NUMBA_CPU_NAME=generic``), the vector
+    scan compresses its kept candidates lane by lane: the rows are still the parallel build's, row for row
+    (the test above, run again in a process compiling for that CPU, with a cache of its own)."""
+    import sys
+
+    from conftest import ROOT, clean_env, run
+
+    env = clean_env(NUMBA_CPU_NAME="generic", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    env.pop("NUMBA_CPU_FEATURES", None)
+    probe = run([sys.executable, "-c", "from pympi_gpu.nbody.lj import lists_cpu as m; print(m.COMPRESS, m.SIMD)"],
+                env=env, cwd=ROOT)
+    assert probe.stdout.split() == ["False", "True"], probe.stderr
+    out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::"
+               "test_serial_lists_equal_the_parallel_build_row_for_row"], env=env, cwd=ROOT, timeout=600)
+    assert out.returncode == 0 and "16 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+
+
 def test_engine_kernels_do_the_numpy_operations():
     """The serial kernels of the one-thread engine against the NumPy (or parallel) code they replace,
-    bit for bit: kick + drift + displacement, the fold, the sort by (cell, id), a migration split."""
+    bit for bit: kick + drift + displacement, the fold, the sort by (cell, id), a rebuild's packing and sort, a
+    migration split."""
     rng = np.random.default_rng(5)
     n, box = 300, 7.3
     x = rng.uniform(-1.0, box + 1.0, (n, 3))
@@ -164,6 +185,20 @@ def test_engine_kernels_do_the_numpy_operations():
     kc.cell_order(folded, ids, n, lo, inv, ncell, order, np.empty(n, np.int64), np.empty(65, np.int64))
     cell_of = kc.bin_atoms(folded, n, lo, inv, ncell)[0]
     assert np.array_equal(order, np.lexsort((ids, cell_of)))
+    # what a rebuild moves: packed as [x v f id] (the finite test on the way), then sorted into the state
+    packed = np.empty((n, 10))
+    assert kc.pack_migrants(folded, v, f, ids, n, packed)
+    assert packed.tobytes() == np.column_stack([folded, v, f, ids.astype(np.float64)]).tobytes()
+    f_bad = f.copy()
+    f_bad[7, 2] = np.inf
+    assert not kc.pack_migrants(folded, v, f_bad, ids, n, np.empty((n, 10)))
+    pos, vel, frc, x0 = (np.empty((n, 3)) for _ in range(4))
+    gid = np.empty(n, np.int64)
+    kc.sort_migrants(packed, n, lo, inv, ncell, np.empty(n, np.int64), np.empty(n, np.int64), np.empty(65, np.int64),
+                     pos, vel, frc, gid, x0)
+    assert pos.tobytes() == folded[order].tobytes() == x0.tobytes()
+    assert vel.tobytes() == v[order].tobytes() and frc.tobytes() == f[order].tobytes()
+    assert np.array_equal(gid, ids[order])
     rows = np.column_stack([folded, v, ids.astype(np.float64)])
     keep = rows.copy()
     down, up = np.empty_like(rows), np.empty_like(rows)
@@ -173,6 +208,42 @@ def test_engine_kernels_do_the_numpy_operations():
     assert keep[:stay].tobytes() == rows[c == 1].tobytes()
     assert down[:nd].tobytes() == rows[c == 0].tobytes() and up[:nu].tobytes() == rows[c == 2].tobytes()
     assert kc.leaving_rows(rows.copy(), n, 4 / box, 4, 1, 0, down, up)[0] == -1  # some atom two bricks away
+
+
+def test_local_stages_say_what_room_they_lack():
+    """The ghost plan of a brick that is its own image along every dimension, in one call: short of plan
+    entries or of rows it says how many it needs (so a large brick grows once, not by doublings of both),
+    and with that room it makes what the stages made one at a time."""
+    rng = np.random.default_rng(11)
+    n, box, cut = 2000, 12.0, 2.8
+    pos = np.zeros((n, 3))
+    pos[:] = rng.uniform(0.0, box, (n, 3))
+    gid = np.arange(1, n + 1, dtype=np.int64)
+    below, above = np.full(3, cut), np.full(3, box - cut)
+    pshift = np.zeros((6, 3))
+    for d in range(3):
+        pshift[2 * d, d], pshift[2 * d + 1, d] = box, -box
+    poff, pstart, counts = np.zeros(7, np.int64), np.zeros(6, np.int64), np.zeros(6, np.int64)
+    m, entries, rows = kc.local_stages(pos, gid, n, 0, 3, below, above, np.zeros(8, np.int64), poff, pshift, pstart,
+                                       counts)
+    assert (m, entries, rows) == (-1, 2 * n + 1, 0)
+    plan = np.zeros(20 * n, np.int64)
+    m, entries, rows = kc.local_stages(pos, gid, n, 0, 3, below, above, plan, poff, pshift, pstart, counts)
+    assert m == -1 and entries == 0 and rows > n
+    big, big_gid = np.zeros((rows + 10 * n, 3)), np.zeros(rows + 10 * n, np.int64)
+    big[:n], big_gid[:n] = pos, gid
+    m, entries, rows = kc.local_stages(big, big_gid, n, 0, 3, below, above, plan, poff, pshift, pstart, counts)
+    assert entries == rows == 0 and m == n + counts.sum()
+    # stage by stage, as the plan is built without the fused call
+    ref, ref_gid, held = big.copy(), big_gid.copy(), n
+    ref[n:], ref_gid[n:] = 0.0, 0
+    for d in range(3):
+        o = poff[2 * d]
+        nl, nh = kc.border_plan(ref, held, d, below[d], above[d], plan.copy(), o)
+        assert (nl, nh) == (counts[2 * d], counts[2 * d + 1]) and pstart[2 * d] == held
+        kc.border_rows(ref, ref_gid, plan, o, nl, nh, pshift, 2 * d, None, held)
+        held += nl + nh
+    assert ref[:m].tobytes() == big[:m].tobytes() and np.array_equal(ref_gid[:m], big_gid[:m])
 
 
 def test_forces_match_direct_sum_newton_and_one_sided():

@@ -57,26 +57,33 @@ _TAG_REVERSE = 0x4C30
 _NONE = np.empty((0, 3))  # "no message": the kernels copy to and from the brick's own rows
 
 
-def _swap_rows(comm, sends, recvs, clock: PhaseClock) -> list[np.ndarray]:
+def _swap_rows(comm, sends, recvs, clock: PhaseClock, head=None) -> tuple[np.ndarray, list[int]]:
     """Send each ``(rows, dest, tag)`` of ``sends``, receive one message for each ``(source, tag)`` of ``recvs``.
 
     Rows are 2-D float64 of any count: a receive learns its size from a
-    probe, so no message of counts goes first.  Returns the received rows.
+    probe, so no message of counts goes first.  Returns the rows received,
+    one message after the other in one array (after a copy of ``head``'s
+    rows, if given), and each message's row count.
     """
     from mpi4py import MPI
 
     width = sends[0][0].shape[1]
     reqs = [comm.Isend(rows, dest, tag) for rows, dest, tag in sends]
     clock.sent(sum(rows.nbytes for rows, _, _ in sends), len(sends))
-    out = []
     status = MPI.Status()
+    counts = []
     for source, tag in recvs:
         comm.Probe(source, tag, status)
-        rows = np.empty((status.Get_count(MPI.DOUBLE) // width, width))
-        comm.Recv(rows, source, tag)
-        out.append(rows)
+        counts.append(status.Get_count(MPI.DOUBLE) // width)
+    at = 0 if head is None else head.shape[0]
+    out = np.empty((at + sum(counts), width))
+    if at:
+        out[:at] = head
+    for (source, tag), m in zip(recvs, counts):
+        comm.Recv(out[at:at + m], source, tag)
+        at += m
     MPI.Request.Waitall(reqs)
-    return out
+    return out, counts
 
 
 class _Stage:
@@ -151,6 +158,10 @@ class Halo:
         #: ghost rows of each entry
         self.counts = np.zeros(6, np.int64)
         self._plan_rows = np.zeros(64, np.int64)  # pidx's kept buffer
+        #: per dimension, where the rows sent to the lower neighbour end and those to the upper begin
+        self._below = np.array([brick.lo[d] + cutneigh for d in range(3)])
+        self._above = np.array([brick.hi[d] - cutneigh for d in range(3)])
+        self._msg = self._leaving = self._flat = None  # kept buffers: border rows, migrants, messages
         self._stages: dict[int, _Stage] = {}
         _keep_track(self)
         #: seconds in halo packing and waiting for halo/migration messages (reset by the caller)
@@ -164,46 +175,46 @@ class Halo:
         return not any(self.remote)
 
     # -- migration ----------------------------------------------------------
-    def migrate(self, x: np.ndarray, rows: np.ndarray, in_place: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def migrate(self, x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Wrap positions into the box and send atoms to the bricks that own them.
 
         ``x`` ``(n, 3)`` positions, ``rows`` ``(n, k)`` what travels with them
-        (velocities, forces, ids as float64).  Returns the new ``(x, rows)``;
-        ``in_place``: the caller's arrays may be reused (and are, with no
-        neighbour but itself).
+        (velocities, forces, ids as float64).  Returns the new ``(x, rows)``.
+        """
+        both = self.migrate_rows(np.column_stack([np.asarray(x, dtype=np.float64), rows]))
+        return np.ascontiguousarray(both[:, :3]), np.ascontiguousarray(both[:, 3:])
+
+    def migrate_rows(self, rows: np.ndarray) -> np.ndarray:
+        """:meth:`migrate` of rows ``(n, 3 + k)`` whose first three columns are the positions, in place.
+
+        Returns the rows this brick owns afterwards: ``rows`` itself, or
+        where atoms left or came, a new array.
         """
         t0 = time.perf_counter()
         b = self.brick
-        x = np.ascontiguousarray(x, dtype=np.float64) if in_place else np.array(x, dtype=np.float64, order="C")
-        rows = np.ascontiguousarray(rows, dtype=np.float64)
-        n = x.shape[0]
-        kc.wrap_rows(x, n, b.box)
+        kc.wrap_rows(rows, rows.shape[0], b.box)
         for d in range(3):
             if self.remote[d]:
-                x, rows = self._migrate_dim(d, x, rows)
+                rows = self._migrate_dim(d, rows)
         self.comm_time += time.perf_counter() - t0
         self.clock.add("communication", time.perf_counter() - t0)
-        return x, rows
+        return rows
 
-    def _migrate_dim(self, d: int, x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One dimension of :meth:`migrate`: the atoms that left along d to their neighbours."""
+    def _migrate_dim(self, d: int, rows: np.ndarray) -> np.ndarray:
+        """One dimension of :meth:`migrate_rows`: the atoms that left along d to their neighbours."""
         b = self.brick
-        n, k = rows.shape
-        both = np.empty((n, 3 + k))
-        both[:, :3] = x
-        both[:, 3:] = rows
-        down, up = np.empty_like(both), np.empty_like(both)
-        stay, nd, nu = kc.leaving_rows(both, n, b.dims[d] / b.box, b.dims[d], b.coords[d], d, down, up)
+        n = rows.shape[0]
+        out = self._leaving = _rows_for(self._leaving, 2 * n, rows.shape[1])
+        stay, nd, nu = kc.leaving_rows(rows, n, b.dims[d] / b.box, b.dims[d], b.coords[d], d, out[:n], out[n:])
         if stay < 0:
             raise RuntimeError("an atom moved more than one brick between neighbour-list rebuilds "
                                "(the system is unstable: is dt too large?)")
         lower, upper = self.nbrs[d]
-        from_up, from_down = _swap_rows(self.cart, [(down[:nd], lower, _TAG_MIGRATE + 4 * d),
-                                                    (up[:nu], upper, _TAG_MIGRATE + 4 * d + 2)],
-                                        [(upper, _TAG_MIGRATE + 4 * d), (lower, _TAG_MIGRATE + 4 * d + 2)],
-                                        self.clock)
-        both = np.vstack([both[:stay], from_up, from_down])
-        return np.ascontiguousarray(both[:, :3]), np.ascontiguousarray(both[:, 3:])
+        both, _ = _swap_rows(self.cart, [(out[:nd], lower, _TAG_MIGRATE + 4 * d),
+                                         (out[n:n + nu], upper, _TAG_MIGRATE + 4 * d + 2)],
+                             [(upper, _TAG_MIGRATE + 4 * d), (lower, _TAG_MIGRATE + 4 * d + 2)], self.clock,
+                             head=rows[:stay])
+        return both
 
     # -- the ghost plan -----------------------------------------------------
     def borders(self, x: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -224,41 +235,54 @@ class Halo:
 
         ``pos`` ``(cap, 3)`` and ``gid`` ``(cap,)`` are buffers, replaced by
         larger ones (the rows kept) where the ghosts need more; returns
-        ``(pos, gid, rows held)``.  Collective.
+        ``(pos, gid, rows held)``.  Collective.  The stages along which the
+        brick is its own image go in one compiled call each run of them.
         """
         _free_orphans()
         t0 = time.perf_counter()
-        b = self.brick
-        plan, poff, pstart, counts = self._plan_rows, self.poff, self.pstart, self.counts
-        for d in range(3):
-            n0, o = n, int(poff[2 * d])
-            if plan.shape[0] < o + 2 * n0 + 1:
-                plan = self._plan_rows = grown(plan, o, max(o + 2 * n0 + 1, 2 * plan.shape[0]))
-            nl, nh = kc.border_plan(pos, n0, d, b.lo[d] + self.cut, b.hi[d] - self.cut, plan, o)
-            poff[2 * d + 1], poff[2 * d + 2] = o + nl, o + nl + nh
+        poff, pstart, counts = self.poff, self.pstart, self.counts
+        d = 0
+        while d < 3:
             if self.remote[d]:
-                msg = np.empty((nl + nh, 4))
-                kc.border_rows(pos, gid, plan, o, nl, nh, self.pshift, 2 * d, msg, 0)
-                lower, upper = self.nbrs[d]
-                got = _swap_rows(self.cart, [(msg[:nl], lower, _TAG_BORDER + 4 * d),
-                                             (msg[nl:], upper, _TAG_BORDER + 4 * d + 2)],
-                                 [(upper, _TAG_BORDER + 4 * d), (lower, _TAG_BORDER + 4 * d + 2)], self.clock)
-                counts[2 * d], counts[2 * d + 1] = got[0].shape[0], got[1].shape[0]
-            else:
-                counts[2 * d], counts[2 * d + 1] = nl, nh
-            pos, gid = _room(pos, gid, n0, n0 + int(counts[2 * d] + counts[2 * d + 1]))
-            if self.remote[d]:
-                kc.unpack_ghosts(got[0], counts[2 * d], pos, gid, n0)
-                kc.unpack_ghosts(got[1], counts[2 * d + 1], pos, gid, n0 + counts[2 * d])
-            else:
-                kc.border_rows(pos, gid, plan, o, nl, nh, self.pshift, 2 * d, None, n0)
-            pstart[2 * d], pstart[2 * d + 1] = n0, n0 + counts[2 * d]
-            n = n0 + int(counts[2 * d] + counts[2 * d + 1])
-        self.pidx = plan[:poff[6]]
+                pos, gid, n = self._remote_stage(d, pos, gid, n)
+                d += 1
+                continue
+            d1 = d + 1
+            while d1 < 3 and not self.remote[d1]:
+                d1 += 1
+            while True:
+                m, entries, rows = kc.local_stages(pos, gid, n, d, d1, self._below, self._above, self._plan_rows,
+                                                   poff, self.pshift, pstart, counts)
+                if m >= 0:
+                    break
+                if entries:  # short of room: the one short grows, and the stages run again
+                    self._plan_rows = grown(self._plan_rows, poff[2 * d], max(entries, 2 * self._plan_rows.shape[0]))
+                if rows:
+                    pos, gid = _room(pos, gid, n, rows)
+            n, d = m, d1
+        self.pidx = self._plan_rows[:poff[6]]
         self._messages()
         self.comm_time += time.perf_counter() - t0
         self.clock.add("communication", time.perf_counter() - t0)
         return pos, gid, n
+
+    def _remote_stage(self, d: int, pos, gid, n: int):
+        """Stage d of :meth:`build` where the neighbours are other ranks: ``(pos, gid, rows held)``."""
+        poff, o = self.poff, int(self.poff[2 * d])
+        if self._plan_rows.shape[0] < o + 2 * n + 1:
+            self._plan_rows = grown(self._plan_rows, o, max(o + 2 * n + 1, 2 * self._plan_rows.shape[0]))
+        msg = self._msg = _rows_for(self._msg, 2 * n, 4)
+        nl, nh = kc.border_pack(pos, gid, n, d, self._below[d], self._above[d], self._plan_rows, o, self.pshift, msg)
+        poff[2 * d + 1], poff[2 * d + 2] = o + nl, o + nl + nh
+        lower, upper = self.nbrs[d]
+        got, (c0, c1) = _swap_rows(self.cart, [(msg[:nl], lower, _TAG_BORDER + 4 * d),
+                                               (msg[nl:nl + nh], upper, _TAG_BORDER + 4 * d + 2)],
+                                   [(upper, _TAG_BORDER + 4 * d), (lower, _TAG_BORDER + 4 * d + 2)], self.clock)
+        self.counts[2 * d], self.counts[2 * d + 1] = c0, c1
+        pos, gid = _room(pos, gid, n, n + c0 + c1)
+        kc.unpack_ghosts(got, c0 + c1, pos, gid, n)
+        self.pstart[2 * d], self.pstart[2 * d + 1] = n, n + c0
+        return pos, gid, n + c0 + c1
 
     def _messages(self) -> None:
         """The flat message buffers of the plan, and the persistent messages of its remote stages.
@@ -267,18 +291,22 @@ class Halo:
         back), stage d's from row ``soff[d]``; ``frecv``/``rsend`` its ghosts,
         from ``roff[d]``.
         """
-        sizes, counts = np.diff(self.poff), self.counts
-        self.soff, self.roff = np.zeros(4, np.int64), np.zeros(4, np.int64)
+        poff, counts = self.poff.tolist(), self.counts.tolist()  # (Python's ints: cheaper than NumPy's here)
+        sizes = [poff[e + 1] - poff[e] for e in range(6)]
+        soff, roff = [0, 0, 0, 0], [0, 0, 0, 0]
         for d in range(3):
             remote = self.remote[d]
-            self.soff[d + 1] = self.soff[d] + (sizes[2 * d] + sizes[2 * d + 1] if remote else 0)
-            self.roff[d + 1] = self.roff[d] + (counts[2 * d] + counts[2 * d + 1] if remote else 0)
-        self.fsend, self.rrecv = np.empty((self.soff[3], 3)), np.empty((self.soff[3], 3))
-        self.frecv, self.rsend = np.empty((self.roff[3], 3)), np.empty((self.roff[3], 3))
+            soff[d + 1] = soff[d] + (sizes[2 * d] + sizes[2 * d + 1] if remote else 0)
+            roff[d + 1] = roff[d] + (counts[2 * d] + counts[2 * d + 1] if remote else 0)
+        self.soff, self.roff = np.array(soff, np.int64), np.array(roff, np.int64)  # for the kernels
+        ns, nr = soff[3], roff[3]
+        flat = self._flat = _rows_for(self._flat, 2 * (ns + nr), 3)  # one kept buffer, four views
+        self.fsend, self.rrecv = flat[:ns], flat[ns:2 * ns]
+        self.frecv, self.rsend = flat[2 * ns:2 * ns + nr], flat[2 * ns + nr:2 * (ns + nr)]
         self.free()
         for d in range(3):
             if self.remote[d]:
-                s0, s1, r0, r1 = self.soff[d], self.soff[d + 1], self.roff[d], self.roff[d + 1]
+                s0, s1, r0, r1 = soff[d], soff[d + 1], roff[d], roff[d + 1]
                 self._stages[d] = _Stage(self.cart, d, *self.nbrs[d], (sizes[2 * d], sizes[2 * d + 1]),
                                          (counts[2 * d], counts[2 * d + 1]), self.fsend[s0:s1],
                                          self.frecv[r0:r1], self.rsend[r0:r1], self.rrecv[s0:s1])
@@ -422,6 +450,13 @@ def grown(a: np.ndarray, keep: int, rows: int) -> np.ndarray:
     out = np.empty((rows, *a.shape[1:]), a.dtype)
     out[:keep] = a[:keep]
     return out
+
+
+def _rows_for(buf: np.ndarray | None, rows: int, width: int) -> np.ndarray:
+    """``buf`` if it has ``rows`` rows of ``width``, else a new buffer with room to spare (contents not kept)."""
+    if buf is None or buf.shape[0] < rows or buf.shape[1] != width:
+        buf = np.empty((rows + rows // 4 + 64, width))
+    return buf
 
 
 def _room(pos: np.ndarray, gid: np.ndarray, keep: int, rows: int) -> tuple[np.ndarray, np.ndarray]:

@@ -84,7 +84,6 @@ class HostAtoms:
         self.rebuilds = 0
         #: seconds spent in rebuilds (migration, sort, ghosts, lists; their waits included)
         self.rebuild_seconds = 0.0
-        self.pairs = 0
         self.lists = None
         self.x0 = None
         self._verlet = VerletLists(system.grid.capacity) if config.newton else None
@@ -117,21 +116,18 @@ class HostAtoms:
         """
         t0 = time.perf_counter()
         n = self.nlocal
-        finite = kc.finite_owned(self.v, self.f, self.v, n)
-        x = self._buffer("x", (n, 3))[:n]
-        rows = self._buffer("rows", (n, 7))[:n]
-        kc.copy_rows(self.pos, 0, n, x)
-        kc.pack_owned(self.v, self.f, self.ids, n, rows)
-        x, rows = self.halo.migrate(x, rows, in_place=True)
-        n = x.shape[0]
+        rows = self._buffer("rows", (n, 10))[:n]
+        finite = kc.pack_migrants(self.pos, self.v, self.f, self.ids, n, rows)
+        rows = self.halo.migrate_rows(rows)
+        n = rows.shape[0]
         self.system.agree_migration(n, finite)
         grid = self.system.grid
-        order = self._buffer("order", (n,), np.int64)
-        kc.cell_order(x, rows[:, 6], n, grid.lo, grid.inv, grid.ncell, order, self._buffer("cell", (n,), np.int64),
-                      self._buffer("start", (int(np.prod(grid.ncell)) + 1,), np.int64))
         new = self._spare
         new.ensure(n)
-        kc.sort_rows(order, n, x, rows, new.pos, new.v, new.f, new.gid)
+        self.x0 = self._buffer("x0", (n, 3))[:n]
+        kc.sort_migrants(rows, n, grid.lo, grid.inv, grid.ncell, self._buffer("order", (n,), np.int64),
+                         self._buffer("cell", (n,), np.int64), self._buffer("start", (grid.cells + 1,), np.int64),
+                         new.pos, new.v, new.f, new.gid, self.x0)
         new.pos, new.gid, n_all = self.halo.build(new.pos, new.gid, n)
         if new.f.shape[0] < new.pos.shape[0]:  # the ghosts needed more rows: the other arrays follow
             new.f, new.v = grown(new.f, n, new.pos.shape[0]), grown(new.v, n, new.pos.shape[0])
@@ -139,8 +135,6 @@ class HostAtoms:
         self._set, self._spare = new, self._set
         self.nlocal = n
         self._view(n_all)
-        self.x0 = self._buffer("x0", (n, 3))[:n]
-        kc.copy_rows(self.pos, 0, n, self.x0)
         self._lists()
         self.rebuilds += 1
         self.rebuild_seconds += time.perf_counter() - t0
@@ -162,8 +156,13 @@ class HostAtoms:
                 self.cap = [max(self.cap[0], int(lists[0].max(initial=0)) + 8),
                             max(self.cap[1], int(lists[2].max(initial=0)) + 8)]
         self.lists = tuple(lists)
-        # distinct pairs within cutoff + skin (without newton each is listed from both sides)
-        self.pairs = (1.0 if config.newton else 0.5) * (int(lists[0].sum()) + int(lists[2].sum()))
+
+    @property
+    def pairs(self) -> float:
+        """Distinct pairs within cutoff + skin in the lists (without newton each is listed from both sides)."""
+        if self.lists is None:
+            return 0
+        return (1.0 if self.config.newton else 0.5) * (int(self.lists[0].sum()) + int(self.lists[2].sum()))
 
     def needs_rebuild(self, d2: float | None = None) -> bool:
         """Has any atom on any rank moved more than skin/2 since the last rebuild?  Collective.

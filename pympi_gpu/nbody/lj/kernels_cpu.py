@@ -40,7 +40,8 @@ from pympi_gpu.nbody.lj.lists_cpu import cell_index as _cell_index
 
 __all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "jitable", "make_row", "kick", "drift",
            "max_displacement2", "kinetic_sums", "pack_rows", "add_rows", "warmup", "kick_drift", "kick_serial",
-           "finite_owned", "wrap_rows", "leaving_rows", "pack_owned", "cell_order", "sort_rows", "border_plan",
+           "pack_migrants", "wrap_rows", "leaving_rows", "cell_order", "sort_migrants", "border_plan", "border_pack",
+           "local_stages",
            "border_rows", "unpack_ghosts", "forward_stages", "reverse_stages", "copy_rows",
            "put_rows"]
 
@@ -464,13 +465,18 @@ def kick_serial(v, f, h, n):
 
 
 @njit(nogil=True, cache=True)
-def finite_owned(a, b, c, n):
-    """Are the first n rows of the three ``(*, 3)`` arrays finite?"""
+def pack_migrants(pos, v, f, ids, n, rows):
+    """``rows[:n] = [x v f id]`` of the owned atoms (ids exact in float64), what a migration moves;
+    returns whether every velocity and force was finite."""
+    ok = True
     for i in range(n):
-        for d in range(3):
-            if not (np.isfinite(a[i, d]) and np.isfinite(b[i, d]) and np.isfinite(c[i, d])):
-                return False
-    return True
+        for e in range(3):
+            rows[i, e] = pos[i, e]
+            rows[i, 3 + e] = v[i, e]
+            rows[i, 6 + e] = f[i, e]
+            ok &= np.isfinite(v[i, e]) & np.isfinite(f[i, e])
+        rows[i, 9] = ids[i] + 0.0
+    return ok
 
 
 @njit(nogil=True, cache=True)
@@ -519,16 +525,6 @@ def leaving_rows(rows, n, scale, p, coord, d, down, up):
 
 
 @njit(nogil=True, cache=True)
-def pack_owned(v, f, ids, n, rows):
-    """``rows[:n] = [v f id]``: what travels with an atom that migrates (ids exact in float64)."""
-    for i in range(n):
-        for e in range(3):
-            rows[i, e] = v[i, e]
-            rows[i, 3 + e] = f[i, e]
-        rows[i, 6] = ids[i] + 0.0
-
-
-@njit(nogil=True, cache=True)
 def cell_order(x, key, n, lo, inv, ncell, order, cell, start):
     """``order[:n]``: the rows sorted by (cell, key), as ``np.lexsort((key, cell))`` (keys are distinct).
 
@@ -563,15 +559,19 @@ def cell_order(x, key, n, lo, inv, ncell, order, cell, start):
 
 
 @njit(nogil=True, cache=True)
-def sort_rows(order, n, x, rows, pos, v, f, gid):
-    """Owned row k of ``pos v f gid`` from row ``order[k]`` of ``x`` and ``rows`` ``[v f id]``, for k < n."""
+def sort_migrants(rows, n, lo, inv, ncell, order, cell, start, pos, v, f, gid, x0):
+    """The owned atoms ``rows[:n]`` ``[x v f id]`` sorted by (cell, id) into ``pos v f gid``, and ``x0 = pos``.
+
+    ``order``, ``cell``, ``start`` are :func:`cell_order`'s workspace.
+    """
+    cell_order(rows[:, :3], rows[:, 9], n, lo, inv, ncell, order, cell, start)
     for k in range(n):
         r = order[k]
         for e in range(3):
-            pos[k, e] = x[r, e]
-            v[k, e] = rows[r, e]
-            f[k, e] = rows[r, 3 + e]
-        gid[k] = np.int64(rows[r, 6])
+            pos[k, e] = x0[k, e] = rows[r, e]
+            v[k, e] = rows[r, 3 + e]
+            f[k, e] = rows[r, 6 + e]
+        gid[k] = np.int64(rows[r, 9])
 
 
 @njit(nogil=True, cache=True)
@@ -608,6 +608,47 @@ def border_rows(pos, gid, pidx, o, nl, nh, pshift, e, out, at):
             for q in range(3):
                 out[k, q] = pos[j, q] + pshift[s, q]
             out[k, 3] = gid[j] + 0.0
+
+
+@njit(nogil=True, cache=True)
+def border_pack(pos, gid, n0, d, below, above, pidx, o, pshift, out):
+    """Stage d's plan (:func:`border_plan`) and its rows as a message (:func:`border_rows`); ``(nl, nh)``.
+
+    ``out`` needs room for ``2 n0`` rows, ``pidx`` for ``o + 2 n0 + 1`` entries.
+    """
+    nl, nh = border_plan(pos, n0, d, below, above, pidx, o)
+    border_rows(pos, gid, pidx, o, nl, nh, pshift, 2 * d, out, 0)
+    return nl, nh
+
+
+@njit(nogil=True, cache=True)
+def local_stages(pos, gid, n, d0, d1, below, above, pidx, poff, pshift, pstart, counts):
+    """Stages ``d0..d1-1`` of the ghost plan along which the brick is its own image, in one call.
+
+    Each stage's plan (:func:`border_plan`, of the rows held before it) and
+    its ghost rows (:func:`border_rows`) appended in place, the flat plan's
+    offsets, starts and counts set.  Returns ``(rows held after them, 0, 0)``,
+    or where ``pidx`` or ``pos`` lacks room ``(-1, entries pidx needs, rows
+    pos needs)`` (one of them 0): then nothing is valid, and the caller grows
+    that one, the first ``n`` rows or ``poff[2 d0]`` entries kept, and calls
+    again.
+    """
+    for d in range(d0, d1):
+        o = poff[2 * d]
+        if pidx.shape[0] < o + 2 * n + 1:
+            return -1, o + 2 * n + 1, 0
+        nl, nh = border_plan(pos, n, d, below[d], above[d], pidx, o)
+        if n + nl + nh > pos.shape[0]:
+            return -1, 0, n + nl + nh
+        border_rows(pos, gid, pidx, o, nl, nh, pshift, 2 * d, None, n)
+        poff[2 * d + 1] = o + nl
+        poff[2 * d + 2] = o + nl + nh
+        counts[2 * d] = nl
+        counts[2 * d + 1] = nh
+        pstart[2 * d] = n
+        pstart[2 * d + 1] = n + nl
+        n += nl + nh
+    return n, 0, 0
 
 
 @njit(nogil=True, cache=True)
@@ -717,24 +758,23 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
     x, v, f = pos.copy(), np.zeros((8, 3)), np.zeros((8, 3))
     kick_drift(v, f, x, pos, 0.1, 0.1, n)
     kick_serial(v, f, 0.1, n)
-    finite_owned(v, f, v, n)
-    rows = np.zeros((8, 7))
+    rows = np.zeros((8, 10))
     copy_rows(pos, 0, n, x)
     put_rows(x, np.int64(0), n, pos)
-    pack_owned(v, f, gid, n, rows)
-    wrap_rows(x, n, 3.0)
-    both = np.zeros((8, 10))
-    leaving_rows(both, n, 1.0, 2, 0, 0, both.copy(), both.copy())
+    pack_migrants(x, v, f, gid, n, rows)
+    wrap_rows(rows, n, 3.0)
+    leaving_rows(rows, n, 1.0, 2, 0, 0, rows.copy(), rows.copy())
     order, cell, start = np.zeros(8, np.int64), np.zeros(8, np.int64), np.zeros(64, np.int64)
-    cell_order(x, rows[:, 6], n, lo, inv, ncell, order, cell, start)
-    sort_rows(order, n, x, rows, x.copy(), v, f, gid.copy())
+    sort_migrants(rows, n, lo, inv, ncell, order, cell, start, x.copy(), v.copy(), f.copy(), gid.copy(), x.copy())
     plan, pshift = np.zeros(16, np.int64), np.zeros((6, 3))
-    nl, nh = border_plan(pos, n, 0, 1.0, 2.0, plan, 0)
-    x8, gid8 = np.zeros((16, 3)), np.zeros(16, np.int64)
-    border_rows(x8, gid8, plan, 0, 1, 1, pshift, 0, None, n)
-    msg = np.zeros((2, 4))
-    border_rows(pos, gid, plan, 0, 1, 1, pshift, 0, msg, 0)
-    unpack_ghosts(msg, 2, x, gid.copy(), n)
+    x16, gid16 = np.zeros((16, 3)), np.zeros(16, np.int64)
+    x16[:8] = pos
+    gid16[:8] = gid
+    msg = np.zeros((2 * n, 4))
+    border_pack(x16, gid16, n, 0, 1.0, 2.0, plan, 0, pshift, msg)
+    unpack_ghosts(msg, 2, x16, gid16, n)
+    local_stages(x16, gid16, n, 1, 3, np.full(3, 1.0), np.full(3, 2.0), np.zeros(64, np.int64), np.zeros(7, np.int64),
+                 pshift, np.zeros(6, np.int64), np.zeros(6, np.int64))
     pidx, poff, pstart = np.zeros(0, np.int64), np.zeros(7, np.int64), np.full(6, n, np.int64)
     none = np.empty((0, 3))
     forward_stages(x, pidx, poff, pshift, pstart, 0, 3, none)

@@ -88,6 +88,11 @@ class CellGrid:
     reach: int
     capacity: tuple[int, int]
 
+    @property
+    def cells(self) -> int:
+        """How many cells the grid has."""
+        return int(self.ncell[0] * self.ncell[1] * self.ncell[2])
+
     @classmethod
     def of(cls, config: LjConfig, brick: Brick) -> CellGrid:
         cut = config.cutneigh
