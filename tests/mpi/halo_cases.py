@@ -6,7 +6,9 @@ Every rank builds the whole system from one seed; the references below look at
 every atom and every periodic image (no stages, no messages): the owner of a
 position is ``floor(x p / L)`` per dimension, and a rank's ghosts are every
 image ``x + k L`` (``k`` in {-1, 0, 1}^3) inside its brick grown by the cutoff,
-less its own atoms.  Atoms within 1e-6 of a brick face, of a face moved by the
+less its own atoms; the half shell (half lists) those of them whose offset from
+the brick (per dimension -1, 0, +1: below, inside, above) has +1 as its first
+nonzero entry.  Atoms within 1e-6 of a brick face, of a face moved by the
 cutoff or of the box edge are left out, so that no reference decision hangs on
 rounding.
 """
@@ -83,7 +85,7 @@ def mine(x, cart):
     return np.all(owner(x, dims) == np.asarray(coords), axis=1)
 
 
-def ghosts(x, ids, cart):
+def ghosts(x, ids, cart, half_shell=False):
     """The ghost images this rank's halo must hold: ``{(id, image x, y, z): k}``, ``k`` the periodic shift."""
     b = brick(cart)
     lo, hi = np.array(b.lo), np.array(b.hi)
@@ -95,6 +97,10 @@ def ghosts(x, ids, cart):
         inside = np.all((q >= lo - CUT) & (q < hi + CUT), axis=1)
         if not k.any():
             inside &= ~own
+        if half_shell:
+            offset = np.where(q >= hi, 1, np.where(q < lo, -1, 0))
+            first = np.take_along_axis(offset, np.argmax(offset != 0, axis=1)[:, None], axis=1)[:, 0]
+            inside &= first == 1
         for i in np.nonzero(inside)[0]:
             want[(int(ids[i]), *map(float, q[i]))] = k
     return want
@@ -105,19 +111,21 @@ def rows_of(pos, gid, start):
     return {(int(g), *map(float, p)): start + r for r, (g, p) in enumerate(zip(gid[start:], pos[start:]))}
 
 
-def pair_forces(pos, gid, nlocal, rc=CUT):
+def pair_forces(pos, gid, nlocal, rc=CUT, half_shell=False):
     """Forces of a smooth repulsion ``(r_i - r_j)(rc^2 - r^2)^2`` from a half list with Newton's third law.
 
     Owned-owned pairs once (i < j); an owned-ghost pair on this rank only when the owned id
-    is the smaller, so each pair is counted on exactly one rank (the images of an atom are
-    more than 2 rc apart).  Returns ``(n_all, 3)``: reactions land on the ghost rows.
+    is the smaller (the full shell) or always (the half shell: the other rank has no ghost
+    of it), so each pair is counted on exactly one rank (the images of an atom are more
+    than 2 rc apart).  Returns ``(n_all, 3)``: reactions land on the ghost rows.
     """
     f = np.zeros_like(pos)
     d = pos[:nlocal, None, :] - pos[None, :, :]
     r2 = np.sum(d * d, axis=2)
     j = np.arange(len(pos))[None, :]
     i = np.arange(nlocal)[:, None]
-    take = (r2 < rc * rc) & (((j < nlocal) & (j > i)) | ((j >= nlocal) & (gid[None, :] > gid[:nlocal, None])))
+    take = (r2 < rc * rc) & (((j < nlocal) & (j > i))
+                             | ((j >= nlocal) & (half_shell | (gid[None, :] > gid[:nlocal, None]))))
     fij = np.where(take[..., None], d * ((rc * rc - r2) ** 2)[..., None], 0.0)
     f[:nlocal] += fij.sum(axis=1)
     f -= fij.sum(axis=0)

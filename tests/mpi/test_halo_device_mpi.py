@@ -3,8 +3,8 @@
 ``tests/test_mpi_suite.py`` runs this file with ``NUMBA_ENABLE_CUDASIM=1`` (marker
 ``cudasim``), where the device arrays are NumPy's.  The device halo promises the
 same stages, hops and order of rows as the CPU's :class:`~pympi_gpu.nbody.lj.halo.Halo`:
-on the same system (``halo_cases``: ranks along x, y or z, and COMM_SELF), with
-both transports (device arrays straight to MPI, or staged through host memory),
+on the same system (``halo_cases``: ranks along x, y or z, and COMM_SELF; the
+full shell and the half shell of half lists), with both transports (device arrays straight to MPI, or staged through host memory),
 migrate, borders, forward and reverse give the CPU halo's answers row for row,
 bit for bit, and the same references as ``test_halo_mpi.py`` hold.  Only the
 public methods are used; what comes to the host is read from the copy counter.
@@ -26,12 +26,12 @@ TRANSPORTS = ["device", "host"]
 class OnTheHost:
     """A DeviceHalo driven with host arrays: each call copies in, runs on the device, copies back."""
 
-    def __init__(self, cart, brick, transport):
+    def __init__(self, cart, brick, transport, half_shell):
         from pympi_gpu.device.buffers import DeviceArrays
         from pympi_gpu.nbody.lj.halo_device import DeviceHalo
 
         self.dev = DeviceArrays(simulated=True)
-        self.halo = DeviceHalo(cart, brick, hc.CUT, self.dev, transport)
+        self.halo = DeviceHalo(cart, brick, hc.CUT, self.dev, transport, half_shell=half_shell)
         self.counted = 0  # the copies made here, by this adapter, which the halo must not be charged for
 
     def _host(self, a):
@@ -61,29 +61,31 @@ class OnTheHost:
         return self.halo.ghosts
 
 
-@pytest.fixture(scope="module", params=LAYOUTS)
+@pytest.fixture(scope="module", params=[(layout, shell) for layout in LAYOUTS for shell in ("full", "half")],
+                ids=lambda p: "-".join(p))
 def layout(request):
-    return request.param
+    """(the ranks' layout, the half shell?)"""
+    return request.param[0], request.param[1] == "half"
 
 
 @pytest.fixture(scope="module")
 def cpu(layout):
-    cart = make_cart(layout)
-    yield run_halo(cart, lambda c, b: Halo(c, b, hc.CUT))
+    cart = make_cart(layout[0])
+    yield run_halo(cart, lambda c, b: Halo(c, b, hc.CUT, half_shell=layout[1]), half_shell=layout[1])
     cart.Free()
 
 
 @pytest.fixture(scope="module", params=TRANSPORTS)
 def device(request, layout):
     """(cart, what DeviceHalo returned, its adapter) for one layout and transport."""
-    cart = make_cart(layout)
+    cart = make_cart(layout[0])
     adapters = []
 
     def make(c, b):
-        adapters.append(OnTheHost(c, b, request.param))
+        adapters.append(OnTheHost(c, b, request.param, layout[1]))
         return adapters[-1]
 
-    yield cart, run_halo(cart, make), adapters[0]
+    yield cart, run_halo(cart, make, half_shell=layout[1]), adapters[0]
     cart.Free()
 
 

@@ -10,12 +10,14 @@ Checked against references computed from the whole system on every rank
 * ``migrate``: every atom ends on the rank that owns its new position, exactly
   once over all ranks, wrapped into the box, its rows (velocity, id) with it;
 * ``borders``: the owned rows first, then exactly the ghost images the rank
-  must hold, each image once, with its periodic shift;
+  must hold, each image once, with its periodic shift (the full shell, and the
+  half shell of half lists);
 * ``forward``: after the owned atoms move, every ghost row is its owner's new
   position plus the same shift, and the caller's work runs once per stage;
 * ``reverse``: the forces on ghost rows land on their owners: integer-valued
   forces summed exactly, and a half-list pair force with Newton's third law
-  across bricks agreeing with the direct all-pairs sum.
+  across bricks agreeing with the direct all-pairs sum (on the half shell: every
+  ghost pair taken, so each pair between bricks must be on one side only).
 """
 
 import numpy as np
@@ -37,11 +39,14 @@ def make_cart(layout):
     return hc.cart_with(base, "x" if layout == "self" else layout)
 
 
-@pytest.fixture(scope="module", params=LAYOUTS)
+@pytest.fixture(scope="module", params=[(layout, shell) for layout in LAYOUTS for shell in ("full", "half")],
+                ids=lambda p: "-".join(p))
 def cpu(request):
-    """(cart, what Halo returned) for one layout, shared by the four checks."""
-    cart = make_cart(request.param)
-    yield cart, run_halo(cart, lambda c, b: Halo(c, b, hc.CUT))
+    """(cart, what Halo returned) for one layout and shell, shared by the four checks."""
+    layout, shell = request.param
+    cart = make_cart(layout)
+    half = shell == "half"
+    yield cart, run_halo(cart, lambda c, b: Halo(c, b, hc.CUT, half_shell=half), half_shell=half)
     cart.Free()
 
 
@@ -53,10 +58,11 @@ def _start(cart):
     return (x0, x1, v, ids), (x0[own], v[own], ids[own])
 
 
-def run_halo(cart, make_halo):
+def run_halo(cart, make_halo, half_shell=False):
     """Migrate, borders, forward and reverse through ``make_halo(cart, brick)``; what each returned, on the host.
 
     The same driver serves the device halo's tests (``make_halo`` wraps it in host arrays).
+    ``half_shell``: the halo made is the half shell of half lists.
     """
     (x0, x1, v, ids), (ox, ov, oid) = _start(cart)
     halo = make_halo(cart, hc.brick(cart))
@@ -76,11 +82,11 @@ def run_halo(cart, make_halo):
     fint = np.random.default_rng(100 + cart.Get_rank()).integers(-999, 1000, pos.shape).astype(np.float64)
     fint_after = fint.copy()
     halo.reverse(fint_after)
-    fpair = hc.pair_forces(pos, gid, nlocal)
+    fpair = hc.pair_forces(pos, gid, nlocal, half_shell=half_shell)
     fpair_after = fpair.copy()
     halo.reverse(fpair_after)
     return dict(x=x, rows=rows, pos=pos, gid=gid, nlocal=nlocal, fresh=fresh, owned=owned, stages=stages,
-                fint=fint, fint_after=fint_after, fpair_after=fpair_after, ghosts=halo.ghosts)
+                fint=fint, fint_after=fint_after, fpair_after=fpair_after, ghosts=halo.ghosts, half_shell=half_shell)
 
 
 def check_migrate(cart, got):
@@ -103,7 +109,7 @@ def check_borders(cart, got):
     n = got["nlocal"]
     assert got["pos"][:n].tobytes() == got["x"].tobytes()
     assert np.array_equal(got["gid"][:n], got["rows"][:, 3].astype(np.int64))
-    want = hc.ghosts(hc.wrapped(x1), ids, cart)
+    want = hc.ghosts(hc.wrapped(x1), ids, cart, got["half_shell"])
     have = hc.rows_of(got["pos"], got["gid"], n)
     assert len(have) == len(got["pos"]) - n, "a ghost image held twice"
     missing, extra = sorted(set(want) - set(have))[:5], sorted(set(have) - set(want))[:5]
@@ -116,7 +122,7 @@ def check_forward(cart, got):
     """Every ghost row = its owner's moved position + the ghost's periodic shift; work() ran per stage."""
     (x0, x1, v, ids), _ = _start(cart)
     n = got["nlocal"]
-    want = hc.ghosts(hc.wrapped(x1), ids, cart)
+    want = hc.ghosts(hc.wrapped(x1), ids, cart, got["half_shell"])
     # the owners' moved positions, from every rank
     pairs = cart.allgather((got["gid"][:n], got["fresh"][:n]))
     moved = {int(g): p for gids, ps in pairs for g, p in zip(gids, ps)}

@@ -29,8 +29,8 @@ for checkpoints, trajectory frames, ``--verify`` and a blown-up state's file
 Two kinds of lists.  Full lists (``config.newton`` False, what the command
 runs): one thread per atom writing only its own rows, no atomics, no reverse
 halo, twice the pair work.  Half lists with Newton's third law
-(``config.newton`` True): each pair once over all ranks (the CPU's id rule for
-ghost pairs), the reaction added to the neighbour's row by an atomic add
+(``config.newton`` True): each pair once over all ranks (the halo a half
+shell, as the CPU's), the reaction added to the neighbour's row by an atomic add
 (float64 atomics: compute capability 6.0 and up; their order varies, so the
 forces agree with the CPU's to round-off, not bit for bit), and the ghosts'
 forces sent home by the reverse halo.  Which is faster is a measurement on a
@@ -88,7 +88,8 @@ class DeviceAtoms:
         self.transport = device.transport
         dev = self.dev = device.arrays()
         self._kernels = kg.force_kernels(config.pair_term)
-        self.halo = DeviceHalo(system.cart, system.brick, config.cutneigh, dev, device.transport)
+        self.halo = DeviceHalo(system.cart, system.brick, config.cutneigh, dev, device.transport,
+                               half_shell=config.newton)
         self.pos = dev.from_host(x, np.float64)
         self.v = dev.from_host(v, np.float64)
         self.ids = dev.from_host(ids, np.int64)
@@ -259,7 +260,7 @@ class DeviceAtoms:
             # rows of neighbours in column-major order: the threads of a warp read one column together
             lists = (xp.empty(n, np.int64), xp.empty((n, self.cap[0]), np.int32, order="F"),
                      xp.empty(n, np.int64), xp.empty((n, self.cap[1]), np.int32, order="F"))
-            self._launch(kg.build_lists, n, self.pos, n, self.gid, cell, start, atoms, int(nc[0]), int(nc[1]),
+            self._launch(kg.build_lists, n, self.pos, n, cell, start, atoms, int(nc[0]), int(nc[1]),
                          int(nc[2]), self.system.grid.reach, cut2, rc2, self.config.newton, *lists)
             with dev.ops(3 if n else 1):
                 most = xp.stack([lists[0].max(), lists[2].max()]) if n else xp.zeros(2, np.int64)

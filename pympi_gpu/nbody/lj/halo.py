@@ -16,6 +16,17 @@ instead of sending messages to itself (as LAMMPS does).  The plan (which rows
 go where) is kept, and between rebuilds ``forward`` sends only the new
 positions of the same rows: ``Comm::forward_comm``.
 
+With half lists (Newton's third law across bricks) the halo is a *half
+shell*: a stage sends its owned atoms down only, and up only the ghosts of
+earlier stages.  A ghost's offset from the brick (per dimension -1, 0 or +1:
+below, inside, above) then always has +1 as its first nonzero entry, and the
+other brick of any pair between bricks sees the pair's other atom at the
+opposite offset, which it does not hold: each such pair has its ghost on
+exactly one side, and is listed there with no rule to apply.  The offsets
+come from the stages the ghost travelled, not from its rounded coordinates,
+so this holds exactly.  Half the ghosts of the full shell, half the
+messages' rows, and the lists scan half the ghosts.
+
 ``forward`` starts each stage's messages without blocking and runs a piece of
 the caller's work (the owned-owned forces) while they travel.
 
@@ -129,6 +140,7 @@ class Halo:
     cart : periodic 3-D Cartesian communicator (from :func:`~pympi_gpu.nbody.lj.domain.make_cart`)
     brick : this rank's :class:`~pympi_gpu.nbody.lj.domain.Brick`
     cutneigh : halo thickness, ``rc + skin`` (sigma)
+    half_shell : the ghosts of half lists (module docstring), else every image within ``cutneigh``
 
     The plan, after :meth:`build` (or :meth:`borders`), flat for the kernels:
     entry ``e`` (``2d`` for stage d's low face, sent to the lower neighbour,
@@ -137,8 +149,9 @@ class Halo:
     other side's matching entry) are rows ``pstart[e]`` on.
     """
 
-    def __init__(self, cart, brick: Brick, cutneigh: float):
+    def __init__(self, cart, brick: Brick, cutneigh: float, half_shell: bool = False):
         self.cart = cart
+        self.half_shell = bool(half_shell)
         self.brick = brick
         self.cut = cutneigh
         # (lower, upper) neighbour ranks per dimension
@@ -241,10 +254,11 @@ class Halo:
         _free_orphans()
         t0 = time.perf_counter()
         poff, pstart, counts = self.poff, self.pstart, self.counts
+        up0 = n if self.half_shell else 0  # the first row a stage may send up
         d = 0
         while d < 3:
             if self.remote[d]:
-                pos, gid, n = self._remote_stage(d, pos, gid, n)
+                pos, gid, n = self._remote_stage(d, pos, gid, n, up0)
                 d += 1
                 continue
             d1 = d + 1
@@ -252,7 +266,7 @@ class Halo:
                 d1 += 1
             while True:
                 m, entries, rows = kc.local_stages(pos, gid, n, d, d1, self._below, self._above, self._plan_rows,
-                                                   poff, self.pshift, pstart, counts)
+                                                   poff, up0, self.pshift, pstart, counts)
                 if m >= 0:
                     break
                 if entries:  # short of room: the one short grows, and the stages run again
@@ -266,13 +280,13 @@ class Halo:
         self.clock.add("communication", time.perf_counter() - t0)
         return pos, gid, n
 
-    def _remote_stage(self, d: int, pos, gid, n: int):
+    def _remote_stage(self, d: int, pos, gid, n: int, up0: int):
         """Stage d of :meth:`build` where the neighbours are other ranks: ``(pos, gid, rows held)``."""
         poff, o = self.poff, int(self.poff[2 * d])
         if self._plan_rows.shape[0] < o + 2 * n + 1:
             self._plan_rows = grown(self._plan_rows, o, max(o + 2 * n + 1, 2 * self._plan_rows.shape[0]))
         msg = self._msg = _rows_for(self._msg, 2 * n, 4)
-        nl, nh = kc.border_pack(pos, gid, n, d, self._below[d], self._above[d], self._plan_rows, o, self.pshift, msg)
+        nl, nh = kc.border_pack(pos, gid, n, d, self._below[d], self._above[d], self._plan_rows, o, up0, self.pshift, msg)
         poff[2 * d + 1], poff[2 * d + 2] = o + nl, o + nl + nh
         lower, upper = self.nbrs[d]
         got, (c0, c1) = _swap_rows(self.cart, [(msg[:nl], lower, _TAG_BORDER + 4 * d),

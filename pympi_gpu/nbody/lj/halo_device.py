@@ -87,9 +87,10 @@ class DeviceHalo:
     cutneigh : halo thickness, ``rc + skin`` (sigma)
     dev : :class:`~pympi_gpu.device.buffers.DeviceArrays` (the namespace, the stream, the copy counter)
     transport : ``"device"`` (device arrays to CUDA-aware MPI) or ``"host"`` (staged through pinned memory)
+    half_shell : the ghosts of half lists, as the CPU's (:class:`~pympi_gpu.nbody.lj.halo.Halo`)
     """
 
-    def __init__(self, cart, brick: Brick, cutneigh: float, dev, transport: str):
+    def __init__(self, cart, brick: Brick, cutneigh: float, dev, transport: str, half_shell: bool = False):
         if transport not in ("device", "host"):
             raise ValueError(f"transport must be 'device' or 'host', got {transport!r}")
         self.cart = cart
@@ -97,6 +98,7 @@ class DeviceHalo:
         self.cut = cutneigh
         self.dev = dev
         self.transport = transport
+        self.half_shell = bool(half_shell)
         self.me = cart.Get_rank()
         self.nbrs = [cart.Shift(d, 1) for d in range(3)]
         #: per stage, do its messages go to other ranks (more than one brick along its dimension)?
@@ -194,12 +196,15 @@ class DeviceHalo:
         with dev.ops(2):
             pos = xp.concatenate([x, ids[:, None].astype(np.float64)], axis=1)  # ids < 2^53 travel exactly
         self.plan = []
+        up0 = x.shape[0] if self.half_shell else 0  # the first row a stage may send up
         for d in range(3):
             n0 = pos.shape[0]
             lower, upper = self.nbrs[d]
-            with dev.ops(4, syncs=2):  # nonzero reads its count back
+            with dev.ops(4 + (up0 > 0), syncs=2):  # nonzero reads its count back
                 low = xp.nonzero(pos[:, d] < b.lo[d] + self.cut)[0]
-                high = xp.nonzero(pos[:, d] >= b.hi[d] - self.cut)[0]
+                high = xp.nonzero(pos[up0:, d] >= b.hi[d] - self.cut)[0]
+                if up0:
+                    high += up0
             s_low, s_high = [0.0] * 4, [0.0] * 4
             if b.coords[d] == 0:
                 s_low[d] = b.box

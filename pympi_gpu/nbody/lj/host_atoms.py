@@ -5,7 +5,7 @@ and the halo (:class:`~pympi_gpu.nbody.lj.halo.Halo`), and does what a step
 needs on the CPU: kicks and drifts, the displacement test, the rebuild
 (migration, a sort by (cell, id), ghosts, lists) and the pair forces, with
 half lists and Newton's third law across bricks (``config.newton``: one
-thread per rank) or full lists.  What every rank agrees on (the displacement,
+thread per rank; the halo a half shell) or full lists.  What every rank agrees on (the displacement,
 the migration's tally) it asks of its :class:`~pympi_gpu.nbody.lj.system.LjSystem`,
 which the device twin (:class:`~pympi_gpu.nbody.lj.device_atoms.DeviceAtoms`)
 shares.
@@ -70,7 +70,7 @@ class HostAtoms:
         self.system = system
         config = self.config = system.config
         self.forces = kc.force_kernels(config.pair_term)
-        self.halo = Halo(system.cart, system.brick, config.cutneigh)
+        self.halo = Halo(system.cart, system.brick, config.cutneigh, half_shell=config.newton)
         n = self.nlocal = int(np.shape(v)[0])
         self._set, self._spare = _Rows(n + n // 4 + 64), _Rows(n + n // 4 + 64)
         self._set.pos[:n] = x
@@ -143,12 +143,12 @@ class HostAtoms:
         """The Verlet lists of the current rows (retried wider where a row overflows its capacity)."""
         grid, config = self.system.grid, self.config
         if self._verlet is not None:  # one thread: the serial build of the same rows
-            lists = self._verlet.build(self.pos, self.nlocal, self.gid, grid, config.cutneigh ** 2,
-                                       config.cutoff ** 2, config.newton)
+            lists = self._verlet.build(self.pos, self.nlocal, grid, config.cutneigh ** 2, config.cutoff ** 2,
+                                       config.newton)
         else:
             cell_of, start, atoms = kc.bin_atoms(self.pos, self.pos.shape[0], grid.lo, grid.inv, grid.ncell)
             while True:
-                *lists, ok = kc.neighbor_lists(self.pos, self.nlocal, self.gid, cell_of, start, atoms, grid.ncell,
+                *lists, ok = kc.neighbor_lists(self.pos, self.nlocal, cell_of, start, atoms, grid.ncell,
                                                grid.reach, config.cutneigh ** 2, config.cutoff ** 2, config.newton,
                                                self.cap[0], self.cap[1])
                 if ok:

@@ -12,13 +12,14 @@ that radius, searched two cells out):
   the force kernel applies Newton's third law (half the pair work; serial);
   ``half=False`` lists both directions and a parallel kernel writes only
   ``f[i]`` (for several numba threads per rank, where ``f[j]`` would race).
-* ``ghost``: owned-ghost pairs.  ``half=True`` (LAMMPS's ``newton on``): each
-  pair between bricks is listed once over all ranks (on the side of the atom
-  with the smaller global id), its force is added to the ghost's row too, and
+* ``ghost``: owned-ghost pairs, every ghost within reach.  ``half=True``
+  (LAMMPS's ``newton on``): the halo is a half shell, so each pair between
+  bricks has its ghost on one side only and is listed once over all ranks;
+  its force is added to the ghost's row too, and
   :meth:`~pympi_gpu.nbody.lj.halo.Halo.reverse` sends the ghosts' forces back
-  to their owners.  ``half=False``: listed on the owned side only, on both
-  ranks; the pair's energy and virial count half on each (no reverse
-  communication; the GPU path and several threads per rank).
+  to their owners.  ``half=False`` (the full shell): listed on the owned side
+  only, on both ranks; the pair's energy and virial count half on each (no
+  reverse communication; several threads per rank, and the GPU's full lists).
 
 The force kernels are compiled around a pair style's pair term by
 :func:`force_kernels` (:mod:`~pympi_gpu.nbody.lj.pairs`: LJ 12-6, ...);
@@ -72,15 +73,13 @@ def bin_atoms(pos, n_all, lo, inv, ncell):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def neighbor_lists(pos, nlocal, gid, cell_of, start, atoms, ncell, reach, cut2, rc2, half, cap_own, cap_gh):
+def neighbor_lists(pos, nlocal, cell_of, start, atoms, ncell, reach, cut2, rc2, half, cap_own, cap_gh):
     """Verlet lists of the owned atoms, padded: ``(own_cnt, own_nbr, gh_cnt, gh_nbr, ok)``.
 
     ``own_nbr[i, :own_cnt[i]]`` are the owned neighbours of owned atom i (j > i
-    if ``half``), ``gh_nbr[i, :gh_cnt[i]]`` its ghost neighbours (with ``half``
-    only those whose global id ``gid[j]`` exceeds ``gid[i]``: the rank that owns
-    the ghost lists the pair the other way round only if its id is the smaller,
-    so every pair is listed once over all ranks, exactly, whatever the round-off
-    of the ghosts' shifted positions).  Cells within ``reach`` cells in each
+    if ``half``), ``gh_nbr[i, :gh_cnt[i]]`` its ghost neighbours (all of them:
+    with ``half`` the halo's half shell holds each pair between bricks on one
+    side only, see :class:`~pympi_gpu.nbody.lj.halo.Halo`).  Cells within ``reach`` cells in each
     direction are searched.  With ``half`` the owned atoms must be sorted by cell
     (as :meth:`LjSystem.rebuild` leaves them): the owned atoms of cells before
     atom i's are then skipped unread.  Each row lists the pairs within ``rc2``
@@ -94,13 +93,11 @@ def neighbor_lists(pos, nlocal, gid, cell_of, start, atoms, ncell, reach, cut2, 
     # one spare column: the search writes every candidate, and counts only those kept (no branch)
     own_nbr = np.empty((nlocal, cap_own + 1), np.int32)
     gh_nbr = np.empty((nlocal, cap_gh + 1), np.int32)
-    # positions and ids in cell order: the search reads them contiguously
+    # positions in cell order: the search reads them contiguously
     sp = np.empty((atoms.size, 3))
-    sid = np.empty(atoms.size, np.int64)
     for k in prange(atoms.size):
         for d in range(3):
             sp[k, d] = pos[atoms[k], d]
-        sid[k] = gid[atoms[k]]
     # end of the owned atoms of each cell (atoms[] lists a cell's atoms by index: owned first)
     ncells = start.size - 1
     own_end = np.empty(ncells, np.int64)
@@ -139,7 +136,6 @@ def neighbor_lists(pos, nlocal, gid, cell_of, start, atoms, ncell, reach, cut2, 
                         xi = sp[m, 0]
                         yi = sp[m, 1]
                         zi = sp[m, 2]
-                        idi = sid[m]
                         no = own_cnt[i]
                         ng = gh_cnt[i]
                         for k in range(k0, k1):
@@ -148,17 +144,12 @@ def neighbor_lists(pos, nlocal, gid, cell_of, start, atoms, ncell, reach, cut2, 
                             dy = yi - sp[k, 1]
                             dz = zi - sp[k, 2]
                             inside = dx * dx + dy * dy + dz * dz < cut2
-                            if half:
-                                keep_own = j > i
-                                keep_gh = sid[k] > idi
-                            else:
-                                keep_own = j != i
-                                keep_gh = True
+                            keep_own = j > i if half else j != i
                             is_own = j < nlocal
                             own_nbr[i, min(no, cap_own)] = j
                             gh_nbr[i, min(ng, cap_gh)] = j
                             no += inside and is_own and keep_own
-                            ng += inside and (not is_own) and keep_gh
+                            ng += inside and not is_own
                         own_cnt[i] = no
                         gh_cnt[i] = ng
     over = 0
@@ -575,9 +566,10 @@ def sort_migrants(rows, n, lo, inv, ncell, order, cell, start, pos, v, f, gid, x
 
 
 @njit(nogil=True, cache=True)
-def border_plan(pos, n0, d, below, above, pidx, o):
+def border_plan(pos, n0, d, below, above, pidx, o, up0):
     """Stage d's two plan entries from the rows ``< n0``: those within reach of the low face
-    (``pos[:, d] < below``) to ``pidx[o:o + nl]``, then those of the high one (``>= above``); ``(nl, nh)``.
+    (``pos[:, d] < below``) to ``pidx[o:o + nl]``, then those of the high one (``>= above``) from row
+    ``up0`` on (the half shell: only ghosts go up); ``(nl, nh)``.
 
     ``pidx`` needs room for ``o + 2 n0 + 1`` entries (every row is written, then kept or not).
     """
@@ -586,7 +578,7 @@ def border_plan(pos, n0, d, below, above, pidx, o):
         pidx[o + nl] = r
         nl += pos[r, d] < below
     nh = 0
-    for r in range(n0):
+    for r in range(up0, n0):
         pidx[o + nl + nh] = r
         nh += pos[r, d] >= above
     return nl, nh
@@ -611,18 +603,18 @@ def border_rows(pos, gid, pidx, o, nl, nh, pshift, e, out, at):
 
 
 @njit(nogil=True, cache=True)
-def border_pack(pos, gid, n0, d, below, above, pidx, o, pshift, out):
+def border_pack(pos, gid, n0, d, below, above, pidx, o, up0, pshift, out):
     """Stage d's plan (:func:`border_plan`) and its rows as a message (:func:`border_rows`); ``(nl, nh)``.
 
     ``out`` needs room for ``2 n0`` rows, ``pidx`` for ``o + 2 n0 + 1`` entries.
     """
-    nl, nh = border_plan(pos, n0, d, below, above, pidx, o)
+    nl, nh = border_plan(pos, n0, d, below, above, pidx, o, up0)
     border_rows(pos, gid, pidx, o, nl, nh, pshift, 2 * d, out, 0)
     return nl, nh
 
 
 @njit(nogil=True, cache=True)
-def local_stages(pos, gid, n, d0, d1, below, above, pidx, poff, pshift, pstart, counts):
+def local_stages(pos, gid, n, d0, d1, below, above, pidx, poff, up0, pshift, pstart, counts):
     """Stages ``d0..d1-1`` of the ghost plan along which the brick is its own image, in one call.
 
     Each stage's plan (:func:`border_plan`, of the rows held before it) and
@@ -637,7 +629,7 @@ def local_stages(pos, gid, n, d0, d1, below, above, pidx, poff, pshift, pstart, 
         o = poff[2 * d]
         if pidx.shape[0] < o + 2 * n + 1:
             return -1, o + 2 * n + 1, 0
-        nl, nh = border_plan(pos, n, d, below[d], above[d], pidx, o)
+        nl, nh = border_plan(pos, n, d, below[d], above[d], pidx, o, up0)
         if n + nl + nh > pos.shape[0]:
             return -1, 0, n + nl + nh
         border_rows(pos, gid, pidx, o, nl, nh, pshift, 2 * d, None, n)
@@ -737,7 +729,7 @@ def warmup(forces: ForceKernels) -> None:
     cell_of, start, atoms = bin_atoms(pos, 8, lo, inv, ncell)
     gid = np.arange(1, 9).astype(np.int64)
     for half in (True, False):
-        p = neighbor_lists(pos, 4, gid, cell_of, start, atoms, ncell, 1, 1.0, 0.5, half, 8, 8)
+        p = neighbor_lists(pos, 4, cell_of, start, atoms, ncell, 1, 1.0, 0.5, half, 8, 8)
         f = np.zeros((8, 3))
         for eflag in (True, False):
             forces.pair_forces(pos, f, 0, 4, p[0], p[1], 1.0, half, eflag)
@@ -771,10 +763,10 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
     x16[:8] = pos
     gid16[:8] = gid
     msg = np.zeros((2 * n, 4))
-    border_pack(x16, gid16, n, 0, 1.0, 2.0, plan, 0, pshift, msg)
+    border_pack(x16, gid16, n, 0, 1.0, 2.0, plan, 0, 0, pshift, msg)
     unpack_ghosts(msg, 2, x16, gid16, n)
     local_stages(x16, gid16, n, 1, 3, np.full(3, 1.0), np.full(3, 2.0), np.zeros(64, np.int64), np.zeros(7, np.int64),
-                 pshift, np.zeros(6, np.int64), np.zeros(6, np.int64))
+                 0, pshift, np.zeros(6, np.int64), np.zeros(6, np.int64))
     pidx, poff, pstart = np.zeros(0, np.int64), np.zeros(7, np.int64), np.full(6, n, np.int64)
     none = np.empty((0, 3))
     forward_stages(x, pidx, poff, pshift, pstart, 0, 3, none)
@@ -783,7 +775,7 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
     every = np.array([[op, 0] for op in range(len(OPS))], np.int64)
     for half in (True, False):
         grid = _Grid(lo, inv, ncell)
-        lists = build_lists(pos, n, gid, grid, 1.0, 0.5, half, widths=(8, 8))
+        lists = build_lists(pos, n, grid, 1.0, 0.5, half, widths=(8, 8))
         if half:
             for eflag in (True, False):
                 forces.run_ops(every, x, f, v, n, 0.1, *lists, 1.0, eflag, pidx, poff, pshift, pstart, none, none,

@@ -51,7 +51,7 @@ _flat = float64[::1]
 #: the types the kernels are launched with (CuPy arrays through ``__cuda_array_interface__``)
 FORCES_SIGNATURE = void(_flat, _flat, _flat, _flat, int64, int64, int64[::1], int32[::1], float64, int64)
 FORCES_KICK_SIGNATURE = void(_flat, _flat, _flat, _flat, _flat, float64, int64, int64[::1], int32[::1], float64)
-BUILD_SIGNATURE = void(float64[:, ::1], int64, int64[::1], int64[::1], int64[::1], int64[::1], int64, int64, int64,
+BUILD_SIGNATURE = void(float64[:, ::1], int64, int64[::1], int64[::1], int64[::1], int64, int64, int64,
                        int64, float64, float64, boolean, int64[::1], int32[::1, :], int64[::1], int32[::1, :])
 INTEGRATE_SIGNATURE = void(_flat, _flat, _flat, _flat, float64, float64, int64, _flat, int64)
 KICK_SIGNATURE = void(_flat, _flat, float64, int64)
@@ -423,14 +423,12 @@ def _make_forces_newton(pair):
 
 
 @cuda.jit
-def build_lists(pos, n, gid, cell, start, atoms, nx, ny, nz, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt,
-                gh_nbr):
+def build_lists(pos, n, cell, start, atoms, nx, ny, nz, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr):
     """Verlet lists of the owned atoms [0, n), one thread per atom.
 
     Full lists, or with ``half`` each pair once: owned neighbours j > i, and
-    ghost neighbours whose global id ``gid[j]`` exceeds ``gid[i]`` (the rule
-    of the CPU's half lists, exact whatever the round-off of the ghosts'
-    shifted positions).
+    every ghost (the halo's half shell holds each pair between bricks on one
+    side only, as the CPU's).
 
     The atoms of cell c are ``atoms[start[c]:start[c + 1]]`` in increasing
     index; the cells within ``reach`` of atom i's are searched, a z-row of
@@ -467,7 +465,7 @@ def build_lists(pos, n, gid, cell, start, atoms, nx, ny, nz, reach, cut2, rc2, h
                     dz = zi - pos[j, 2]
                     r2 = dx * dx + dy * dy + dz * dz
                     if half:
-                        keep = j > i if j < n else gid[j] > gid[i]
+                        keep = j > i or j >= n
                     else:
                         keep = j != i
                     if keep and r2 < cut2 and (r2 < rc2) == (inside == 0):
