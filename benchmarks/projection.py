@@ -19,13 +19,15 @@ JSON (``--study PREFIX.json``) or from a study this script runs::
 Its ``f`` and ``w`` are fitted to the mean rank's compute + I/O seconds.
 
 LAMMPS (plain, OPT, OMP): projected the same way from its mean step times in
-``benchmarks/results/lj-floor.json`` (``--lammps``; measured by
-``benchmarks/lj.py``) at the same sizes and ranks as the pympi fit's points,
-with the pympi study's traffic (its halo algorithm is the same as LAMMPS's
-``Comm::borders``) and network.  A LAMMPS step time holds everything: its
-MPI calls and waits inside the node too, where pympi's compute + I/O does
-not; so pympi's own mean steps of the same file are projected beside them,
-like for like (``pympi (lj-floor)``).
+``benchmarks/results/lj-sizes.json`` (``--lammps``; measured by
+``benchmarks/lj.py`` side by side with pympi) at the same sizes and ranks as
+the pympi fit's points, with the study's network and messages and twice its
+bytes: LAMMPS's ``Comm::borders`` stages are pympi's, but its ghosts are the
+full shell (every image within the cutoff), where pympi's half lists keep a
+half shell (``nbody/lj/halo.py``), half the rows each way.  A LAMMPS step
+time holds everything: its MPI calls and waits inside the node too, where
+pympi's compute + I/O does not; so pympi's own mean steps of the same file
+are projected beside them, like for like (``pympi (lj-sizes)``).
 
 Efficiency is given against the model's own 1-rank time and against 1 node
 (56 ranks).
@@ -47,6 +49,8 @@ from pathlib import Path
 
 from lj import _cpu_detail, _cpu_model, _exe
 
+import dataclasses
+
 from pympi_gpu.run.records import to_dict
 from pympi_gpu.scale.projection import Model, Network, project, with_floor
 
@@ -54,8 +58,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ATOMS = 32000
 NODES = (1, 4, 16)
 TASKS_PER_NODE = 56
-#: the codes of lj-floor.json projected beside the pympi study
+#: the codes of lj-sizes.json projected beside the pympi study
 FILE_CODES = ("pympi", "lammps", "lammps-opt", "lammps-omp")
+#: LAMMPS's ghosts and reverse forces against pympi's half shell: bytes per step, relative
+FULL_SHELL = 2.0
 
 
 def run_study(prefix: Path, steps: int, repeat: int) -> Path:
@@ -72,7 +78,7 @@ def run_study(prefix: Path, steps: int, repeat: int) -> Path:
 
 
 def file_points(rows: list[dict], code: str, like: Model) -> list[tuple[int, float, float]]:
-    """``(ranks, atoms per rank, mean step seconds)`` of ``code`` in lj-floor.json at the pympi fit's sizes."""
+    """``(ranks, atoms per rank, mean step seconds)`` of ``code`` in lj-sizes.json at the pympi fit's sizes."""
     wanted = {(r, round(n * r)) for r, n, _ in like.floor_fitted_on}
     return [(r["ranks"], r["atoms"] / r["ranks"], r["step_s"]) for r in rows
             if r["code"] == code and (r["ranks"], r["atoms"]) in wanted and r.get("step_s")]
@@ -123,8 +129,8 @@ def main() -> int:
                                                   "[default: run the study]")
     ap.add_argument("--steps", type=int, default=200, help="steps of each run of the study [200]")
     ap.add_argument("--repeat", type=int, default=3, help="runs per size of the study [3]")
-    ap.add_argument("--lammps", default=str(ROOT / "benchmarks" / "results" / "lj-floor.json"),
-                    help="benchmarks/lj.py's JSON with LAMMPS's step times [benchmarks/results/lj-floor.json]")
+    ap.add_argument("--lammps", default=str(ROOT / "benchmarks" / "results" / "lj-sizes.json"),
+                    help="benchmarks/lj.py's JSON with LAMMPS's step times [benchmarks/results/lj-sizes.json]")
     ap.add_argument("--out", default=None, help="JSON output [benchmarks/results/projection-<host>.json]")
     args = ap.parse_args()
     before = os.getloadavg()
@@ -142,8 +148,10 @@ def main() -> int:
         points = file_points(lj_floor["rows"], code, model)
         source = (f"{code} mean steps in {Path(args.lammps).name} at {len(points)} of the pympi fit's sizes "
                   "(ranks x atoms per rank); relative least squares")
-        codes.append(projected(code if code != "pympi" else "pympi (lj-floor)",
-                               with_floor(model, points, model.work, source), network))
+        fitted = with_floor(model, points, model.work, source)
+        if code != "pympi":  # the full shell's traffic
+            fitted = dataclasses.replace(fitted, bytes=(FULL_SHELL * fitted.bytes[0], fitted.bytes[1]))
+        codes.append(projected(code if code != "pympi" else "pympi (lj-sizes)", fitted, network))
     result = {"schema": "pympi_gpu.bench.projection/1", "label": "a model, not a measurement",
               "host": socket.gethostname(), "cpu": _cpu_model(), "cpu_detail": _cpu_detail(),
               "cores": os.cpu_count(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
@@ -157,7 +165,8 @@ def main() -> int:
                               "cpu_detail": lj_floor.get("cpu_detail"), "date": lj_floor.get("date"),
                               "lammps": lj_floor.get("lammps")},
               "atoms": ATOMS, "tasks_per_node": TASKS_PER_NODE, "network": to_dict(network),
-              "traffic": {"messages": model.messages, "bytes": model.bytes}, "codes": codes}
+              "traffic": {"messages": model.messages, "bytes": model.bytes}, "lammps_bytes_factor": FULL_SHELL,
+              "codes": codes}
     cpu = result["cpu_detail"]
     about = [f"PROJECTION (a model, not a measurement) of {ATOMS:,} LJ atoms to {', '.join(map(str, NODES))} "
              f"nodes x {TASKS_PER_NODE} ranks; {network.source}",
@@ -167,8 +176,9 @@ def main() -> int:
              f"{', '.join(str(q['size']) for q in proj.get('floor_probes', []))} atoms on "
              f"{max(p['ranks'] for p in doc['points'])} ranks), on {result['cpu']} ({cpu.get('llvm_cpu')}, "
              f"{cpu.get('vector_isa')}), {result['cores']} cores, {result['date']}",
-             f"LAMMPS {lj_floor.get('lammps')} (and pympi (lj-floor)): {Path(args.lammps).name}, on "
-             f"{lj_floor.get('cpu')} ({(lj_floor.get('cpu_detail') or {}).get('llvm_cpu')}), {lj_floor.get('date')}"]
+             f"LAMMPS {lj_floor.get('lammps')} (and pympi (lj-sizes)): {Path(args.lammps).name}, on "
+             f"{lj_floor.get('cpu')} ({(lj_floor.get('cpu_detail') or {}).get('llvm_cpu')}), {lj_floor.get('date')}; "
+             f"LAMMPS's bytes {FULL_SHELL:g}x the study's (its full shell of ghosts)"]
     text = table(codes, about)
     print(text)
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"projection-{socket.gethostname()}.json"
