@@ -4,10 +4,11 @@
 ``cudasim``), where the device arrays are NumPy's.  The device halo promises the
 same stages, hops and order of rows as the CPU's :class:`~pympi_gpu.nbody.lj.halo.Halo`:
 on the same system (``halo_cases``: ranks along x, y or z, and COMM_SELF; the
-full shell and the half shell of half lists), with both transports (device arrays straight to MPI, or staged through host memory),
-migrate, borders, forward and reverse give the CPU halo's answers row for row,
-bit for bit, and the same references as ``test_halo_mpi.py`` hold.  Only the
-public methods are used; what comes to the host is read from the copy counter.
+full shell and the half shell of half lists), with both transports (device
+arrays straight to MPI, or staged through host memory), migrate, borders,
+forward and reverse give the CPU halo's answers row for row, bit for bit, and
+the same references as ``test_halo_mpi.py`` hold.  Only the public methods are
+used; what comes to the host is read from the copy counter.
 """
 
 import numpy as np

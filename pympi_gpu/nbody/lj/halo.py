@@ -286,7 +286,8 @@ class Halo:
         if self._plan_rows.shape[0] < o + 2 * n + 1:
             self._plan_rows = grown(self._plan_rows, o, max(o + 2 * n + 1, 2 * self._plan_rows.shape[0]))
         msg = self._msg = _rows_for(self._msg, 2 * n, 4)
-        nl, nh = kc.border_pack(pos, gid, n, d, self._below[d], self._above[d], self._plan_rows, o, up0, self.pshift, msg)
+        nl, nh = kc.border_pack(pos, gid, n, d, self._below[d], self._above[d], self._plan_rows, o, up0, self.pshift,
+                                msg)
         poff[2 * d + 1], poff[2 * d + 2] = o + nl, o + nl + nh
         lower, upper = self.nbrs[d]
         got, (c0, c1) = _swap_rows(self.cart, [(msg[:nl], lower, _TAG_BORDER + 4 * d),
