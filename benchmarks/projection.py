@@ -39,6 +39,7 @@ Efficiency is given against the model's own 1-rank time and against 1 node
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -48,8 +49,6 @@ import sys
 from pathlib import Path
 
 from lj import _cpu_detail, _cpu_model, _exe
-
-import dataclasses
 
 from pympi_gpu.run.records import to_dict
 from pympi_gpu.scale.projection import Model, Network, project, with_floor

@@ -68,12 +68,9 @@ def _avx512() -> bool:
     return "+avx512f" in features.split(",")
 
 
-#: compress the kept candidates of eight in one instruction (AVX-512 hosts): the vector scan's condition
-COMPRESS = _avx512()
-
-#: scan eight candidates at a time with vector code where :data:`COMPRESS` holds (else one at a time:
-#: the reference the tests hold it to; measured on AVX2 code, the scalar scan was the faster there)
-SIMD = True
+#: scan eight candidates at a time with vector code (AVX-512 hosts, where the compress of the kept ones is one
+#: instruction; elsewhere one at a time, the same lists: measured on AVX2 code, the scalar scan was the faster)
+SIMD = _avx512()
 
 
 _F64, _I64, _I32, _I8, _I1 = ir.DoubleType(), ir.IntType(64), ir.IntType(32), ir.IntType(8), ir.IntType(1)
@@ -84,10 +81,13 @@ def _lanes(*items) -> ir.Constant:
     return ir.Constant(ir.VectorType(_I32, len(items)), [ir.Constant(_I32, i) for i in items])
 
 
-@njit(cache=True, inline="always")
-def _count_cells(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart):
-    """``cell[i]``: row i's cell; ``ostart``/``gstart[c + 1]``: where the owned/ghost rows of the cells up to c
-    end (a counting sort's first pass).  Returns the most owned and ghost atoms one cell holds."""
+@njit(nogil=True, cache=True)
+def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, grec):
+    """Owned rows and ghost rows each in cell order (stable) as records ``(x, y, z, row)``.
+
+    ``ostart``/``gstart`` (``ncells + 1``) are the cells' first records;
+    returns the most owned and ghost atoms one cell holds.
+    """
     ncells = ncell[0] * ncell[1] * ncell[2]
     for c in range(ncells + 1):
         ostart[c] = 0
@@ -106,27 +106,6 @@ def _count_cells(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart):
         most_g = max(most_g, gstart[c + 1])
         ostart[c + 1] += ostart[c]
         gstart[c + 1] += gstart[c]
-    return most_o, most_g
-
-
-@njit(cache=True, inline="always")
-def _rewind(ostart, gstart):
-    """After the placing pass, which advanced each cell's start to the next cell's: back to the cells' starts."""
-    for c in range(ostart.size - 1, 0, -1):
-        ostart[c] = ostart[c - 1]
-        gstart[c] = gstart[c - 1]
-    ostart[0] = 0
-    gstart[0] = 0
-
-
-@njit(nogil=True, cache=True)
-def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, grec):
-    """Owned rows and ghost rows each in cell order (stable) as records ``(x, y, z, row)``.
-
-    ``ostart``/``gstart`` (``ncells + 1``) are the cells' first records;
-    returns the most owned and ghost atoms one cell holds.
-    """
-    most_o, most_g = _count_cells(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart)
     for i in range(n_all):  # ostart[c], gstart[c] advance to the next cell's start, then step back
         c = cell[i]
         if i < nlocal:
@@ -141,7 +120,11 @@ def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, gre
         rec[r + 1] = pos[i, 1]
         rec[r + 2] = pos[i, 2]
         rec[r + 3] = i
-    _rewind(ostart, gstart)
+    for c in range(ncells, 0, -1):
+        ostart[c] = ostart[c - 1]
+        gstart[c] = gstart[c - 1]
+    ostart[0] = 0
+    gstart[0] = 0
     return most_o, most_g
 
 
@@ -357,7 +340,7 @@ class VerletLists:
         while True:
             own_cnt, own_nbr, gh_cnt, gh_nbr = self._rows(nlocal)
             most_own, most_gh = _search(ncell, grid.reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ostart,
-                                        gstart, orec, grec, bo, bg, near, far, SIMD and COMPRESS)
+                                        gstart, orec, grec, bo, bg, near, far, SIMD)
             if most_own <= self.widths[0] and most_gh <= self.widths[1]:
                 return own_cnt[:nlocal], own_nbr[:nlocal], gh_cnt[:nlocal], gh_nbr[:nlocal]
             self.widths = [max(self.widths[0], most_own + 8), max(self.widths[1], most_gh + 8)]
