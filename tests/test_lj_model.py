@@ -108,15 +108,18 @@ def test_neighbor_lists_match_brute_force(half):
 @pytest.mark.parametrize("half", [True, False])
 @pytest.mark.parametrize("box", [7.0, 9.3])
 @pytest.mark.parametrize("simd", [True, False])
-def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, monkeypatch):
+@pytest.mark.parametrize("block", [1, 2, 4])
+def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, block, monkeypatch):
     """The one-thread engine's build (lists_cpu) lists the same neighbours in the same order, row for
-    row, as neighbor_lists (the GPU's build is held to the latter), with the vector scan and without;
-    a row too long for the first widths is built again wider, not cut."""
+    row, as neighbor_lists (the GPU's build is held to the latter), with the vector scan and without,
+    and whatever the cells a gather serves (1, or blocks of 2 or 4 that do not divide a column's 9 or
+    10 cells); a row too long for the first widths is built again wider, not cut."""
     from pympi_gpu.nbody.lj import lists_cpu
     from pympi_gpu.nbody.lj.lists_cpu import VerletLists
     from pympi_gpu.nbody.lj.system import CellGrid
 
     monkeypatch.setattr(lists_cpu, "SIMD", simd)
+    monkeypatch.setattr(lists_cpu, "BLOCK", block)
 
     cut = 2.8
     own, pos = _random_system(box=box, seed=3)
@@ -152,7 +155,7 @@ def test_serial_lists_without_avx512_compress(tmp_path):
     assert probe.stdout.split() == ["False"], probe.stderr
     out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::"
                "test_serial_lists_equal_the_parallel_build_row_for_row"], env=env, cwd=ROOT, timeout=600)
-    assert out.returncode == 0 and "8 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 0 and "24 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
 
 
 def test_engine_kernels_do_the_numpy_operations():

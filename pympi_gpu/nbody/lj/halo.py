@@ -43,7 +43,10 @@ are persistent requests (``Send_init``/``Recv_init``, one ``Startall`` and one
 ``Waitall`` a stage), made once per plan; and where the lower and the upper
 neighbour are the same rank (two bricks along a dimension) a stage's two
 messages each way travel as one, the rows of both in the order the receiver
-keeps them.
+keeps them, in a region a little longer than the rows, which outlives the
+plan while they fit it: so do its persistent requests, and most rebuilds make
+none.  The migration and the ghosts' first messages of a rebuild travel as
+one message each way there too.
 """
 
 from __future__ import annotations
@@ -68,33 +71,48 @@ _TAG_REVERSE = 0x4C30
 _NONE = np.empty((0, 3))  # "no message": the kernels copy to and from the brick's own rows
 
 
-def _swap_rows(comm, sends, recvs, clock: PhaseClock, head=None) -> tuple[np.ndarray, list[int]]:
-    """Send each ``(rows, dest, tag)`` of ``sends``, receive one message for each ``(source, tag)`` of ``recvs``.
+def _exchange(comm, buf, split: int, total: int, lower: int, upper: int, tag: int, clock: PhaseClock,
+              head=None) -> tuple[np.ndarray, tuple[int, int]]:
+    """Send ``buf[:split]`` to ``lower`` and ``buf[split:total]`` to ``upper``; receive theirs.
 
     Rows are 2-D float64 of any count: a receive learns its size from a
-    probe, so no message of counts goes first.  Returns the rows received,
-    one message after the other in one array (after a copy of ``head``'s
-    rows, if given), and each message's row count.
+    probe, so no message of counts goes first.  Where the two neighbours are
+    one rank (two bricks along the dimension), the rows go as one message
+    each way, the split in one more row (``buf`` needs that row of room).
+    Returns the rows received, the upper neighbour's then the lower's, in
+    one array (after a copy of ``head``'s rows, if given), and their counts.
     """
     from mpi4py import MPI
 
-    width = sends[0][0].shape[1]
-    reqs = [comm.Isend(rows, dest, tag) for rows, dest, tag in sends]
-    clock.sent(sum(rows.nbytes for rows, _, _ in sends), len(sends))
-    status = MPI.Status()
-    counts = []
-    for source, tag in recvs:
-        comm.Probe(source, tag, status)
-        counts.append(status.Get_count(MPI.DOUBLE) // width)
+    width = buf.shape[1]
     at = 0 if head is None else head.shape[0]
-    out = np.empty((at + sum(counts), width))
+    status = MPI.Status()
+    if lower == upper:
+        buf[total, 0] = split
+        req = comm.Isend(buf[:total + 1], lower, tag)
+        clock.sent(buf[:total + 1].nbytes, 1)
+        comm.Probe(lower, tag, status)
+        m = status.Get_count(MPI.DOUBLE) // width
+        out = np.empty((at + m, width))
+        comm.Recv(out[at:], lower, tag)
+        req.Wait()
+        c0 = int(out[at + m - 1, 0])  # the neighbour's split: its rows sent down came first
+        if at:
+            out[:at] = head
+        return out[:at + m - 1], (c0, m - 1 - c0)
+    reqs = [comm.Isend(buf[:split], lower, tag), comm.Isend(buf[split:total], upper, tag + 2)]
+    clock.sent(buf[:total].nbytes, 2)
+    counts = []
+    for source, t in ((upper, tag), (lower, tag + 2)):
+        comm.Probe(source, t, status)
+        counts.append(status.Get_count(MPI.DOUBLE) // width)
+    out = np.empty((at + counts[0] + counts[1], width))
     if at:
         out[:at] = head
-    for (source, tag), m in zip(recvs, counts):
-        comm.Recv(out[at:at + m], source, tag)
-        at += m
+    comm.Recv(out[at:at + counts[0]], upper, tag)
+    comm.Recv(out[at + counts[0]:], lower, tag + 2)
     MPI.Request.Waitall(reqs)
-    return out, counts
+    return out, (counts[0], counts[1])
 
 
 class _Stage:
@@ -103,19 +121,22 @@ class _Stage:
     ``fsend`` holds the rows this rank sends (its two entries' rows, one after
     the other), ``frecv`` the ghost rows it receives, in the order of its plan;
     ``rsend``/``rrecv`` the same backwards (ghost forces home): views of the
-    halo's flat buffers.
+    halo's flat buffers, each the stage's region (:meth:`Halo._messages`).
+    ``s0``, ``r0``: the rows of entry 2d, sent and received (where the
+    neighbours are two ranks, whose regions are the rows exactly);
+    ``ghosts``: the rows received in the region (:meth:`count`).
     """
 
-    def __init__(self, cart, d: int, lower: int, upper: int, nsend: tuple[int, int], nrecv: tuple[int, int],
-                 fsend, frecv, rsend, rrecv):
+    def __init__(self, cart, d: int, lower: int, upper: int, s0: int, r0: int, fsend, frecv, rsend, rrecv):
         self.fsend, self.frecv, self.rsend, self.rrecv = fsend, frecv, rsend, rrecv
+        self.ghosts = frecv.shape[0]
         if lower == upper:  # two bricks along d: both entries to and from the one neighbour, as one message
             self.fwd = [cart.Recv_init(frecv, upper, _TAG_FORWARD + 2 * d),
                         cart.Send_init(fsend, lower, _TAG_FORWARD + 2 * d)]
             self.rev = [cart.Recv_init(rrecv, lower, _TAG_REVERSE + 2 * d),
                         cart.Send_init(rsend, upper, _TAG_REVERSE + 2 * d)]
         else:  # entry 2d's rows go to the lower neighbour and its ghosts come from the upper; 2d + 1 the other way
-            s, r = nsend[0], nrecv[0]
+            s, r = s0, r0
             self.fwd = [cart.Recv_init(frecv[:r], upper, _TAG_FORWARD + 2 * d),
                         cart.Recv_init(frecv[r:], lower, _TAG_FORWARD + 2 * d + 1),
                         cart.Send_init(fsend[:s], lower, _TAG_FORWARD + 2 * d),
@@ -126,10 +147,23 @@ class _Stage:
                         cart.Send_init(rsend[r:], lower, _TAG_REVERSE + 2 * d + 1)]
         self.messages = len(self.fwd) // 2
 
+    def count(self, ghosts: int) -> None:
+        """The plan's ghost rows of this stage: the first ``ghosts`` rows of its region."""
+        self.ghosts = ghosts
+
     def free(self) -> None:
         for r in self.fwd + self.rev:
             r.Free()
         self.fwd = self.rev = []
+
+
+def _region(rows: int, kept: int | None) -> int:
+    """The rows of a message region for ``rows`` rows: ``kept`` (the last one's) while they fit it with
+    less than two paddings to spare, else the rows and one padding."""
+    pad = 16 + rows // 16
+    if kept is not None and rows <= kept <= rows + 2 * pad:
+        return kept
+    return rows + pad
 
 
 class Halo:
@@ -175,6 +209,8 @@ class Halo:
         self._below = np.array([brick.lo[d] + cutneigh for d in range(3)])
         self._above = np.array([brick.hi[d] - cutneigh for d in range(3)])
         self._msg = self._leaving = self._flat = None  # kept buffers: border rows, migrants, messages
+        self._regions = None  # the message regions of the last plan (:meth:`_messages`)
+        self.nrecv = np.zeros(3, np.int64)
         self._stages: dict[int, _Stage] = {}
         _keep_track(self)
         #: seconds in halo packing and waiting for halo/migration messages (reset by the caller)
@@ -217,16 +253,15 @@ class Halo:
         """One dimension of :meth:`migrate_rows`: the atoms that left along d to their neighbours."""
         b = self.brick
         n = rows.shape[0]
-        out = self._leaving = _rows_for(self._leaving, 2 * n, rows.shape[1])
+        out = self._leaving = _rows_for(self._leaving, 2 * n + 1, rows.shape[1])
         stay, nd, nu = kc.leaving_rows(rows, n, b.dims[d] / b.box, b.dims[d], b.coords[d], d, out[:n], out[n:])
         if stay < 0:
             raise RuntimeError("an atom moved more than one brick between neighbour-list rebuilds "
                                "(the system is unstable: is dt too large?)")
-        lower, upper = self.nbrs[d]
-        both, _ = _swap_rows(self.cart, [(out[:nd], lower, _TAG_MIGRATE + 4 * d),
-                                         (out[n:n + nu], upper, _TAG_MIGRATE + 4 * d + 2)],
-                             [(upper, _TAG_MIGRATE + 4 * d), (lower, _TAG_MIGRATE + 4 * d + 2)], self.clock,
-                             head=rows[:stay])
+        if nu:  # the rows going up after those going down
+            out[nd:nd + nu] = out[n:n + nu]
+        both, _ = _exchange(self.cart, out, nd, nd + nu, *self.nbrs[d], _TAG_MIGRATE + 4 * d, self.clock,
+                            head=rows[:stay])
         return both
 
     # -- the ghost plan -----------------------------------------------------
@@ -285,14 +320,11 @@ class Halo:
         poff, o = self.poff, int(self.poff[2 * d])
         if self._plan_rows.shape[0] < o + 2 * n + 1:
             self._plan_rows = grown(self._plan_rows, o, max(o + 2 * n + 1, 2 * self._plan_rows.shape[0]))
-        msg = self._msg = _rows_for(self._msg, 2 * n, 4)
+        msg = self._msg = _rows_for(self._msg, 2 * n + 1, 4)
         nl, nh = kc.border_pack(pos, gid, n, d, self._below[d], self._above[d], self._plan_rows, o, up0, self.pshift,
                                 msg)
         poff[2 * d + 1], poff[2 * d + 2] = o + nl, o + nl + nh
-        lower, upper = self.nbrs[d]
-        got, (c0, c1) = _swap_rows(self.cart, [(msg[:nl], lower, _TAG_BORDER + 4 * d),
-                                               (msg[nl:nl + nh], upper, _TAG_BORDER + 4 * d + 2)],
-                                   [(upper, _TAG_BORDER + 4 * d), (lower, _TAG_BORDER + 4 * d + 2)], self.clock)
+        got, (c0, c1) = _exchange(self.cart, msg, nl, nl + nh, *self.nbrs[d], _TAG_BORDER + 4 * d, self.clock)
         self.counts[2 * d], self.counts[2 * d + 1] = c0, c1
         pos, gid = _room(pos, gid, n, n + c0 + c1)
         kc.unpack_ghosts(got, c0 + c1, pos, gid, n)
@@ -304,15 +336,31 @@ class Halo:
 
         ``fsend``/``rrecv`` hold the rows each remote stage sends (and gets
         back), stage d's from row ``soff[d]``; ``frecv``/``rsend`` its ghosts,
-        from ``roff[d]``.
+        from ``roff[d]``, ``nrecv[d]`` of them.  A stage whose two neighbours
+        are one rank sends one message each way, so its region may be longer
+        than its rows: the region is kept, rows of padding and all, while the
+        rows fit it with less than a padding to spare (:func:`_region`; both
+        ranks see the same counts, the sender's rows being the receiver's
+        ghosts, so they agree on it), and with it the persistent messages.
         """
         poff, counts = self.poff.tolist(), self.counts.tolist()  # (Python's ints: cheaper than NumPy's here)
-        sizes = [poff[e + 1] - poff[e] for e in range(6)]
-        soff, roff = [0, 0, 0, 0], [0, 0, 0, 0]
+        soff, roff, nrecv = [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0]
+        old = self._regions
+        regions = []
         for d in range(3):
-            remote = self.remote[d]
-            soff[d + 1] = soff[d] + (sizes[2 * d] + sizes[2 * d + 1] if remote else 0)
-            roff[d + 1] = roff[d] + (counts[2 * d] + counts[2 * d + 1] if remote else 0)
+            ns = poff[2 * d + 2] - poff[2 * d] if self.remote[d] else 0
+            nr = nrecv[d] = counts[2 * d] + counts[2 * d + 1] if self.remote[d] else 0
+            if self.remote[d] and self.nbrs[d][0] == self.nbrs[d][1]:
+                ns, nr = _region(ns, old and old[d]), _region(nr, old and old[3 + d])
+            regions.append((ns, nr))
+            soff[d + 1], roff[d + 1] = soff[d] + ns, roff[d] + nr
+        regions = tuple(ns for ns, _ in regions) + tuple(nr for _, nr in regions)
+        self.nrecv = np.array(nrecv, np.int64)
+        if regions == old and self._stages:  # the same regions of the same buffer: the messages stand
+            for d, stage in self._stages.items():
+                stage.count(counts[2 * d] + counts[2 * d + 1])
+            return
+        self._regions = regions
         self.soff, self.roff = np.array(soff, np.int64), np.array(roff, np.int64)  # for the kernels
         ns, nr = soff[3], roff[3]
         flat = self._flat = _rows_for(self._flat, 2 * (ns + nr), 3)  # one kept buffer, four views
@@ -322,9 +370,9 @@ class Halo:
         for d in range(3):
             if self.remote[d]:
                 s0, s1, r0, r1 = soff[d], soff[d + 1], roff[d], roff[d + 1]
-                self._stages[d] = _Stage(self.cart, d, *self.nbrs[d], (sizes[2 * d], sizes[2 * d + 1]),
-                                         (counts[2 * d], counts[2 * d + 1]), self.fsend[s0:s1],
-                                         self.frecv[r0:r1], self.rsend[r0:r1], self.rrecv[s0:s1])
+                self._stages[d] = _Stage(self.cart, d, *self.nbrs[d], poff[2 * d + 1] - poff[2 * d], counts[2 * d],
+                                         self.fsend[s0:s1], self.frecv[r0:r1], self.rsend[r0:r1], self.rrecv[s0:s1])
+                self._stages[d].count(nrecv[d])
 
     def free(self) -> None:
         """Free the persistent messages of the plan (a new plan, or no more steps: before the
@@ -380,7 +428,7 @@ class Halo:
                 tw = time.perf_counter()
                 MPI.Request.Waitall(stage.fwd)
                 waited += time.perf_counter() - tw
-                kc.put_rows(pos, self.pstart[2 * d], stage.frecv.shape[0], stage.frecv)
+                kc.put_rows(pos, self.pstart[2 * d], stage.ghosts, stage.frecv)
         self.comm_time += time.perf_counter() - t0 - busy
         self.clock.add("waiting", waited)
         self.clock.add("communication", time.perf_counter() - t0 - busy - waited)
@@ -403,7 +451,7 @@ class Halo:
                 continue
             if d + 1 < d1:  # the brick's own images above this stage, together
                 kc.reverse_stages(f, self.pidx, self.poff, self.pstart, d + 1, d1, _NONE)
-            kc.copy_rows(f, self.pstart[2 * d], stage.rsend.shape[0], stage.rsend)
+            kc.copy_rows(f, self.pstart[2 * d], stage.ghosts, stage.rsend)
             MPI.Prequest.Startall(stage.rev)
             self.clock.sent(stage.rsend.nbytes, stage.messages)
             tw = time.perf_counter()

@@ -333,14 +333,14 @@ def make_run_ops(newton):
 
     @njit(nogil=True, cache=True)
     def run_ops(ops, pos, f, v, n, h, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, eflag, pidx, poff, pshift, pstart,
-                fsend, frecv, rsend, rrecv, soff, roff, sums):
+                fsend, frecv, rsend, rrecv, soff, roff, nrecv, sums):
         """A piece of a step's force phase with half lists (:data:`OPS`), one compiled call.
 
         ``ops`` ``(k, 2)``: opcode and argument (a stage, a third of the
         owned atoms), run in order; the ghost plan flat (``pidx``, ...); the
         messages of the remote stages in ``fsend``/``frecv`` (forward) and
         ``rsend``/``rrecv`` (reverse), stage d's rows from ``soff[d]`` or
-        ``roff[d]``.  ``sums``: the owned pairs' energy and virial added
+        ``roff[d]`` (``nrecv[d]`` ghost rows).  ``sums``: the owned pairs' energy and virial added
         third by third (``[0]``, ``[1]``), the ghost pairs' (``[2]``, ``[3]``).
         """
         for q in range(ops.shape[0]):
@@ -355,7 +355,7 @@ def make_run_ops(newton):
             elif op == OP_PACK:
                 forward_stages(pos, pidx, poff, pshift, pstart, d, d + 1, fsend[soff[d]:soff[d + 1]])
             elif op == OP_PUT:
-                put_rows(pos, pstart[2 * d], roff[d + 1] - roff[d], frecv[roff[d]:roff[d + 1]])
+                put_rows(pos, pstart[2 * d], nrecv[d], frecv[roff[d]:roff[d + 1]])
             elif op == OP_OWNED:
                 e, w = newton(pos, f, (d * n) // 3, ((d + 1) * n) // 3, own_cnt, own_nbr, rc2, eflag)
                 sums[0] += e
@@ -367,7 +367,7 @@ def make_run_ops(newton):
             elif op == OP_REVERSE:
                 reverse_stages(f, pidx, poff, pstart, d, d + 1, rsend[:0])
             elif op == OP_PACK_BACK:
-                copy_rows(f, pstart[2 * d], roff[d + 1] - roff[d], rsend[roff[d]:roff[d + 1]])
+                copy_rows(f, pstart[2 * d], nrecv[d], rsend[roff[d]:roff[d + 1]])
             elif op == OP_ADD_BACK:
                 reverse_stages(f, pidx, poff, pstart, d, d + 1, rrecv[soff[d]:soff[d + 1]])
             elif op == OP_KICK:
@@ -779,7 +779,8 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
         if half:
             for eflag in (True, False):
                 forces.run_ops(every, x, f, v, n, 0.1, *lists, 1.0, eflag, pidx, poff, pshift, pstart, none, none,
-                               none, none, np.zeros(4, np.int64), np.zeros(4, np.int64), sums)
+                               none, none, np.zeros(4, np.int64), np.zeros(4, np.int64),
+                               np.zeros(3, np.int64), sums)
 
 
 class _Grid(NamedTuple):

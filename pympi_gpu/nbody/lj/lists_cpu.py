@@ -8,10 +8,17 @@ out, the stencil's rows of cells (x, then y) scanned in order and each row's
 cells along z; a row lists the pairs within ``rc`` first, then the skin's.
 
 The owned rows and the ghost rows are each put in cell order once, as
-records ``(x, y, z, row)``.  Then, cell by cell, the records of the cell's
-whole stencil are copied into two contiguous buffers (owned, ghosts), one
-block copy per row of cells, and each of the cell's atoms scans them in one
-pass: memory read in a few long streams.  On AVX-512 the scan takes eight
+records ``(x, y, z, row)``.  Then, for a block of cells of one column along
+z (:data:`BLOCK`), the records of the block's whole stencil are copied into
+two contiguous buffers (owned, ghosts), one block copy per row of cells, and
+each of the block's atoms scans them in one pass: memory read in a few long
+streams.  The rows of cells a block copies reach two cells past its first
+and last cells along z, so an atom also scans the cells beyond its own
+stencil in the block's other cells; they are more than the list radius away
+(cells are at least half of it wide) and are never listed, so the rows are
+the same as one cell's stencil at a time gives, in the same order.  A copy
+serves more atoms and costs less than the candidates it adds (copies of a
+few records each are what the search spent its time on).  On AVX-512 the scan takes eight
 candidates at a time with vector code and no branch: the kept ones are
 compressed into a register (one ``vpcompressq``) and stored whole, into
 two index lists (within ``rc``, within ``rc + skin``), whose lengths grow
@@ -71,6 +78,9 @@ def _avx512() -> bool:
 #: scan eight candidates at a time with vector code (AVX-512 hosts, where the compress of the kept ones is one
 #: instruction; elsewhere one at a time, the same lists: measured on AVX2 code, the scalar scan was the faster)
 SIMD = _avx512()
+#: cells of a column along z whose atoms share one gather of their stencils' candidates (measured: with
+#: the vector scan the more candidates cost less than the gathers saved; the scalar scan pays more for them)
+BLOCK = 4 if SIMD else 2
 
 
 _F64, _I64, _I32, _I8, _I1 = ir.DoubleType(), ir.IntType(64), ir.IntType(32), ir.IntType(8), ir.IntType(1)
@@ -128,28 +138,48 @@ def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, gre
     return most_o, most_g
 
 
+@intrinsic
+def _copy8(typingctx, src, s, dst, d):
+    """``dst[d:d + 8] = src[s:s + 8]``: one unaligned 64-byte load and store, no bounds check."""
+    sig = types.void(src, s, dst, d)
+
+    def codegen(context, builder, signature, args):
+        src_, s_, dst_, d_ = args
+        ptr = [builder.bitcast(builder.gep(context.make_array(ty)(context, builder, a).data, [i]), _V8D.as_pointer())
+               for ty, a, i in ((signature.args[0], src_, s_), (signature.args[2], dst_, d_))]
+        builder.store(builder.load(ptr[0], align=8), ptr[1], align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @njit(cache=True, inline="always")
 def _copy(k0, k1, nb, src, dst):
     """Records ``[k0, k1)`` of ``src`` appended to ``dst`` after its first ``nb``; the new count.
 
-    Unsigned indices: numba's wraparound of negative indices would cost more than the copy.
+    Two records a move: ``src`` and ``dst`` need a record of room past the
+    last (which holds no candidate: the count says where they end).
     """
-    o = u64(4 * nb) - u64(4 * k0)
-    for k in range(u64(4 * k0), u64(4 * k1)):
-        dst[k + o] = src[k]
+    o = u64(4 * nb)
+    for k in range(u64(4 * k0), u64(4 * k1), u64(8)):
+        _copy8(src, k, dst, o)
+        o += u64(8)
     return nb + (k1 - k0)
 
 
 @njit(nogil=True, cache=True)
-def _gather(c, ncell, reach, half, ostart, gstart, orec, grec, bo, bg):
-    """Cell c's stencil candidates, in scan order: owned (half lists: cells from c on) and ghosts.
+def _gather(c, c1, ncell, reach, half, ostart, gstart, orec, grec, bo, bg):
+    """The stencil candidates of cells ``[c, c1)`` (a block of one column along z), in scan order.
 
-    Returns ``(owned count, ghost count, buffer index of cell c's first owned atom)``.
+    Owned (half lists: cells from c on) and ghosts, each row of cells from
+    the block's first cell's stencil to its last's.  Returns ``(owned count,
+    ghost count, buffer index of cell c's first owned atom)``.
     """
     n2 = ncell[2]
     cz = c % n2
     cy = (c // n2) % ncell[1]
     cx = c // (ncell[1] * n2)
+    cz1 = cz + (c1 - c) - 1  # the block's last cell along z
     nbo = 0
     nbg = 0
     bself = 0
@@ -157,7 +187,7 @@ def _gather(c, ncell, reach, half, ostart, gstart, orec, grec, bo, bg):
         for ay in range(max(cy - reach, 0), min(cy + reach + 1, ncell[1])):
             base = (ax * ncell[1] + ay) * n2
             z0 = base + max(cz - reach, 0)
-            z1 = base + min(cz + reach + 1, n2)
+            z1 = base + min(cz1 + reach + 1, n2)
             nbg = _copy(gstart[z0], gstart[z1], nbg, grec, bg)
             if half:  # the owned atoms of the cells before c have smaller rows: their pairs are listed there
                 if z1 <= c:
@@ -256,17 +286,20 @@ def _row(i, a, c, near, far, b, nbr):
 
 @njit(nogil=True, cache=True)
 def _search(ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ostart, gstart, orec, grec, bo, bg,
-            near, far, simd):
+            near, far, simd, block):
     """Every owned atom's two rows, cell by cell; returns the longest owned and ghost rows."""
     ncells = ostart.size - 1
+    n2 = ncell[2]
     most_own = 0
     most_gh = 0
+    c1 = 0
     for c in range(ncells):
         m0 = ostart[c]
-        m1 = ostart[c + 1]
-        if m1 == m0:
+        if c < c1 or ostart[c + 1] == m0:  # in the last block, or no atom to start one
             continue
-        nbo, nbg, bself = _gather(c, ncell, reach, half, ostart, gstart, orec, grec, bo, bg)
+        c1 = min(c + block, c - c % n2 + n2)  # a block: this cell and the next along z, in one column
+        m1 = ostart[c1]
+        nbo, nbg, bself = _gather(c, c1, ncell, reach, half, ostart, gstart, orec, grec, bo, bg)
         for m in range(m0, m1):
             i = np.int64(orec[4 * m + 3])
             xi = orec[4 * m]
@@ -327,20 +360,20 @@ class VerletLists:
         n_all = pos.shape[0]
         ng = n_all - nlocal
         ncell = grid.ncell
-        stencil = (2 * grid.reach + 1) ** 3
+        stencil = (2 * grid.reach + 1) ** 2 * (2 * grid.reach + BLOCK)
         ncells = int(ncell[0] * ncell[1] * ncell[2])
         ostart = self._get("ostart", ncells + 1, np.int64)[:ncells + 1]
         gstart = self._get("gstart", ncells + 1, np.int64)[:ncells + 1]
-        orec, grec = self._get("orec", 4 * nlocal), self._get("grec", 4 * ng)
+        orec, grec = self._get("orec", 4 * nlocal + 4), self._get("grec", 4 * ng + 4)  # (+ a record: _copy's)
         most_o, most_g = _records(pos, nlocal, n_all, grid.lo, grid.inv, ncell, self._get("cell", n_all, np.int64),
                                   ostart, gstart, orec, grec)
         no, ng = min(nlocal, stencil * most_o), min(ng, stencil * most_g)
-        bo, bg = self._get("bo", 4 * no), self._get("bg", 4 * ng)
+        bo, bg = self._get("bo", 4 * no + 4), self._get("bg", 4 * ng + 4)
         near, far = self._get("near", max(no, ng) + 8, np.int64), self._get("far", max(no, ng) + 8, np.int64)
         while True:
             own_cnt, own_nbr, gh_cnt, gh_nbr = self._rows(nlocal)
             most_own, most_gh = _search(ncell, grid.reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ostart,
-                                        gstart, orec, grec, bo, bg, near, far, SIMD)
+                                        gstart, orec, grec, bo, bg, near, far, SIMD, BLOCK)
             if most_own <= self.widths[0] and most_gh <= self.widths[1]:
                 return own_cnt[:nlocal], own_nbr[:nlocal], gh_cnt[:nlocal], gh_nbr[:nlocal]
             self.widths = [max(self.widths[0], most_own + 8), max(self.widths[1], most_gh + 8)]
