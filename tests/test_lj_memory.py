@@ -30,8 +30,8 @@ def test_refused_where_the_node_is_short_and_not_where_it_is_not():
     config = LjConfig(cells=cells_for(10**9))
     assert too_large(config, (1, 1, 1), 1, available=10**15) is None
     why = too_large(config, (2, 1, 1), 2, available=24 * 10**9)
-    assert why.startswith("1,000,188,000 atoms (2x1x1 rank grid) need about 789 GB of memory on this node")
-    assert "2 rank(s) x 394 GB" in why and "but it has 24 GB available" in why
+    assert why.startswith("1,000,188,000 atoms (2x1x1 rank grid) need about 822 GB of memory on this node")
+    assert "2 rank(s) x 411 GB" in why and "but it has 24 GB available" in why
 
 
 @pytest.mark.parametrize("atoms", [4000, 32_000, 256_000])

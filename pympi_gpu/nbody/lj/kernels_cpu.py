@@ -791,3 +791,7 @@ class _Grid(NamedTuple):
     ncell: np.ndarray
     reach: int = 1
 
+    @property
+    def cells(self) -> int:
+        return int(self.ncell[0] * self.ncell[1] * self.ncell[2])
+

@@ -95,8 +95,7 @@ def _lanes(*items) -> ir.Constant:
 def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, grec):
     """Owned rows and ghost rows each in cell order (stable) as records ``(x, y, z, row)``.
 
-    ``ostart``/``gstart`` (``ncells + 1``) are the cells' first records;
-    returns the most owned and ghost atoms one cell holds.
+    ``ostart``/``gstart`` (``ncells + 1``) are the cells' first records.
     """
     ncells = ncell[0] * ncell[1] * ncell[2]
     for c in range(ncells + 1):
@@ -109,11 +108,7 @@ def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, gre
             ostart[c + 1] += 1
         else:
             gstart[c + 1] += 1
-    most_o = 0
-    most_g = 0
     for c in range(ncells):
-        most_o = max(most_o, ostart[c + 1])
-        most_g = max(most_g, gstart[c + 1])
         ostart[c + 1] += ostart[c]
         gstart[c + 1] += gstart[c]
     for i in range(n_all):  # ostart[c], gstart[c] advance to the next cell's start, then step back
@@ -135,7 +130,6 @@ def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, gre
         gstart[c] = gstart[c - 1]
     ostart[0] = 0
     gstart[0] = 0
-    return most_o, most_g
 
 
 @intrinsic
@@ -320,6 +314,15 @@ def _search(ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ost
     return most_own, most_gh
 
 
+@njit(nogil=True, cache=True)
+def _build(pos, nlocal, n_all, lo, inv, ncell, reach, cut2, rc2, half, cell, ostart, gstart, orec, grec, bo, bg,
+           near, far, own_cnt, own_nbr, gh_cnt, gh_nbr, simd, block):
+    """:func:`_records` then :func:`_search`, one compiled call: the longest owned and ghost rows."""
+    _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, grec)
+    return _search(ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ostart, gstart, orec, grec, bo, bg,
+                   near, far, simd, block)
+
+
 class VerletLists:
     """The two Verlet lists of a brick and the buffers they are built in, kept from one build to the next.
 
@@ -332,24 +335,22 @@ class VerletLists:
 
     def __init__(self, widths: tuple[int, int]):
         self.widths = [int(widths[0]), int(widths[1])]
-        self._buf: dict[str, np.ndarray] = {}
+        self._room = (-1, -1, -1, -1, -1)  # (owned, ghosts, cells, widths) the buffers hold
 
-    def _get(self, name: str, size: int, dtype=np.float64) -> np.ndarray:
-        """The kept buffer ``name`` of at least ``size`` items (a larger one, with headroom, if not)."""
-        a = self._buf.get(name)
-        if a is None or a.shape[0] < size:
-            a = self._buf[name] = np.empty(max(size + size // 8, 16), dtype)
-        return a
-
-    def _rows(self, nlocal: int):
-        rows = self._buf.get("own_nbr")
-        if rows is None or rows.shape[0] < nlocal or rows.shape[1] != self.widths[0] + 1 \
-                or self._buf["gh_nbr"].shape[1] != self.widths[1] + 1:
-            cap = max(nlocal + nlocal // 8, 16)
-            self._buf["own_nbr"] = np.empty((cap, self.widths[0] + 1), np.int32)
-            self._buf["gh_nbr"] = np.empty((cap, self.widths[1] + 1), np.int32)
-        return (self._get("own_cnt", nlocal, np.int64), self._buf["own_nbr"],
-                self._get("gh_cnt", nlocal, np.int64), self._buf["gh_nbr"])
+    def _buffers(self, nlocal: int, ng: int, ncells: int) -> None:
+        """The kept buffers, for ``nlocal`` owned rows, ``ng`` ghosts and ``ncells`` cells, with headroom."""
+        o, g = nlocal + nlocal // 8 + 16, ng + ng // 8 + 16
+        self.ostart, self.gstart = np.empty(ncells + 1, np.int64), np.empty(ncells + 1, np.int64)
+        self.cell = np.empty(o + g, np.int64)
+        # records, and the stencils' copies (a block's stencil holds no more than all): a record of room past
+        # the last for _copy, eight candidates' for the vector scan
+        self.orec, self.bo = np.empty(4 * o + 4), np.empty(4 * o + 36)
+        self.grec, self.bg = np.empty(4 * g + 4), np.empty(4 * g + 36)
+        self.near, self.far = np.empty(max(o, g) + 8, np.int64), np.empty(max(o, g) + 8, np.int64)
+        self.own_cnt, self.gh_cnt = np.empty(o, np.int64), np.empty(o, np.int64)
+        self.own_nbr = np.empty((o, self.widths[0] + 1), np.int32)
+        self.gh_nbr = np.empty((o, self.widths[1] + 1), np.int32)
+        self._room = (o, g, ncells, *self.widths)
 
     def build(self, pos, nlocal: int, grid, cut2: float, rc2: float, half: bool):
         """The lists of the owned rows ``pos[:nlocal]`` among all rows of ``pos`` (owned first, then ghosts).
@@ -358,25 +359,20 @@ class VerletLists:
         (as a rebuild leaves them).
         """
         n_all = pos.shape[0]
-        ng = n_all - nlocal
         ncell = grid.ncell
-        stencil = (2 * grid.reach + 1) ** 2 * (2 * grid.reach + BLOCK)
-        ncells = int(ncell[0] * ncell[1] * ncell[2])
-        ostart = self._get("ostart", ncells + 1, np.int64)[:ncells + 1]
-        gstart = self._get("gstart", ncells + 1, np.int64)[:ncells + 1]
-        orec, grec = self._get("orec", 4 * nlocal + 4), self._get("grec", 4 * ng + 4)  # (+ a record: _copy's)
-        most_o, most_g = _records(pos, nlocal, n_all, grid.lo, grid.inv, ncell, self._get("cell", n_all, np.int64),
-                                  ostart, gstart, orec, grec)
-        no, ng = min(nlocal, stencil * most_o), min(ng, stencil * most_g)
-        bo, bg = self._get("bo", 4 * no + 4), self._get("bg", 4 * ng + 4)
-        near, far = self._get("near", max(no, ng) + 8, np.int64), self._get("far", max(no, ng) + 8, np.int64)
+        ncells = grid.cells
+        o, g, c, w0, w1 = self._room
+        if nlocal > o or n_all - nlocal > g or ncells != c or w0 != self.widths[0] or w1 != self.widths[1]:
+            self._buffers(nlocal, n_all - nlocal, ncells)
         while True:
-            own_cnt, own_nbr, gh_cnt, gh_nbr = self._rows(nlocal)
-            most_own, most_gh = _search(ncell, grid.reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ostart,
-                                        gstart, orec, grec, bo, bg, near, far, SIMD, BLOCK)
+            most_own, most_gh = _build(pos, nlocal, n_all, grid.lo, grid.inv, ncell, grid.reach, cut2, rc2, half,
+                                       self.cell, self.ostart, self.gstart, self.orec, self.grec, self.bo, self.bg,
+                                       self.near, self.far, self.own_cnt, self.own_nbr, self.gh_cnt, self.gh_nbr,
+                                       SIMD, BLOCK)
             if most_own <= self.widths[0] and most_gh <= self.widths[1]:
-                return own_cnt[:nlocal], own_nbr[:nlocal], gh_cnt[:nlocal], gh_nbr[:nlocal]
+                return self.own_cnt[:nlocal], self.own_nbr[:nlocal], self.gh_cnt[:nlocal], self.gh_nbr[:nlocal]
             self.widths = [max(self.widths[0], most_own + 8), max(self.widths[1], most_gh + 8)]
+            self._buffers(nlocal, n_all - nlocal, ncells)
 
 
 def build(pos, nlocal, grid, cut2, rc2, half, widths=(64, 64)):

@@ -10,7 +10,8 @@ of ``atoms / ranks`` atoms of the lattice:
   neighbours (the full lists of a multi-threaded rank hold more);
 - each owned atom and each ghost (the atoms within ``cutoff + skin`` of the
   brick): position, force (24 each), id (8), and while the lists are built its
-  cell, its place in the cell order and a sorted copy (8 + 8 + 32): 104 bytes;
+  cell, its place in the cell order, a sorted copy and the search's copy of
+  the stencils (8 + 8 + 32 + 32): 136 bytes;
 - each cell of the neighbour search's grid (cells of at least half the
   ``cutoff + skin``, over the brick and its halo): 24 bytes.
 
@@ -31,7 +32,7 @@ from pympi_gpu.nbody.memory import available_bytes, human_bytes
 __all__ = ["Need", "need", "too_large"]
 
 #: bytes of each owned atom besides its lists, of each atom in the brick or its halo, of each search cell
-OWNED, HELD, CELL = 24 + 24 + 8 + 16, 24 + 24 + 8 + 8 + 8 + 32, 24
+OWNED, HELD, CELL = 24 + 24 + 8 + 16, 24 + 24 + 8 + 8 + 8 + 32 + 32, 24
 #: bytes an atom costs the host on the GPU backend: its initial position, velocity and id
 GPU_HOST = 24 + 24 + 8
 
