@@ -273,7 +273,9 @@ def agree(comm, clock: PhaseClock, signal_number: int, fault: bool) -> tuple[int
 class LoopResult:
     """What the loop measured and made; times in seconds, the largest over the ranks.
 
-    ``median_step_time`` is the largest of the ranks' medians; ``checkpoint``
+    ``median_step_time`` is the largest of the ranks' medians of the time of
+    one iteration of the loop (the step, the ranks' agreement, the writers
+    due), what the wall time over the steps averages; ``checkpoint``
     the file written at the end (None: none); ``energy_drift`` the relative
     change of the total energy from the initial row to the final one (None
     without rows, or where the initial energy is 0 and a relative change
@@ -341,7 +343,6 @@ class Run:
         thermo_next = any(isinstance(w, ThermoRows) and w.due(system.timestep + 1, self.last) for w in self.writers)
         request = self.stop_requested() or 0
         agreed = system.advance(thermo_next, request)
-        self.step_times.append(time.perf_counter() - t)
         due = [w for w in self.writers if w.due(system.timestep, self.last)]
         sync = system.timestep == self.last or any(w.writes_state for w in due)
         if agreed is None:
@@ -354,6 +355,8 @@ class Run:
         if self.stopped is None:
             for w in due:
                 w.write(self)
+        # the whole iteration, as the mean step (the wall time over the steps) counts it
+        self.step_times.append(time.perf_counter() - t)
 
     def loop(self) -> tuple[float, float]:
         """Start, step to the last step (or a stop); returns (wall, cpu) seconds of the steps."""

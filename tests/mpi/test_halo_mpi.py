@@ -195,3 +195,37 @@ def test_a_plan_keeps_the_messages_of_one_neighbour_stages_that_fit(agree, cpu):
         assert got["kept"] == want
 
     agree(cart, check)
+
+
+def test_exchange_rows_of_any_count(agree):
+    """``_exchange`` as the migration and the ghosts use it, rebuild after rebuild: rows of growing and
+    shrinking counts, none included, different on the two sides, each rank's rows arriving whole at
+    its neighbours, the upper's then the lower's, after the head (one message each way on 2 ranks)."""
+    from pympi_gpu.nbody.lj.halo import _exchange
+    from pympi_gpu.run.phases import PhaseClock
+
+    cart = make_cart("x")
+    lower, upper = cart.Shift(0, 1)
+    me = cart.Get_rank()
+
+    def rows(rank, k, count, part):  # what rank sends in exchange k: count rows, part 0 down, 1 up
+        return np.array([[rank, k, part, i, 0.5] for i in range(count)], float).reshape(count, 5)
+
+    counts = [(3, 2), (5, 0), (400, 17), (0, 1), (2, 900), (1, 1)]  # (down, up) in each exchange
+
+    def count(rank, k):  # odd ranks two exchanges ahead: the two sides' counts differ
+        return counts[(k + 2 * (rank % 2)) % len(counts)]
+
+    def check():
+        for k in range(len(counts)):
+            down, up = count(me, k)
+            buf = np.zeros((down + up + 1, 5))
+            buf[:down], buf[down:down + up] = rows(me, k, down, 0), rows(me, k, up, 1)
+            head = np.full((2, 5), -1.0)
+            got, (c0, c1) = _exchange(cart, buf, down, down + up, lower, upper, 77, PhaseClock(), head=head)
+            want = np.concatenate([head, rows(upper, k, count(upper, k)[0], 0), rows(lower, k, count(lower, k)[1], 1)])
+            assert (c0, c1) == (count(upper, k)[0], count(lower, k)[1])
+            assert got.tobytes() == want.tobytes(), f"exchange {k}"
+
+    agree(cart, check)
+    cart.Free()
