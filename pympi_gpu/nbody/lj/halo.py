@@ -339,7 +339,7 @@ class Halo:
         from ``roff[d]``, ``nrecv[d]`` of them.  A stage whose two neighbours
         are one rank sends one message each way, so its region may be longer
         than its rows: the region is kept, rows of padding and all, while the
-        rows fit it with less than a padding to spare (:func:`_region`; both
+        rows fit it with at most two paddings to spare (:func:`_region`; both
         ranks see the same counts, the sender's rows being the receiver's
         ghosts, so they agree on it), and with it the persistent messages.
         """
