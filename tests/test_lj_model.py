@@ -186,13 +186,14 @@ def test_engine_kernels_do_the_numpy_operations():
     kc.cell_order(folded, ids, n, lo, inv, ncell, order, np.empty(n, np.int64), np.empty(65, np.int64))
     cell_of = kc.bin_atoms(folded, n, lo, inv, ncell)[0]
     assert np.array_equal(order, np.lexsort((ids, cell_of)))
-    # what a rebuild moves: packed as [x v f id] (the finite test on the way), then sorted into the state
+    # what a rebuild moves: packed as [x v f id], the positions folded (the finite test on the way), then
+    # sorted into the state
     packed = np.empty((n, 10))
-    assert kc.pack_migrants(folded, v, f, ids, n, packed)
+    assert kc.pack_migrants(x, v, f, ids, n, packed, box)
     assert packed.tobytes() == np.column_stack([folded, v, f, ids.astype(np.float64)]).tobytes()
     f_bad = f.copy()
     f_bad[7, 2] = np.inf
-    assert not kc.pack_migrants(folded, v, f_bad, ids, n, np.empty((n, 10)))
+    assert not kc.pack_migrants(x, v, f_bad, ids, n, np.empty((n, 10)), box)
     pos, vel, frc, x0 = (np.empty((n, 3)) for _ in range(4))
     gid = np.empty(n, np.int64)
     kc.sort_migrants(packed, n, lo, inv, ncell, np.empty(n, np.int64), np.empty(n, np.int64), np.empty(65, np.int64),

@@ -233,15 +233,16 @@ class Halo:
         both = self.migrate_rows(np.column_stack([np.asarray(x, dtype=np.float64), rows]))
         return np.ascontiguousarray(both[:, :3]), np.ascontiguousarray(both[:, 3:])
 
-    def migrate_rows(self, rows: np.ndarray) -> np.ndarray:
+    def migrate_rows(self, rows: np.ndarray, wrapped: bool = False) -> np.ndarray:
         """:meth:`migrate` of rows ``(n, 3 + k)`` whose first three columns are the positions, in place.
 
         Returns the rows this brick owns afterwards: ``rows`` itself, or
-        where atoms left or came, a new array.
+        where atoms left or came, a new array.  ``wrapped``: the positions
+        are in the box already.
         """
         t0 = time.perf_counter()
-        b = self.brick
-        kc.wrap_rows(rows, rows.shape[0], b.box)
+        if not wrapped:
+            kc.wrap_rows(rows, rows.shape[0], self.brick.box)
         for d in range(3):
             if self.remote[d]:
                 rows = self._migrate_dim(d, rows)

@@ -89,6 +89,7 @@ class HostAtoms:
         self._verlet = VerletLists(system.grid.capacity) if config.newton else None
         self.cap = list(system.grid.capacity)
         self._work: dict[str, np.ndarray] = {}
+        self._sort_space = None
         self._sums = np.zeros(4)
         self._programs = {(refresh, kick): _program(self.halo.remote, refresh, kick)
                           for refresh in (True, False) for kick in (True, False)}
@@ -106,6 +107,15 @@ class HostAtoms:
             a = self._work[name] = np.empty((shape[0] + shape[0] // 4 + 64, *shape[1:]), dtype)
         return a
 
+    def _sorting(self, n: int):
+        """The kept buffers of a rebuild's sort for ``n`` owned atoms: ``(x0, order, cell, start)``."""
+        space = self._sort_space
+        if space is None or space[0].shape[0] < n:
+            rows = n + n // 4 + 64
+            space = self._sort_space = (np.empty((rows, 3)), np.empty(rows, np.int64), np.empty(rows, np.int64),
+                                        np.empty(self.system.grid.cells + 1, np.int64))
+        return space
+
     # -- neighbour lists --------------------------------------------------
     def rebuild(self, checked: bool = False) -> None:
         """Migrate, sort by cell, rebuild ghosts and Verlet lists; collective.
@@ -121,18 +131,18 @@ class HostAtoms:
         t0 = time.perf_counter()
         n = self.nlocal
         rows = self._buffer("rows", (n, 10))[:n]
-        finite = kc.pack_migrants(self.pos, self.v, self.f, self.ids, n, rows)
-        rows = self.halo.migrate_rows(rows)
+        finite = kc.pack_migrants(self.pos, self.v, self.f, self.ids, n, rows, self.config.box)
+        rows = self.halo.migrate_rows(rows, wrapped=True)
         n = rows.shape[0]
         if not checked:
             self.system.agree_migration(n, finite)
         grid = self.system.grid
         new = self._spare
         new.ensure(n)
-        self.x0 = self._buffer("x0", (n, 3))[:n]
-        kc.sort_migrants(rows, n, grid.lo, grid.inv, grid.ncell, self._buffer("order", (n,), np.int64),
-                         self._buffer("cell", (n,), np.int64), self._buffer("start", (grid.cells + 1,), np.int64),
-                         new.pos, new.v, new.f, new.gid, self.x0)
+        x0, order, cell, start = self._sorting(n)
+        self.x0 = x0[:n]
+        kc.sort_migrants(rows, n, grid.lo, grid.inv, grid.ncell, order, cell, start, new.pos, new.v, new.f, new.gid,
+                         self.x0)
         new.pos, new.gid, n_all = self.halo.build(new.pos, new.gid, n)
         if new.f.shape[0] < new.pos.shape[0]:  # the ghosts needed more rows: the other arrays follow
             new.f, new.v = grown(new.f, n, new.pos.shape[0]), grown(new.v, n, new.pos.shape[0])

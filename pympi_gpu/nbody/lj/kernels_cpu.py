@@ -456,13 +456,15 @@ def kick_serial(v, f, h, n):
 
 
 @njit(nogil=True, cache=True)
-def pack_migrants(pos, v, f, ids, n, rows):
-    """``rows[:n] = [x v f id]`` of the owned atoms (ids exact in float64), what a migration moves;
-    returns whether every velocity and force was finite."""
+def pack_migrants(pos, v, f, ids, n, rows, box):
+    """``rows[:n] = [x v f id]`` of the owned atoms (ids exact in float64), what a migration moves, the
+    positions folded into ``[0, box)`` (:func:`wrap_rows`); returns whether every velocity and force was
+    finite."""
     ok = True
     for i in range(n):
         for e in range(3):
-            rows[i, e] = pos[i, e]
+            w = pos[i, e] - box * np.floor(pos[i, e] / box)
+            rows[i, e] = 0.0 if w >= box else w
             rows[i, 3 + e] = v[i, e]
             rows[i, 6 + e] = f[i, e]
             ok &= np.isfinite(v[i, e]) & np.isfinite(f[i, e])
@@ -753,7 +755,7 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
     rows = np.zeros((8, 10))
     copy_rows(pos, 0, n, x)
     put_rows(x, np.int64(0), n, pos)
-    pack_migrants(x, v, f, gid, n, rows)
+    pack_migrants(x, v, f, gid, n, rows, 3.0)
     wrap_rows(rows, n, 3.0)
     leaving_rows(rows, n, 1.0, 2, 0, 0, rows.copy(), rows.copy())
     order, cell, start = np.zeros(8, np.int64), np.zeros(8, np.int64), np.zeros(64, np.int64)

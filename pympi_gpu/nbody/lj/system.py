@@ -29,6 +29,7 @@ rebuild folds them).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -88,7 +89,7 @@ class CellGrid:
     reach: int
     capacity: tuple[int, int]
 
-    @property
+    @functools.cached_property
     def cells(self) -> int:
         """How many cells the grid has."""
         return int(self.ncell[0] * self.ncell[1] * self.ncell[2])
