@@ -5,8 +5,9 @@ go on and must not be written over a good checkpoint.  Each model checks its
 state where it already meets the other ranks, so that every rank reaches the
 same verdict from one reduction, and raises :class:`BlowUp` on every rank
 together: the LJ model at every step's rebuild test (the largest displacement,
-a non-finite one counting as infinite), at every rebuild (atoms lost or
-duplicated, non-finite velocities or forces) and at every thermo and
+a non-finite one counting as infinite), at a rebuild (atoms lost or
+duplicated, non-finite velocities or forces: on the CPU only the first,
+which follows no displacement test) and at every thermo and
 checkpoint step; the gravity model at every step's stop agreement (non-finite
 positions or velocities).  The command line turns it into one message and
 exit status :data:`EXIT_STATUS`.
