@@ -107,13 +107,14 @@ def test_neighbor_lists_match_brute_force(half):
 
 @pytest.mark.parametrize("half", [True, False])
 @pytest.mark.parametrize("box", [7.0, 9.3])
-@pytest.mark.parametrize("simd", [True, False])
+@pytest.mark.parametrize("simd", [8, 4, 1])
 @pytest.mark.parametrize("block", [1, 2, 4])
 def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, block, monkeypatch):
     """The one-thread engine's build (lists_cpu) lists the same neighbours in the same order, row for
-    row, as neighbor_lists (the GPU's build is held to the latter), with the vector scan and without,
-    and whatever the cells a gather serves (1, or blocks of 2 or 4 that do not divide a column's 9 or
-    10 cells); a row too long for the first widths is built again wider, not cut."""
+    row, as neighbor_lists (the GPU's build is held to the latter), with each scan (eight lanes and a
+    compress, four lanes and a table, one at a time: LLVM compiles the vector code for any CPU), and
+    whatever the cells a gather serves (1, or blocks of 2 or 4 that do not divide a column's 9 or 10
+    cells); a row too long for the first widths is built again wider, not cut."""
     from pympi_gpu.nbody.lj import lists_cpu
     from pympi_gpu.nbody.lj.lists_cpu import VerletLists
     from pympi_gpu.nbody.lj.system import CellGrid
@@ -139,11 +140,26 @@ def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, bloc
     assert lists.widths[0] >= got[0].max() > 4 and lists.widths[1] >= got[2].max() > 4
 
 
+@pytest.mark.parametrize("name, features, lanes", [
+    (None, "+avx512f,+avx2,+fma", 8), (None, "+avx2,+fma,-avx512f", 4), (None, "+sse4.2,+neon", 1),
+    ("generic", None, 1), ("znver3", None, 1)])
+def test_the_scan_lanes_follow_the_cpu_numba_compiles_for(name, features, lanes, monkeypatch):
+    """Eight lanes where numba is told AVX-512, four where AVX2, else one; a CPU named without its
+    features counts as having none (the code must run on every CPU the name covers)."""
+    from numba.core import config
+
+    from pympi_gpu.nbody.lj import lists_cpu
+
+    monkeypatch.setattr(config, "CPU_NAME", name)
+    monkeypatch.setattr(config, "CPU_FEATURES", features)
+    assert lists_cpu._vector_lanes() == lanes
+
+
 def test_serial_lists_without_avx512_compress(tmp_path):
-    """Where numba compiles for a CPU without AVX-512 (an AVX2 node; ``NUMBA_CPU_NAME=generic``), the
-    scan takes one candidate at a time (the vector scan needs AVX-512's compress), and the module, its
-    vector code included, still compiles there: the rows are still the parallel build's, row for row
-    (the test above, run again in a process compiling for that CPU, with a cache of its own)."""
+    """Where numba compiles for a CPU named without features (``NUMBA_CPU_NAME=generic``: an image
+    built for any x86-64) the scan takes one candidate at a time, and the module, its vector code
+    included, still compiles there: the rows are still the parallel build's, row for row (the test
+    above, run again in a process compiling for that CPU, with a cache of its own)."""
     import sys
 
     from conftest import ROOT, clean_env, run
@@ -152,10 +168,10 @@ def test_serial_lists_without_avx512_compress(tmp_path):
     env.pop("NUMBA_CPU_FEATURES", None)
     probe = run([sys.executable, "-c", "from pympi_gpu.nbody.lj import lists_cpu as m; print(m.SIMD)"],
                 env=env, cwd=ROOT)
-    assert probe.stdout.split() == ["False"], probe.stderr
+    assert probe.stdout.split() == ["1"], probe.stderr
     out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::"
                "test_serial_lists_equal_the_parallel_build_row_for_row"], env=env, cwd=ROOT, timeout=600)
-    assert out.returncode == 0 and "24 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 0 and "36 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
 
 
 def test_engine_kernels_do_the_numpy_operations():

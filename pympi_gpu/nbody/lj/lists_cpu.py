@@ -18,11 +18,14 @@ stencil in the block's other cells; they are more than the list radius away
 (cells are at least half of it wide) and are never listed, so the rows are
 the same as one cell's stencil at a time gives, in the same order.  A copy
 serves more atoms and costs less than the candidates it adds (copies of a
-few records each are what the search spent its time on).  On AVX-512 the scan takes eight
-candidates at a time with vector code and no branch: the kept ones are
-compressed into a register (one ``vpcompressq``) and stored whole, into
-two index lists (within ``rc``, within ``rc + skin``), whose lengths grow
-by the test's outcome; elsewhere one at a time, the same way.  The half
+few records each are what the search spent its time on).  The scan has
+no branch: every candidate tested is written to two index lists (within
+``rc``, within ``rc + skin``), whose lengths grow by the test's outcome.
+On AVX-512 it takes eight candidates at a time with vector code, the kept
+ones compressed into a register (one ``vpcompressq``) and stored whole;
+on AVX2, which has no compress, four at a time, the kept lanes' positions
+read from a table of the sixteen masks' compressions (:data:`_LANES4`)
+and stored whole; elsewhere one at a time.  The half
 lists' rule for owned pairs (``j > i``, the atoms sorted by (cell, id)) is
 where the scan starts, and every ghost within reach is listed: with half
 lists the halo is a half shell (:class:`~pympi_gpu.nbody.lj.halo.Halo`),
@@ -56,8 +59,9 @@ def cell_index(pos, i, lo, inv, ncell):
     return (cx * ncell[1] + cy) * ncell[2] + cz
 
 
-def _avx512() -> bool:
-    """Does numba compile for a CPU with AVX-512 (where :func:`_scan8`'s compress is one instruction)?
+def _vector_lanes() -> int:
+    """The candidates the scan tests at a time on the CPU numba compiles for: 8 with AVX-512 (where
+    :func:`_scan8`'s compress is one instruction), 4 with AVX2 (:func:`_scan4`), else 1.
 
     The features numba is told (``NUMBA_CPU_FEATURES``, as ``jitcache.tune_cpu``
     sets them) or, for the host CPU, the host's; a CPU named without features
@@ -69,18 +73,20 @@ def _avx512() -> bool:
     if config.CPU_FEATURES is not None:
         features = config.CPU_FEATURES
     elif config.CPU_NAME not in (None, "host"):
-        return False
+        return 1
     else:
         features = ll.get_host_cpu_features().flatten()
-    return "+avx512f" in features.split(",")
+    features = features.split(",")
+    return 8 if "+avx512f" in features else 4 if "+avx2" in features else 1
 
 
-#: scan eight candidates at a time with vector code (AVX-512 hosts, where the compress of the kept ones is one
-#: instruction; elsewhere one at a time, the same lists: measured on AVX2 code, the scalar scan was the faster)
-SIMD = _avx512()
+#: the candidates the scan tests at a time (the same lists whatever it is): 8 on AVX-512, 4 on AVX2 (measured
+#: on Zen 3: a build 0.69-0.74x the scalar scan's at 250 and 2,000 atoms a rank), else 1
+SIMD = _vector_lanes()
 #: cells of a column along z whose atoms share one gather of their stencils' candidates (measured: with
-#: the vector scan the more candidates cost less than the gathers saved; the scalar scan pays more for them)
-BLOCK = 4 if SIMD else 2
+#: eight lanes the more candidates cost less than the gathers saved; with four, 2 and 4 were level at 250
+#: atoms a rank and 2 ahead at 2,000; one at a time pays more for them)
+BLOCK = 4 if SIMD == 8 else 2
 
 
 _F64, _I64, _I32, _I8, _I1 = ir.DoubleType(), ir.IntType(64), ir.IntType(32), ir.IntType(8), ir.IntType(1)
@@ -237,19 +243,72 @@ def _scan8(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c):
     return sig, codegen
 
 
+#: AVX2's compress as a table: row m holds the lanes set in the 4-lane mask m, in order (then zeros)
+_LANES4 = np.array([[j for j in range(4) if m >> j & 1] + [0] * (4 - bin(m).count("1")) for m in range(16)],
+                   np.int64)
+
+
+@intrinsic
+def _scan4(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lut):
+    """Records ``k..k+3`` of ``b`` as :func:`_scan8` treats eight, in 4-lane vectors (AVX2).
+
+    The kept lanes of each mask are row ``mask`` of ``lut`` (:data:`_LANES4`),
+    added to ``k`` and stored whole at ``near[a]`` and ``far[c]`` (4 entries
+    of room past their counts).
+    """
+    sig = types.UniTuple(types.int64, 2)(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lut)
+    V4D, V4L, I4 = ir.VectorType(_F64, 4), ir.VectorType(_I64, 4), ir.IntType(4)
+
+    def codegen(context, builder, signature, args):
+        b_, k_, xi_, yi_, zi_, rc2_, cut2_, near_, far_, a_, c_, lut_ = args
+        rec = context.make_array(signature.args[0])(context, builder, b_).data
+        table = context.make_array(signature.args[11])(context, builder, lut_).data
+        vec16 = ir.VectorType(_F64, 16)
+        v = builder.load(builder.bitcast(builder.gep(rec, [builder.mul(k_, ir.Constant(_I64, 4))]),
+                                         vec16.as_pointer()), align=8)
+
+        def splat(value, vt=V4D):
+            one = builder.insert_element(ir.Constant(vt, ir.Undefined), value, ir.Constant(_I32, 0))
+            return builder.shuffle_vector(one, ir.Constant(vt, ir.Undefined), _lanes(0, 0, 0, 0))
+
+        xyz = [builder.shuffle_vector(v, ir.Constant(vec16, ir.Undefined), _lanes(*range(e, 16, 4))) for e in range(3)]
+        dx, dy, dz = (builder.fsub(splat(q), w) for q, w in zip((xi_, yi_, zi_), xyz))
+        d2 = builder.fadd(builder.fadd(builder.fmul(dx, dx), builder.fmul(dy, dy)), builder.fmul(dz, dz))
+        r = splat(rc2_)
+        masks = (builder.fcmp_ordered("<", d2, r),
+                 builder.and_(builder.fcmp_ordered(">=", d2, r), builder.fcmp_ordered("<", d2, splat(cut2_))))
+        base = splat(k_, V4L)
+        popcount = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
+        out = []
+        for arr, ty, count, mask in ((near_, signature.args[7], a_, masks[0]), (far_, signature.args[8], c_, masks[1])):
+            bits = builder.zext(builder.bitcast(mask, I4), _I64)
+            lanes = builder.load(builder.bitcast(builder.gep(table, [builder.mul(bits, ir.Constant(_I64, 4))]),
+                                                 V4L.as_pointer()), align=8)
+            dst = builder.gep(context.make_array(ty)(context, builder, arr).data, [count])
+            builder.store(builder.add(base, lanes), builder.bitcast(dst, V4L.as_pointer()), align=8)
+            out.append(builder.add(count, builder.call(popcount, [bits])))
+        return context.make_tuple(builder, signature.return_type, out)
+
+    return sig, codegen
+
+
 @njit(cache=True, inline="always")
 def _scan(xi, yi, zi, b0, b1, b, cut2, rc2, near, far, a, c, simd):
     """Candidates ``[b0, b1)`` of the buffer ``b``: those within rc to ``near[a:]``, the skin's to ``far[c:]``.
 
     Every candidate is written to both lists and each list's length grows
-    by its test's outcome: no branch.  With ``simd`` (AVX-512), eight at a
-    time (:func:`_scan8`), the rest one by one.
+    by its test's outcome: no branch.  ``simd`` (:data:`SIMD`) candidates
+    at a time (:func:`_scan8`, :func:`_scan4`), the rest one by one.
     """
     k = b0
-    if simd:
+    if simd == 8:
         while k + 8 <= b1:
             a, c = _scan8(b, k, xi, yi, zi, rc2, cut2, near, far, a, c)
             k += 8
+    elif simd == 4:
+        while k + 4 <= b1:
+            a, c = _scan4(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, _LANES4)
+            k += 4
     for q in range(u64(k), u64(b1)):
         dx = xi - b[4 * q]
         dy = yi - b[4 * q + 1]
@@ -291,7 +350,7 @@ def _search(ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ost
         m0 = ostart[c]
         if c < c1 or ostart[c + 1] == m0:  # in the last block, or no atom to start one
             continue
-        c1 = min(c + block, c - c % n2 + n2)  # a block: this cell and the next along z, in one column
+        c1 = min(c + block, c - c % n2 + n2)  # a block: BLOCK cells of one column along z, or fewer
         m1 = ostart[c1]
         nbo, nbg, bself = _gather(c, c1, ncell, reach, half, ostart, gstart, orec, grec, bo, bg)
         for m in range(m0, m1):
