@@ -72,7 +72,7 @@ _NONE = np.empty((0, 3))  # "no message": the kernels copy to and from the brick
 
 
 def _exchange(comm, buf, split: int, total: int, lower: int, upper: int, tag: int, clock: PhaseClock,
-              head=None) -> tuple[np.ndarray, tuple[int, int]]:
+              into=None, at: int = 0) -> tuple[np.ndarray, tuple[int, int]]:
     """Send ``buf[:split]`` to ``lower`` and ``buf[split:total]`` to ``upper``; receive theirs.
 
     Rows are 2-D float64 of any count: a receive learns its size from a
@@ -80,12 +80,13 @@ def _exchange(comm, buf, split: int, total: int, lower: int, upper: int, tag: in
     one rank (two bricks along the dimension), the rows go as one message
     each way, the split in one more row (``buf`` needs that row of room).
     Returns the rows received, the upper neighbour's then the lower's, in
-    one array (after a copy of ``head``'s rows, if given), and their counts.
+    one array, and their counts.  ``into``: the rows go to ``into[at:]``,
+    after its first ``at`` rows, and the array returned holds those too;
+    where they do not fit (the split's row included), a larger copy of them.
     """
     from mpi4py import MPI
 
     width = buf.shape[1]
-    at = 0 if head is None else head.shape[0]
     status = MPI.Status()
     if lower == upper:
         buf[total, 0] = split
@@ -93,12 +94,10 @@ def _exchange(comm, buf, split: int, total: int, lower: int, upper: int, tag: in
         clock.sent(buf[:total + 1].nbytes, 1)
         comm.Probe(lower, tag, status)
         m = status.Get_count(MPI.DOUBLE) // width
-        out = np.empty((at + m, width))
-        comm.Recv(out[at:], lower, tag)
+        out = _with_room(into, at, at + m, width)
+        comm.Recv(out[at:at + m], lower, tag)
         req.Wait()
         c0 = int(out[at + m - 1, 0])  # the neighbour's split: its rows sent down came first
-        if at:
-            out[:at] = head
         return out[:at + m - 1], (c0, m - 1 - c0)
     reqs = [comm.Isend(buf[:split], lower, tag), comm.Isend(buf[split:total], upper, tag + 2)]
     clock.sent(buf[:total].nbytes, 2)
@@ -106,13 +105,22 @@ def _exchange(comm, buf, split: int, total: int, lower: int, upper: int, tag: in
     for source, t in ((upper, tag), (lower, tag + 2)):
         comm.Probe(source, t, status)
         counts.append(status.Get_count(MPI.DOUBLE) // width)
-    out = np.empty((at + counts[0] + counts[1], width))
-    if at:
-        out[:at] = head
+    m = at + counts[0] + counts[1]
+    out = _with_room(into, at, m, width)
     comm.Recv(out[at:at + counts[0]], upper, tag)
-    comm.Recv(out[at + counts[0]:], lower, tag + 2)
+    comm.Recv(out[at + counts[0]:m], lower, tag + 2)
     MPI.Request.Waitall(reqs)
-    return out, (counts[0], counts[1])
+    return out[:m], (counts[0], counts[1])
+
+
+def _with_room(into, at: int, rows: int, width: int) -> np.ndarray:
+    """``into`` if it has ``rows`` rows, else a new array (with room to spare) holding its first ``at``."""
+    if into is not None and into.shape[0] >= rows:
+        return into
+    out = np.empty((rows + rows // 4 + 64 if into is not None else rows, width))
+    if at:
+        out[:at] = into[:at]
+    return out
 
 
 class _Stage:
@@ -233,27 +241,32 @@ class Halo:
         both = self.migrate_rows(np.column_stack([np.asarray(x, dtype=np.float64), rows]))
         return np.ascontiguousarray(both[:, :3]), np.ascontiguousarray(both[:, 3:])
 
-    def migrate_rows(self, rows: np.ndarray, wrapped: bool = False) -> np.ndarray:
+    def migrate_rows(self, rows: np.ndarray, n: int | None = None, wrapped: bool = False) -> np.ndarray:
         """:meth:`migrate` of rows ``(n, 3 + k)`` whose first three columns are the positions, in place.
 
-        Returns the rows this brick owns afterwards: ``rows`` itself, or
-        where atoms left or came, a new array.  ``wrapped``: the positions
-        are in the box already.
+        ``rows``: a buffer whose first ``n`` rows (all, if None) are the
+        atoms (a view is copied first).  Returns the rows this brick owns afterwards: the first rows
+        of ``rows`` (those staying, then those that came), or where the
+        buffer is too short for them, of a larger one.  ``wrapped``: the
+        positions are in the box already.
         """
         t0 = time.perf_counter()
+        n = rows.shape[0] if n is None else n
+        if rows.base is not None:  # a view: the arrivals go to a buffer of its own
+            rows = rows[:n].copy()
         if not wrapped:
-            kc.wrap_rows(rows, rows.shape[0], self.brick.box)
+            kc.wrap_rows(rows, n, self.brick.box)
         for d in range(3):
             if self.remote[d]:
-                rows = self._migrate_dim(d, rows)
+                rows, n = self._migrate_dim(d, rows, n)
         self.comm_time += time.perf_counter() - t0
         self.clock.add("communication", time.perf_counter() - t0)
-        return rows
+        return rows[:n]
 
-    def _migrate_dim(self, d: int, rows: np.ndarray) -> np.ndarray:
-        """One dimension of :meth:`migrate_rows`: the atoms that left along d to their neighbours."""
+    def _migrate_dim(self, d: int, rows: np.ndarray, n: int) -> tuple[np.ndarray, int]:
+        """One dimension of :meth:`migrate_rows`: the atoms that left along d to their neighbours, those
+        that came after the ones staying (in ``rows`` while they fit); ``(buffer, rows held)``."""
         b = self.brick
-        n = rows.shape[0]
         out = self._leaving = _rows_for(self._leaving, 2 * n + 1, rows.shape[1])
         stay, nd, nu = kc.leaving_rows(rows, n, b.dims[d] / b.box, b.dims[d], b.coords[d], d, out[:n], out[n:])
         if stay < 0:
@@ -261,9 +274,9 @@ class Halo:
                                "(the system is unstable: is dt too large?)")
         if nu:  # the rows going up after those going down
             out[nd:nd + nu] = out[n:n + nu]
-        both, _ = _exchange(self.cart, out, nd, nd + nu, *self.nbrs[d], _TAG_MIGRATE + 4 * d, self.clock,
-                            head=rows[:stay])
-        return both
+        came, _ = _exchange(self.cart, out, nd, nd + nu, *self.nbrs[d], _TAG_MIGRATE + 4 * d, self.clock,
+                            into=rows, at=stay)
+        return came.base, came.shape[0]  # (the rows of a buffer that owns its memory, as ``rows`` does)
 
     # -- the ghost plan -----------------------------------------------------
     def borders(self, x: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -130,9 +130,9 @@ class HostAtoms:
         """
         t0 = time.perf_counter()
         n = self.nlocal
-        rows = self._buffer("rows", (n, 10))[:n]
+        rows = self._buffer("rows", (n, 10))
         finite = kc.pack_migrants(self.pos, self.v, self.f, self.ids, n, rows, self.config.box)
-        rows = self.halo.migrate_rows(rows, wrapped=True)
+        rows = self.halo.migrate_rows(rows, n, wrapped=True)
         n = rows.shape[0]
         if not checked:
             self.system.agree_migration(n, finite)

@@ -455,16 +455,22 @@ def kick_serial(v, f, h, n):
             v[i, d] += h * f[i, d]
 
 
+@njit(cache=True, inline="always")
+def _fold(x, box):
+    """``x`` folded into ``[0, box)``: :func:`~pympi_gpu.nbody.lj.domain.wrap`'s operations on one value."""
+    w = x - box * np.floor(x / box)
+    return 0.0 if w >= box else w
+
+
 @njit(nogil=True, cache=True)
 def pack_migrants(pos, v, f, ids, n, rows, box):
     """``rows[:n] = [x v f id]`` of the owned atoms (ids exact in float64), what a migration moves, the
-    positions folded into ``[0, box)`` (:func:`wrap_rows`); returns whether every velocity and force was
+    positions folded into ``[0, box)`` (:func:`_fold`); returns whether every velocity and force was
     finite."""
     ok = True
     for i in range(n):
         for e in range(3):
-            w = pos[i, e] - box * np.floor(pos[i, e] / box)
-            rows[i, e] = 0.0 if w >= box else w
+            rows[i, e] = _fold(pos[i, e], box)
             rows[i, 3 + e] = v[i, e]
             rows[i, 6 + e] = f[i, e]
             ok &= np.isfinite(v[i, e]) & np.isfinite(f[i, e])
@@ -477,8 +483,7 @@ def wrap_rows(x, n, box):
     """Fold the first n rows into ``[0, box)`` in place, as :func:`~pympi_gpu.nbody.lj.domain.wrap` does."""
     for i in range(n):
         for d in range(3):
-            w = x[i, d] - box * np.floor(x[i, d] / box)
-            x[i, d] = 0.0 if w >= box else w
+            x[i, d] = _fold(x[i, d], box)
 
 
 @njit(nogil=True, cache=True)
@@ -775,25 +780,13 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
     reverse_stages(f, pidx, poff, pstart, 0, 3, none)
     sums = np.zeros(4)
     every = np.array([[op, 0] for op in range(len(OPS))], np.int64)
+    from pympi_gpu.nbody.lj.system import CellGrid  # (system imports this module)
+
+    grid = CellGrid(lo, inv, ncell, reach=1, capacity=(8, 8))
     for half in (True, False):
-        grid = _Grid(lo, inv, ncell)
         lists = build_lists(pos, n, grid, 1.0, 0.5, half, widths=(8, 8))
         if half:
             for eflag in (True, False):
                 forces.run_ops(every, x, f, v, n, 0.1, *lists, 1.0, eflag, pidx, poff, pshift, pstart, none, none,
                                none, none, np.zeros(4, np.int64), np.zeros(4, np.int64),
                                np.zeros(3, np.int64), sums)
-
-
-class _Grid(NamedTuple):
-    """The fields of a :class:`~pympi_gpu.nbody.lj.system.CellGrid` a list build reads."""
-
-    lo: np.ndarray
-    inv: np.ndarray
-    ncell: np.ndarray
-    reach: int = 1
-
-    @property
-    def cells(self) -> int:
-        return int(self.ncell[0] * self.ncell[1] * self.ncell[2])
-
