@@ -780,13 +780,24 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
     reverse_stages(f, pidx, poff, pstart, 0, 3, none)
     sums = np.zeros(4)
     every = np.array([[op, 0] for op in range(len(OPS))], np.int64)
-    from pympi_gpu.nbody.lj.system import CellGrid  # (system imports this module)
-
-    grid = CellGrid(lo, inv, ncell, reach=1, capacity=(8, 8))
     for half in (True, False):
+        grid = _Grid(lo, inv, ncell)
         lists = build_lists(pos, n, grid, 1.0, 0.5, half, widths=(8, 8))
         if half:
             for eflag in (True, False):
                 forces.run_ops(every, x, f, v, n, 0.1, *lists, 1.0, eflag, pidx, poff, pshift, pstart, none, none,
                                none, none, np.zeros(4, np.int64), np.zeros(4, np.int64),
                                np.zeros(3, np.int64), sums)
+
+
+class _Grid(NamedTuple):
+    """The fields of a :class:`~pympi_gpu.nbody.lj.system.CellGrid` a list build reads."""
+
+    lo: np.ndarray
+    inv: np.ndarray
+    ncell: np.ndarray
+    reach: int = 1
+
+    @property
+    def cells(self) -> int:
+        return int(self.ncell[0] * self.ncell[1] * self.ncell[2])
