@@ -199,6 +199,30 @@ def _gather(c, c1, ncell, reach, half, ostart, gstart, orec, grec, bo, bg):
     return nbo, nbg, bself
 
 
+def _masks(context, builder, b_ty, b_, k_, xi_, yi_, zi_, rc2_, cut2_, lanes: int):
+    """The two masks of records ``k..k+lanes-1`` of ``b`` (within ``rc``; within the skin), and ``splat``.
+
+    The squared distances are the scalar loop's operations in its order
+    (``(dx dx + dy dy) + dz dz``, no fused multiply-add).
+    """
+    rec = context.make_array(b_ty)(context, builder, b_).data
+    vt, whole = ir.VectorType(_F64, lanes), ir.VectorType(_F64, 4 * lanes)
+    v = builder.load(builder.bitcast(builder.gep(rec, [builder.mul(k_, ir.Constant(_I64, 4))]), whole.as_pointer()),
+                     align=8)
+
+    def splat(value, ty=vt):
+        one = builder.insert_element(ir.Constant(ty, ir.Undefined), value, ir.Constant(_I32, 0))
+        return builder.shuffle_vector(one, ir.Constant(ty, ir.Undefined), _lanes(*[0] * lanes))
+
+    xyz = [builder.shuffle_vector(v, ir.Constant(whole, ir.Undefined), _lanes(*range(e, 4 * lanes, 4)))
+           for e in range(3)]
+    dx, dy, dz = (builder.fsub(splat(q), w) for q, w in zip((xi_, yi_, zi_), xyz))
+    d2 = builder.fadd(builder.fadd(builder.fmul(dx, dx), builder.fmul(dy, dy)), builder.fmul(dz, dz))
+    r = splat(rc2_)
+    return (builder.fcmp_ordered("<", d2, r),
+            builder.and_(builder.fcmp_ordered(">=", d2, r), builder.fcmp_ordered("<", d2, splat(cut2_)))), splat
+
+
 @intrinsic
 def _scan8(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c):
     """Records ``k..k+7`` of ``b`` as :func:`_scan` treats them, in 8-lane vectors: ``(a, c)`` advanced.
@@ -213,21 +237,7 @@ def _scan8(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c):
 
     def codegen(context, builder, signature, args):
         b_, k_, xi_, yi_, zi_, rc2_, cut2_, near_, far_, a_, c_ = args
-        rec = context.make_array(signature.args[0])(context, builder, b_).data
-        vec32 = ir.VectorType(_F64, 32)
-        v = builder.load(builder.bitcast(builder.gep(rec, [builder.mul(k_, ir.Constant(_I64, 4))]),
-                                         vec32.as_pointer()), align=8)
-
-        def splat(value, vt=_V8D):
-            one = builder.insert_element(ir.Constant(vt, ir.Undefined), value, ir.Constant(_I32, 0))
-            return builder.shuffle_vector(one, ir.Constant(vt, ir.Undefined), _lanes(*[0] * 8))
-
-        xyz = [builder.shuffle_vector(v, ir.Constant(vec32, ir.Undefined), _lanes(*range(e, 32, 4))) for e in range(3)]
-        dx, dy, dz = (builder.fsub(splat(q), w) for q, w in zip((xi_, yi_, zi_), xyz))
-        d2 = builder.fadd(builder.fadd(builder.fmul(dx, dx), builder.fmul(dy, dy)), builder.fmul(dz, dz))
-        r = splat(rc2_)
-        masks = (builder.fcmp_ordered("<", d2, r),
-                 builder.and_(builder.fcmp_ordered(">=", d2, r), builder.fcmp_ordered("<", d2, splat(cut2_))))
+        masks, splat = _masks(context, builder, signature.args[0], b_, k_, xi_, yi_, zi_, rc2_, cut2_, 8)
         idx = builder.add(splat(k_, _V8L), ir.Constant(_V8L, [ir.Constant(_I64, j) for j in range(8)]))
         compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V8L, [_V8L, _V8B, _V8L]),
                                                   "llvm.experimental.vector.compress.v8i64")
@@ -257,26 +267,12 @@ def _scan4(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lut):
     of room past their counts).
     """
     sig = types.UniTuple(types.int64, 2)(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lut)
-    V4D, V4L, I4 = ir.VectorType(_F64, 4), ir.VectorType(_I64, 4), ir.IntType(4)
+    V4L, I4 = ir.VectorType(_I64, 4), ir.IntType(4)
 
     def codegen(context, builder, signature, args):
         b_, k_, xi_, yi_, zi_, rc2_, cut2_, near_, far_, a_, c_, lut_ = args
-        rec = context.make_array(signature.args[0])(context, builder, b_).data
         table = context.make_array(signature.args[11])(context, builder, lut_).data
-        vec16 = ir.VectorType(_F64, 16)
-        v = builder.load(builder.bitcast(builder.gep(rec, [builder.mul(k_, ir.Constant(_I64, 4))]),
-                                         vec16.as_pointer()), align=8)
-
-        def splat(value, vt=V4D):
-            one = builder.insert_element(ir.Constant(vt, ir.Undefined), value, ir.Constant(_I32, 0))
-            return builder.shuffle_vector(one, ir.Constant(vt, ir.Undefined), _lanes(0, 0, 0, 0))
-
-        xyz = [builder.shuffle_vector(v, ir.Constant(vec16, ir.Undefined), _lanes(*range(e, 16, 4))) for e in range(3)]
-        dx, dy, dz = (builder.fsub(splat(q), w) for q, w in zip((xi_, yi_, zi_), xyz))
-        d2 = builder.fadd(builder.fadd(builder.fmul(dx, dx), builder.fmul(dy, dy)), builder.fmul(dz, dz))
-        r = splat(rc2_)
-        masks = (builder.fcmp_ordered("<", d2, r),
-                 builder.and_(builder.fcmp_ordered(">=", d2, r), builder.fcmp_ordered("<", d2, splat(cut2_))))
+        masks, splat = _masks(context, builder, signature.args[0], b_, k_, xi_, yi_, zi_, rc2_, cut2_, 4)
         base = splat(k_, V4L)
         popcount = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
         out = []
