@@ -88,3 +88,62 @@ def test_too_late_once_numba_is_loaded():
     import numba  # noqa: F401  (loaded by the test process already)
 
     assert jitcache.tune_cpu({}) == "too late (numba already imported)"
+
+
+# -- kernels made around kernels: one compile, then the cache in every new process --------------------------
+
+AROUND = """
+import sys
+from numba import njit
+from pympi_gpu.device.jitcache import keyed_by_code
+
+def make(inner):
+    @njit(cache=True)
+    def outer(x):
+        return inner(x) + 1
+    return keyed_by_code(outer) if sys.argv[1] == "keyed" else outer
+
+@njit
+def twice(x):
+    return 2 * x
+
+@njit
+def thrice(x):
+    return 3 * x
+
+a, b = make(twice), make(thrice)
+print(a(1), b(1), a.stats.cache_hits.get(a.signatures[0], 0), b.stats.cache_hits.get(b.signatures[0], 0))
+"""
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_a_kernel_around_a_kernel_loads_from_the_cache_in_a_new_process(tmp_path, keyed):
+    """numba pickles a kernel in a closure with a uuid of the process: only keyed_by_code hits the cache again."""
+    import sys
+
+    from conftest import clean_env, run
+
+    (tmp_path / "around.py").write_text(AROUND)
+    env = clean_env(NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path))
+    argv = [sys.executable, str(tmp_path / "around.py"), "keyed" if keyed else "numba"]
+    first, second = (run(argv, env=env, cwd=tmp_path) for _ in range(2))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout.split() == ["3", "4", "0", "0"]  # the two closures kept apart by their cells
+    assert second.stdout.split() == (["3", "4", "1", "1"] if keyed else ["3", "4", "0", "0"])
+
+
+@pytest.mark.parametrize("model", ["gravity", "lj"])
+def test_a_second_run_compiles_nothing(model):
+    """Every kernel of a run, the force kernels made around a style's or a precision's kernels included,
+    comes from numba's cache in the next process (each rank compiled them again before keyed_by_code)."""
+    import sys
+
+    from conftest import clean_env, run
+
+    argv = [sys.executable, "-m", "pympi_gpu", "nbody", "256" if model == "gravity" else "500", "--model", model,
+            "--steps", "2", "--threads", "1"]
+    env = clean_env(NUMBA_DEBUG_CACHE="1")
+    first, second = run(argv, env=env), run(argv, env=env)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    saved = [line for line in (second.stdout + second.stderr).splitlines() if "data saved" in line]
+    assert saved == [], "\n".join(saved)

@@ -24,17 +24,32 @@ vectors and the n-body force loop nearly 2x, so where the host has AVX-512,
 :func:`tune_cpu` hands numba the host's features minus that one preference.
 ``NUMBA_CPU_NAME`` or ``NUMBA_CPU_FEATURES`` set by the user win (an image
 compiled for a generic CPU, say), and ``PYMPI_WIDE_VECTORS=0`` turns this off.
+
+Kernels made around kernels
+---------------------------
+numba keys the cache entry of a closure by pickling its cells, and a compiled
+kernel (a ``Dispatcher``) pickles with a uuid drawn afresh in every process.
+A kernel that a factory compiles around another kernel (the LJ force phase
+around a pair style's half-list kernel, gravity's ``accel`` around its
+``rsqrt``) therefore missed the cache in every new process: each rank compiled
+it again at start-up (1-2 s on a 2-core Zen 3) and added one more entry to the
+index, which grew by one per run.  :func:`keyed_by_code` keys such a kernel by
+what numba compiles from the kernels in its cells, their code, cells and
+options, the same in every process.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import io
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["configure", "cache_dir_writable", "tune_cpu", "host_cpu"]
+__all__ = ["configure", "cache_dir_writable", "tune_cpu", "host_cpu", "keyed_by_code"]
 
 SEED_ENV = "PYMPI_NUMBA_CACHE_SEED"
 
@@ -162,3 +177,38 @@ def configure() -> str:
         _writable(Path(where))
         os.environ["NUMBA_CACHE_DIR"] = where
     return where
+
+
+def keyed_by_code(kernel):
+    """Key ``kernel``'s on-disk cache entries by the code of the kernels it closes over (see module docs).
+
+    ``kernel``: a ``numba.njit(cache=True)`` function whose cells hold other
+    compiled kernels.  Returns it, its cache replaced.
+    """
+    kernel._cache = _code_keyed_cache()(kernel.py_func)
+    return kernel
+
+
+@functools.cache
+def _code_keyed_cache():
+    """numba's ``FunctionCache`` whose index key pickles a cell's kernel as its function, locals and options."""
+    from numba.core.caching import FunctionCache
+    from numba.core.dispatcher import Dispatcher
+    from numba.core.serialize import NumbaPickler
+
+    class KernelsByCode(NumbaPickler):
+        def reducer_override(self, obj):
+            if isinstance(obj, Dispatcher):  # everything numba's own pickle holds but the uuid
+                return tuple, (("kernel", obj.py_func, obj.locals, obj.targetoptions),)
+            return super().reducer_override(obj)
+
+    class CodeKeyedCache(FunctionCache):
+        def _index_key(self, sig, codegen):
+            func = self._py_func
+            with io.BytesIO() as buf:
+                KernelsByCode(buf, protocol=4).dump(tuple(c.cell_contents for c in func.__closure__ or ()))
+                cells = buf.getvalue()
+            return (sig, codegen.magic_tuple(),
+                    (hashlib.sha256(func.__code__.co_code).hexdigest(), hashlib.sha256(cells).hexdigest()))
+
+    return CodeKeyedCache

@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from pympi_gpu.device.jitcache import keyed_by_code
+
 __all__ = ["NumbaKernels", "NumpyKernels", "direct_sum_fp64", "FLOPS_PER_INTERACTION", "R2_MIN"]
 
 #: the customary count (cuda-samples nbody): 3 sub, 3 fma + 1 add for r^2, rsqrt,
@@ -84,7 +86,7 @@ def _make_accel(dtype):
             ay[i] += ayi
             az[i] += azi
 
-    return accel
+    return keyed_by_code(accel)  # it closes over rsqrt, a kernel: see jitcache
 
 
 def _make_potential(dtype):
@@ -106,7 +108,7 @@ def _make_potential(dtype):
                 acc += np.float64(w if r2 > zero else zero)
             phi[i] -= acc
 
-    return potential
+    return keyed_by_code(potential)
 
 
 _accel32, _accel64 = _make_accel(np.float32), _make_accel(np.float64)

@@ -36,6 +36,7 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
+from pympi_gpu.device.jitcache import keyed_by_code
 from pympi_gpu.nbody.lj.lists_cpu import build as build_lists
 from pympi_gpu.nbody.lj.lists_cpu import cell_index as _cell_index
 
@@ -373,7 +374,7 @@ def make_run_ops(newton):
             elif op == OP_KICK:
                 kick_serial(v, f, h, n)
 
-    return run_ops
+    return keyed_by_code(run_ops)  # it closes over a kernel: see jitcache
 
 
 @njit(cache=True)
