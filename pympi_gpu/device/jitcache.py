@@ -183,9 +183,11 @@ def keyed_by_code(kernel):
     """Key ``kernel``'s on-disk cache entries by the code of the kernels it closes over (see module docs).
 
     ``kernel``: a ``numba.njit(cache=True)`` function whose cells hold other
-    compiled kernels.  Returns it, its cache replaced.
+    compiled kernels.  Returns it, its cache replaced (a plain function, with
+    ``NUMBA_DISABLE_JIT=1``, as it is).
     """
-    kernel._cache = _code_keyed_cache()(kernel.py_func)
+    if hasattr(kernel, "py_func"):
+        kernel._cache = _code_keyed_cache()(kernel.py_func)
     return kernel
 
 
