@@ -316,6 +316,7 @@ class Run:
     def __init__(self, comm, system: System, options: RunOptions, writers: Sequence[Writer], stop_requested):
         self.comm, self.system, self.options = comm, system, options
         self.writers = list(writers)
+        self._thermo_writers = [w for w in self.writers if isinstance(w, ThermoRows)]
         self.stop_requested = stop_requested or (lambda: 0)
         self.last = options.steps
         self.initial = system.initial
@@ -340,7 +341,7 @@ class Run:
     def _one_step(self) -> None:
         system = self.system
         t = time.perf_counter()
-        thermo_next = any(isinstance(w, ThermoRows) and w.due(system.timestep + 1, self.last) for w in self.writers)
+        thermo_next = any(w.due(system.timestep + 1, self.last) for w in self._thermo_writers)
         request = self.stop_requested() or 0
         agreed = system.advance(thermo_next, request)
         due = [w for w in self.writers if w.due(system.timestep, self.last)]

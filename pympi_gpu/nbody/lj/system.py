@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import time
 
 import numpy as np
 
@@ -135,6 +136,11 @@ class LjSystem:
         self._stop_request, self._stop_agreed = 0, None  # carried by the displacement test (advance)
         self._ranks = cart.Get_size()
         self._rebuild2 = (0.5 * config.skin) ** 2  # the squared displacement that asks for a rebuild
+        self._top = np.zeros(2)  # the step's reduction: [largest squared displacement, stop request]
+        if self._ranks > 1:  # what the reduction of every step hands MPI, looked up once
+            from mpi4py import MPI
+
+            self._reduce = (cart.Allreduce, MPI.IN_PLACE, MPI.MAX)
         self._move_limit2 = self.move_limit * self.move_limit  # beyond it an atom moved too far (moved_too_far's)
         if device.gpu:
             from pympi_gpu.nbody.lj.device_atoms import DeviceAtoms
@@ -185,15 +191,17 @@ class LjSystem:
         The same reduction carries the ranks' stop requests (the run loop's, see :meth:`advance`).
         """
         d2 = float(d2) if d2 == d2 else math.inf
-        if self._ranks > 1:
-            from mpi4py import MPI
-
-            top = np.array([d2, self._stop_request])
+        if self._ranks > 1:  # once a step, at a few hundred atoms a rank a few microseconds: lean Python
+            top = self._top
+            top[0], top[1] = d2, self._stop_request
+            allreduce, in_place, op = self._reduce
             clock = self.halo.clock
-            with clock.phase("waiting"):  # every rank's step meets here: the imbalance shows
-                self.cart.Allreduce(MPI.IN_PLACE, top, op=MPI.MAX)
+            t0 = time.perf_counter()
+            allreduce(in_place, top, op)
+            clock.add("waiting", time.perf_counter() - t0)  # every rank's step meets here: the imbalance shows
             clock.sent(top.nbytes)
-            d2, self._stop_agreed = float(top[0]), int(top[1])
+            d2, stop = top.tolist()
+            self._stop_agreed = int(stop)
         else:  # one rank agrees with itself: no message
             self._stop_agreed = int(self._stop_request)
         if d2 > self._move_limit2 and (bad := moved_too_far(None, d2, self.move_limit, "sigma")):
