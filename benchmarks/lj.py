@@ -47,6 +47,7 @@ project's.
     python benchmarks/lj.py --quick         # 500 and 32,000 atoms only, 3 repeats
     python benchmarks/lj.py --mode profile  # where one run's time goes, phase by phase (1 rank;
                                             # under mpiexec -n 2 for 2)
+    mpiexec -n 2 python benchmarks/lj.py --mode trace   # which rank waits for which, step by step
     python benchmarks/lj.py --mode gpu      # on a GPU: rate at 1,000,188 atoms and phase shares
 """
 
@@ -65,6 +66,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.lj.lammps import input_script, read_log, write_data
@@ -365,6 +368,114 @@ def _profile_report(cart, prof, labels, total, steps, rebuilds, clock, config) -
     return {"atoms": config.atoms, "steps": steps, "rebuilds": rebuilds, "clock": clock, "ranks": ranks}
 
 
+#: what ``--mode trace`` stamps, enter and leave: (module, attribute path, event)
+TRACED = (
+    ("pympi_gpu.nbody.lj.host_atoms", "HostAtoms.step", "step"),
+    ("pympi_gpu.nbody.lj.system", "LjSystem.agree_displacement", "reduction"),
+    ("pympi_gpu.nbody.lj.halo", "Halo.post", "post"),
+    ("pympi_gpu.nbody.lj.halo", "Halo.wait", "wait"),
+)
+
+
+def trace(atoms: int, steps: int) -> dict | None:
+    """Who waits for whom at each step of ``pympi-nbody ATOMS --model lj --threads 1`` (``--mode trace``).
+
+    A profile sums each rank's time; it cannot say that one rank is late.  Here
+    each rank stamps the enter and leave of each :data:`TRACED` call with
+    ``perf_counter_ns`` (CLOCK_MONOTONIC: one clock for the ranks of one host,
+    so run it on one node), and rank 0 compares the ranks step by step: how
+    late each reaches the displacement reduction after the first rank, how long
+    the reduction takes after the last one arrives, the Python around it, the
+    halo's posts and waits, and the loop between two steps.  Medians in
+    microseconds; rank 0's dict, None elsewhere.
+    """
+    import importlib
+    import time
+
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody.lj import kernels_cpu as kc
+    from pympi_gpu.nbody.lj.domain import brick_of, make_cart
+    from pympi_gpu.nbody.lj.lattice import cells_for
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
+    from pympi_gpu.nbody.loop import RunOptions, run
+
+    stamps: dict[str, list[int]] = {}
+
+    def stamped(fn, event):
+        enter, leave = stamps.setdefault(event + "+", []), stamps.setdefault(event + "-", [])
+
+        def call(*args, **kwargs):
+            enter.append(time.perf_counter_ns())
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                leave.append(time.perf_counter_ns())
+        return call
+
+    config = LjConfig(cells=cells_for(atoms))
+    kc.warmup(kc.force_kernels(config.pair_term))
+    for module, path, event in TRACED:
+        owner, _, name = path.rpartition(".")
+        obj = getattr(importlib.import_module(module), owner)
+        setattr(obj, name, stamped(getattr(obj, name), event))
+    cart = make_cart(MPI.COMM_WORLD)
+    try:
+        brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+        system = LjSystem(cart, config, *initial_arrays(config, brick, cart))
+        system.prepare()
+        system.prepare = lambda: None
+        for ts in stamps.values():
+            ts.clear()
+        cart.Barrier()
+        run(cart, system, RunOptions(steps=steps))
+        system.close()
+        mine = {k: np.array(v, np.int64) for k, v in stamps.items()}
+        ranks = cart.gather(mine, root=0)
+    finally:
+        cart.Free()
+    return None if ranks is None else _trace_report(ranks, atoms, steps)
+
+
+def _trace_report(ranks: list[dict], atoms: int, steps: int) -> dict:
+    """Step-by-step comparison of the ranks' stamps (see :func:`trace`); microseconds, medians over the steps."""
+    def med(a) -> float:
+        return float(np.median(a)) / 1e3 if len(a) else 0.0
+
+    n = min(len(r["reduction+"]) for r in ranks)
+    arrive = np.array([r["reduction+"][:n] for r in ranks])
+    leave = np.array([r["reduction-"][:n] for r in ranks])
+    late = arrive - arrive.min(axis=0)  # after the first rank
+    out = []
+    for k, r in enumerate(ranks):
+        s0, s1 = r["step+"], r["step-"]
+        m = min(len(s0), len(s1))
+        out.append({
+            "rank": k,
+            "step_us": med(s1[:m] - s0[:m]),
+            "late_at_reduction_us": med(late[k]),
+            "last_at_reduction": float(np.mean(late[k] == late.max(axis=0))),
+            "reduction_us": med(leave[k] - arrive[k]),
+            "reduction_after_the_last_us": med(leave[k] - arrive.max(axis=0)),
+            "posts_us_per_step": float(np.sum(r["post-"] - r["post+"])) / 1e3 / max(m, 1),
+            "waits_us_per_step": float(np.sum(r["wait-"] - r["wait+"])) / 1e3 / max(m, 1),
+            "between_steps_us": med(s0[1:m] - s1[:m - 1]),
+        })
+    return {"atoms": atoms, "steps": steps, "ranks": out}
+
+
+def print_trace(doc: dict) -> None:
+    """The trace as people read it: a line a rank."""
+    print(f"{doc['atoms']:,} atoms, {doc['steps']} steps, {len(doc['ranks'])} rank(s): medians over the steps, us "
+          "(one clock for all ranks); last: the share of steps the rank reached the reduction last")
+    print("  rank     step  late   last  reduction  after the last  posts/step  waits/step  between steps")
+    for r in doc["ranks"]:
+        last = 100 * r["last_at_reduction"]
+        print(f"  {r['rank']:4d} {r['step_us']:8.1f} {r['late_at_reduction_us']:5.1f} {last:4.0f} % "
+              f"{r['reduction_us']:10.1f} {r['reduction_after_the_last_us']:15.1f} {r['posts_us_per_step']:11.1f} "
+              f"{r['waits_us_per_step']:11.1f} {r['between_steps_us']:14.1f}")
+
+
 def print_profile(doc: dict) -> None:
     """The profile as people read it: per step, then per rebuild, rank by rank."""
     print(f"{doc['atoms']:,} atoms, {doc['steps']} steps, {doc['rebuilds']} rebuilds, {len(doc['ranks'])} rank(s), "
@@ -500,8 +611,9 @@ def table(rows: list[dict]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=["all", "cpu", "gpu", "profile", "gpu-profile"], default="cpu",
+    ap.add_argument("--mode", choices=["all", "cpu", "gpu", "profile", "trace", "gpu-profile"], default="cpu",
                     help="profile: time each phase of one run in this process (--profile-atoms, --steps); "
+                         "trace: which rank waits for which, step by step (under mpiexec, one node); "
                          "gpu-profile: the same on the GPU path (--gpu-atoms, --steps)")
     ap.add_argument("--profile-atoms", type=int, default=500)
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="the profile's clock [cpu]")
@@ -521,6 +633,13 @@ def main() -> int:
         doc = profile(args.profile_atoms, args.steps or 2000, args.clock)
         if doc is not None:  # rank 0
             print_profile(doc)
+            if args.out:
+                Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        return 0
+    if args.mode == "trace":
+        doc = trace(args.profile_atoms, args.steps or 2000)
+        if doc is not None:  # rank 0
+            print_trace(doc)
             if args.out:
                 Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
         return 0

@@ -87,3 +87,26 @@ def test_lj_halo_traffic_and_phases(mpirun, ranks):
     face = 0.8442 * box ** 2 * (doc["cutoff"] + doc["skin"])  # atoms within the halo of one face
     assert tr["bytes"]["mean"] > 0.5 * 2 * face * 24
     assert ph["communication"]["max"] > 0 and ph["waiting"]["max"] > 0
+
+
+def test_lj_trace_says_which_rank_waits_for_which(mpirun, tmp_path):
+    """``benchmarks/lj.py --mode trace`` at 3 ranks (an odd split): the ranks' stamps compared step by step."""
+    import sys
+
+    from conftest import ROOT
+
+    out = tmp_path / "trace.json"
+    done = mpirun(3, sys.executable, str(ROOT / "benchmarks" / "lj.py"), "--mode", "trace", "--steps", "60",
+                  "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("\n") == 5 and "3 rank(s)" in done.stdout  # the title, the header, a line a rank
+    doc = json.loads(out.read_text())
+    assert doc["atoms"] == 500 and doc["steps"] == 60 and [r["rank"] for r in doc["ranks"]] == [0, 1, 2]
+    for r in doc["ranks"]:
+        assert r["step_us"] > 0 and r["between_steps_us"] > 0
+        assert r["late_at_reduction_us"] >= 0
+        # no rank leaves the reduction before the last one reached it; what it waited is the rest
+        assert 0 <= r["reduction_after_the_last_us"] <= r["reduction_us"]
+        assert r["posts_us_per_step"] > 0 and r["waits_us_per_step"] > 0  # the bricks' halo is other ranks
+    # at every step some rank arrived last: the shares add up to every step (ties only add)
+    assert sum(r["last_at_reduction"] for r in doc["ranks"]) >= 1.0 - 1e-9
