@@ -54,6 +54,7 @@ project's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -302,38 +303,17 @@ def profile(atoms: int, steps: int, clock: str = "cpu") -> dict:
     and a rebuild whole (run it under ``mpiexec -n P python benchmarks/lj.py
     --mode profile`` for P ranks); rank 0's dict, None elsewhere.
     """
-    import importlib
     import time
 
-    from mpi4py import MPI
-
-    from pympi_gpu.nbody.lj import kernels_cpu as kc
-    from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-    from pympi_gpu.nbody.lj.lattice import cells_for
-    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
     from pympi_gpu.nbody.loop import RunOptions, run
 
     prof = _Profiler(time.process_time if clock == "cpu" else time.perf_counter)
-    config = LjConfig(cells=cells_for(atoms))
-    forces = kc.force_kernels(config.pair_term)
-    kc.warmup(forces)
-    labels = {}
-    for module, path, label, per in PROFILED:
-        labels[label] = per
-        if module == "forces":
-            continue
-        owner, _, name = path.rpartition(".")
-        obj = importlib.import_module(module)
-        obj = getattr(obj, owner) if owner else obj
-        setattr(obj, name, prof.wrap(getattr(obj, name), label))
-    cart = make_cart(MPI.COMM_WORLD)
-    try:
-        brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
-        system = LjSystem(cart, config, *initial_arrays(config, brick, cart))
+    labels = {label: per for _, _, label, per in PROFILED}
+    with _prepared(atoms, [(module, path, lambda fn, label=label: prof.wrap(fn, label))
+                           for module, path, label, _ in PROFILED if module != "forces"]) as (cart, system):
+        forces = system.atoms.forces
         system.atoms.forces = forces._replace(**{path: prof.wrap(getattr(forces, path), label)
                                                  for module, path, label, _ in PROFILED if module == "forces"})
-        system.prepare()
-        system.prepare = lambda: None
         prof.spent.clear()
         prof.calls.clear()
         rebuilds = system.atoms.rebuilds
@@ -341,9 +321,38 @@ def profile(atoms: int, steps: int, clock: str = "cpu") -> dict:
         c0 = prof.clock()
         run(cart, system, RunOptions(steps=steps))
         total = prof.clock() - c0
-        report = _profile_report(cart, prof, labels, total, steps, system.atoms.rebuilds - rebuilds, clock, config)
+        return _profile_report(cart, prof, labels, total, steps, system.atoms.rebuilds - rebuilds, clock,
+                               system.config)
+
+
+@contextlib.contextmanager
+def _prepared(atoms: int, patches):
+    """``(cart, system)``: the LJ system of ``pympi-nbody ATOMS --model lj --threads 1`` over COMM_WORLD, its
+    kernels compiled and its first forces computed, after each ``(module, "Class.method", wrap)`` of ``patches``
+    has replaced that method by ``wrap(method)``; the system closed and the communicator freed after."""
+    import importlib
+
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody.lj import kernels_cpu as kc
+    from pympi_gpu.nbody.lj.domain import brick_of, make_cart
+    from pympi_gpu.nbody.lj.system import LjSystem, initial_arrays
+
+    config = LjConfig(cells=cells_for(atoms))
+    kc.warmup(kc.force_kernels(config.pair_term))
+    for module, path, wrap in patches:
+        owner, _, name = path.rpartition(".")
+        obj = importlib.import_module(module)
+        obj = getattr(obj, owner) if owner else obj
+        setattr(obj, name, wrap(getattr(obj, name)))
+    cart = make_cart(MPI.COMM_WORLD)
+    try:
+        brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+        system = LjSystem(cart, config, *initial_arrays(config, brick, cart))
+        system.prepare()
+        system.prepare = lambda: None  # done: the run's own call does nothing
+        yield cart, system
         system.close()
-        return report
     finally:
         cart.Free()
 
@@ -389,51 +398,31 @@ def trace(atoms: int, steps: int) -> dict | None:
     halo's posts and waits, and the loop between two steps.  Medians in
     microseconds; rank 0's dict, None elsewhere.
     """
-    import importlib
     import time
 
-    from mpi4py import MPI
-
-    from pympi_gpu.nbody.lj import kernels_cpu as kc
-    from pympi_gpu.nbody.lj.domain import brick_of, make_cart
-    from pympi_gpu.nbody.lj.lattice import cells_for
-    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
     from pympi_gpu.nbody.loop import RunOptions, run
 
     stamps: dict[str, list[int]] = {}
 
-    def stamped(fn, event):
+    def stamped(event):
         enter, leave = stamps.setdefault(event + "+", []), stamps.setdefault(event + "-", [])
 
-        def call(*args, **kwargs):
-            enter.append(time.perf_counter_ns())
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                leave.append(time.perf_counter_ns())
-        return call
+        def wrap(fn):
+            def call(*args, **kwargs):
+                enter.append(time.perf_counter_ns())
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    leave.append(time.perf_counter_ns())
+            return call
+        return wrap
 
-    config = LjConfig(cells=cells_for(atoms))
-    kc.warmup(kc.force_kernels(config.pair_term))
-    for module, path, event in TRACED:
-        owner, _, name = path.rpartition(".")
-        obj = getattr(importlib.import_module(module), owner)
-        setattr(obj, name, stamped(getattr(obj, name), event))
-    cart = make_cart(MPI.COMM_WORLD)
-    try:
-        brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
-        system = LjSystem(cart, config, *initial_arrays(config, brick, cart))
-        system.prepare()
-        system.prepare = lambda: None
+    with _prepared(atoms, [(module, path, stamped(event)) for module, path, event in TRACED]) as (cart, system):
         for ts in stamps.values():
             ts.clear()
         cart.Barrier()
         run(cart, system, RunOptions(steps=steps))
-        system.close()
-        mine = {k: np.array(v, np.int64) for k, v in stamps.items()}
-        ranks = cart.gather(mine, root=0)
-    finally:
-        cart.Free()
+        ranks = cart.gather({k: np.array(v, np.int64) for k, v in stamps.items()}, root=0)
     return None if ranks is None else _trace_report(ranks, atoms, steps)
 
 

@@ -217,7 +217,7 @@ class HostAtoms:
         sums = self._sums
         sums[:] = 0.0
         run_ops = self.forces.run_ops
-        # the pieces' arguments but the first, gathered once (a step makes up to 2 + 2 x 3 calls)
+        # the pieces' arguments but the first, gathered once a step (up to 3 pieces a remote stage, and 1)
         args = (self.pos, self.f, self.v, self.nlocal, kick or 0.0, *self.lists, self.config.cutoff ** 2, eflag,
                 h.pidx, h.poff, h.pshift, h.pstart, h.fsend, h.frecv, h.rsend, h.rrecv, h.soff, h.roff, h.nrecv, sums)
         for ops, stage, then in self._programs[forward, kick is not None]:

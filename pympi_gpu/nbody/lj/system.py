@@ -136,10 +136,10 @@ class LjSystem:
         self._stop_request, self._stop_agreed = 0, None  # carried by the displacement test (advance)
         self._ranks = cart.Get_size()
         self._rebuild2 = (0.5 * config.skin) ** 2  # the squared displacement that asks for a rebuild
-        self._top = np.zeros(2)  # the step's reduction: [largest squared displacement, stop request]
         if self._ranks > 1:  # what the reduction of every step hands MPI, looked up once
             from mpi4py import MPI
 
+            self._top = np.zeros(2)  # [largest squared displacement, stop request]
             self._reduce = (cart.Allreduce, MPI.IN_PLACE, MPI.MAX)
         self._move_limit2 = self.move_limit * self.move_limit  # beyond it an atom moved too far (moved_too_far's)
         if device.gpu:
