@@ -58,6 +58,12 @@ def mpmd(*parts: list[str], ranks=(1, 1), launcher: list[str] | None = None) -> 
 #: (``tests/data/fake_gpu/sitecustomize.py``: a test double, not in the package)
 FAKE_GPU_PATH = str(ROOT / "tests" / "data" / "fake_gpu")
 
+#: on PYTHONPATH for every child of the test run: numba's CUDA simulator, where a child enables it, on a
+#: schedule without a polled OS thread per CUDA thread (``tests/data/cudasim/sitecustomize.py``)
+SIMULATOR_PATH = str(ROOT / "tests" / "data" / "cudasim")
+if SIMULATOR_PATH not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [SIMULATOR_PATH, os.environ.get("PYTHONPATH")]))
+
 
 def fake_gpus(argv: list[str], answers: str) -> list[str]:
     """An MPMD launch of ``argv`` whose rank k's GPU probe says ``answers.split(",")[k]`` (``yes``/``no``)."""

@@ -1,0 +1,230 @@
+"""The test run's schedule for numba's CUDA simulator: loaded by Python at start-up in every child of
+the test run (``tests/conftest.py`` puts this folder on PYTHONPATH); it acts only in a process
+started with ``NUMBA_ENABLE_CUDASIM=1``.
+
+The simulator runs a kernel's threads as Python threads: each thread of each block is an OS thread
+started for the launch, and the launching thread polls them all, holding the GIL, until every one has
+ended (``numba.cuda.simulator.kernel.BlockManager``).  For the small kernels of an n-body step that
+costs far more than the kernel's own Python: about 0.5 ms a thread, a minute and more for a few
+dozen steps.  This module keeps what each thread executes and changes only when:
+
+- a kernel that never synchronises its threads (no ``syncthreads*``, shared memory, warp
+  intrinsics or grid group, in its code or the device functions it calls) runs its threads one after
+  the other in the launching thread, each to its end: one of the orders a GPU may take, since such a
+  kernel's threads may run in any order.  Its arrays are handed to it as the NumPy arrays the
+  simulator's own wrappers hold (the wrappers give structured arrays attribute access, which those
+  keep), so an element costs an index, not three calls;
+- a kernel that does synchronise keeps one thread per CUDA thread, but they wait for one another on
+  a condition (the block's barrier) instead of being polled.
+
+What a thread raises is raised by the launch, with the thread and block it came from, as the
+simulator does.  ``tests/test_simulator_schedule.py`` checks both paths against the simulator's
+own.  Set ``PYMPI_TEST_SIMULATOR=threads`` to run the simulator as numba ships it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: names in a kernel's code that mean its threads depend on one another
+COOPERATION = frozenset({
+    "syncthreads", "syncthreads_count", "syncthreads_and", "syncthreads_or", "shared", "this_grid", "sync",
+    "syncwarp", "shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "all_sync", "any_sync",
+    "eq_sync", "ballot_sync", "match_any_sync", "match_all_sync", "activemask", "lanemask_lt", "laneid",
+})
+
+
+def _code_names(code, seen: set) -> set:
+    """The global and attribute names ``code`` and the functions defined in it use."""
+    if code in seen:
+        return set()
+    seen.add(code)
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const, seen)
+    return names
+
+
+_COOPERATES: dict = {}
+
+
+def cooperates(fn, seen: set | None = None) -> bool:
+    """Do the threads of kernel ``fn`` (a Python function) depend on one another?  Conservative: a
+    name of :data:`COOPERATION` anywhere in its code or a device function it calls says yes."""
+    known = _COOPERATES.get(fn)
+    if known is not None:
+        return known
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    seen = set() if seen is None else seen
+    names = _code_names(fn.__code__, seen)
+    found = bool(names & COOPERATION)
+    if not found:
+        cells = []
+        for cell in fn.__closure__ or ():
+            try:
+                cells.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                pass
+        called = [fn.__globals__.get(name) for name in names] + cells
+        found = any(isinstance(obj, FakeCUDAKernel) and obj.fn.__code__ not in seen and cooperates(obj.fn, seen)
+                    for obj in called)
+    _COOPERATES[fn] = found
+    return found
+
+
+def _plain(arg):
+    """A kernel argument as its thread sees it: the NumPy array inside the simulator's wrapper (not for
+    structured arrays, whose fields the wrapper gives as attributes)."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeWithinKernelCUDAArray
+
+    if isinstance(arg, FakeWithinKernelCUDAArray):
+        ary = arg._item._ary
+        if ary.dtype.names is None:
+            return ary
+    return arg
+
+
+def _failed(exc: Exception, thread, block) -> Exception:
+    """``exc`` as the simulator reports it: which thread of which block raised it."""
+    where = f"tid={list(thread)} ctaid={list(block)}"
+    return type(exc)(f"{where}: {exc}" if str(exc) else where)
+
+
+class _Barrier:
+    """``syncthreads`` for the threads of one block: all that have not ended wait for one another."""
+
+    def __init__(self, threads: int):
+        import threading
+
+        self.cv = threading.Condition()
+        self.live, self.waiting, self.generation = threads, 0, 0
+        self.aborted = False
+
+    def _release_if_all(self) -> None:
+        if self.live and self.waiting == self.live:
+            self.waiting = 0
+            self.generation += 1
+            self.cv.notify_all()
+
+    def wait(self) -> None:
+        with self.cv:
+            if self.aborted:
+                raise RuntimeError("another thread of the block raised")
+            generation = self.generation
+            self.waiting += 1
+            self._release_if_all()
+            while generation == self.generation and not self.aborted:
+                self.cv.wait()
+            if self.aborted:
+                raise RuntimeError("another thread of the block raised")
+
+    def ended(self, failed: bool) -> None:
+        with self.cv:
+            self.live -= 1
+            if failed:
+                self.aborted = True
+                self.cv.notify_all()
+            else:
+                self._release_if_all()
+
+
+def install() -> None:
+    """Replace ``BlockManager.run`` of numba's simulator by the schedule the module docstring gives."""
+    import threading
+
+    import numpy as np
+    from numba.cuda.simulator import kernel as sim
+
+    class _Thread(sim.BlockThread):
+        """A CUDA thread of a kernel that synchronises: the simulator's, with the block's barrier."""
+
+        def __init__(self, f, manager, block, thread, barrier):
+            super().__init__(f, manager, block, thread, False)
+            self.barrier = barrier
+
+        def syncthreads(self):
+            self.barrier.wait()
+
+        def run(self):
+            try:
+                self._target()
+            except Exception as exc:  # noqa: BLE001 - handed to the launching thread
+                self.exception = (exc, exc.__traceback__)
+                self.barrier.ended(True)
+            else:
+                self.barrier.ended(False)
+
+    def run(self, grid_point, *args):
+        dims = self._block_dim
+        if cooperates(self._f):
+            barrier = _Barrier(int(np.prod(dims)))
+            threads = [_Thread(lambda: self._f(*args), self, grid_point, point, barrier)
+                       for point in np.ndindex(*dims)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            failed = [t for t in threads if t.exception and not isinstance(t.exception[0], RuntimeError)] \
+                or [t for t in threads if t.exception]
+            if failed:
+                exc, tb = failed[0].exception
+                raise _failed(exc, failed[0].threadIdx, grid_point).with_traceback(tb)
+            return
+        me = threading.current_thread()
+        me.blockIdx = sim.Dim3(*grid_point)
+        plain = [_plain(a) for a in args]
+        try:
+            for point in np.ndindex(*dims):
+                me.threadIdx = sim.Dim3(*point)
+                me.thread_id = point[0] + dims[0] * (point[1] + dims[1] * point[2])
+                try:
+                    self._f(*plain)
+                except Exception as exc:
+                    raise _failed(exc, point, grid_point).with_traceback(exc.__traceback__) from None
+        finally:
+            del me.blockIdx, me.threadIdx, me.thread_id
+
+    sim.BlockManager.run = run
+
+
+def _on_import(module_name: str, then) -> None:
+    """Call ``then()`` once ``module_name`` has been imported (a finder ahead of the others)."""
+    import importlib.abc
+    import importlib.util
+
+    class _Hook(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name != module_name:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            execute = spec.loader.exec_module
+
+            def exec_module(module):
+                execute(module)
+                then()
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, _Hook())
+
+
+def _chain() -> None:
+    """Run the ``sitecustomize`` this one shadows (the distribution's), if any."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for folder in sys.path:
+        path = os.path.join(folder or os.getcwd(), "sitecustomize.py")
+        if os.path.dirname(os.path.abspath(path)) != here and os.path.isfile(path):
+            with open(path) as f:
+                exec(compile(f.read(), path, "exec"), {"__name__": "sitecustomize", "__file__": path})
+            return
+
+
+if (os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+        and os.environ.get("PYMPI_TEST_SIMULATOR", "") != "threads"):
+    _on_import("numba.cuda.simulator.kernel", install)
+_chain()

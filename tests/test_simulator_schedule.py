@@ -1,0 +1,111 @@
+"""The test run's schedule for numba's CUDA simulator (``tests/data/cudasim/sitecustomize.py``): the
+same results as the simulator's own, threads one after the other where a kernel's threads do not
+depend on one another, real threads and a barrier where they do, and a thread's error raised with
+where it came from."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from conftest import SIMULATOR_PATH, clean_env, run
+
+KERNELS = r'''
+import json, threading
+import numpy as np
+from numba import cuda
+
+threads_seen = set()
+
+@cuda.jit
+def scale(a, out):  # no thread depends on another
+    i = cuda.grid(1)
+    threads_seen.add(threading.get_ident())
+    if i < a.size:
+        out[i] = 2.0 * a[i] + a[(i + 1) % a.size]
+
+@cuda.jit(device=True)
+def block_sum(x, buf):  # a device function that synchronises
+    t = cuda.threadIdx.x
+    buf[t] = x
+    cuda.syncthreads()
+    step = cuda.blockDim.x // 2
+    while step:
+        if t < step:
+            buf[t] += buf[t + step]
+        cuda.syncthreads()
+        step //= 2
+    return buf[0]
+
+@cuda.jit
+def sums(a, out, counts):  # its threads meet at the device function's barriers
+    buf = cuda.shared.array(32, np.float64)
+    i = cuda.grid(1)
+    threads_seen.add(threading.get_ident())
+    s = block_sum(a[i] if i < a.size else 0.0, buf)
+    c = cuda.syncthreads_count(i % 3 == 0)
+    if cuda.threadIdx.x == 0:
+        out[cuda.blockIdx.x] = s
+        counts[cuda.blockIdx.x] = c
+
+@cuda.jit
+def fails(a):
+    i = cuda.grid(1)
+    a[i + 1000 * (i == 37)] = 1.0
+
+a = np.arange(80, dtype=np.float64) ** 1.5
+out = np.zeros(80)
+scale[3, 32](a, out)
+plain = len(threads_seen)
+threads_seen.clear()
+got, counts = np.zeros(3), np.zeros(3, np.int64)
+sums[3, 32](a, got, counts)
+try:
+    fails[3, 32](np.zeros(96))
+    error = None
+except IndexError as exc:
+    error = str(exc)
+print(json.dumps({"scale": out.tolist(), "sums": got.tolist(), "counts": counts.tolist(),
+                  "plain_threads": plain, "block_threads": len(threads_seen),
+                  "main": threading.main_thread().ident in threads_seen, "error": error}))
+'''
+
+
+def _tree(xs: list[float]) -> float:
+    """The block's sum in its kernel's order: halves added pairwise, 32 slots (zeros past the end)."""
+    buf = xs + [0.0] * (32 - len(xs))
+    step = 16
+    while step:
+        buf = [buf[t] + buf[t + step] for t in range(step)]
+        step //= 2
+    return buf[0]
+
+
+def _kernels(tmp_path, schedule: str) -> dict:
+    script = tmp_path / "kernels.py"
+    script.write_text(KERNELS)
+    env = clean_env(NUMBA_ENABLE_CUDASIM="1", PYMPI_TEST_SIMULATOR=schedule)
+    done = run([sys.executable, str(script)], env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("schedule", ["tests", "threads"])
+def test_both_schedules_give_the_kernels_results(tmp_path, schedule):
+    got = _kernels(tmp_path, schedule)
+    a = [i ** 1.5 for i in range(80)]
+    assert got["scale"] == [2.0 * a[i] + a[(i + 1) % 80] for i in range(80)]
+    assert got["sums"] == [_tree(a[b:b + 32]) for b in (0, 32, 64)]
+    assert got["counts"] == [sum(i % 3 == 0 for i in range(b, b + 32)) for b in (0, 32, 64)]
+    assert got["error"].startswith("tid=[5, 0, 0] ctaid=[1, 0, 0]"), got["error"]
+    # a kernel that synchronises keeps a thread per CUDA thread (32 a block, one block at a time)
+    assert got["block_threads"] >= 32 and not got["main"]
+    # one that does not runs in the launching thread under the test schedule, in threads under numba's
+    assert (got["plain_threads"] == 1) == (schedule == "tests"), got
+
+
+def test_every_child_of_the_test_run_gets_the_schedule():
+    probe = "import sys, sitecustomize; print(sitecustomize.__file__)"
+    done = run([sys.executable, "-c", probe], env=clean_env(NUMBA_ENABLE_CUDASIM="1"))
+    assert done.stdout.strip().startswith(SIMULATOR_PATH), done.stdout + done.stderr
