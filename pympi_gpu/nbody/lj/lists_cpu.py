@@ -8,7 +8,9 @@ out, the stencil's rows of cells (x, then y) scanned in order and each row's
 cells along z; a row lists the pairs within ``rc`` first, then the skin's.
 
 The owned rows and the ghost rows are each put in cell order once, as
-records ``(x, y, z, row)``.  Then, for a block of cells of one column along
+records ``(x, y, z, row)`` stored by field (four rows of one array: every
+record's x, then every y, z and row), so that a vector of candidates'
+coordinates is three loads, with no shuffle.  Then, for a block of cells of one column along
 z (:data:`BLOCK`), the records of the block's whole stencil are copied into
 two contiguous buffers (owned, ghosts), one block copy per row of cells, and
 each of the block's atoms scans them in one pass: memory read in a few long
@@ -101,6 +103,7 @@ def _lanes(*items) -> ir.Constant:
 def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, grec):
     """Owned rows and ghost rows each in cell order (stable) as records ``(x, y, z, row)``.
 
+    ``orec``/``grec`` ``(4, m)``: field f of record r is ``rec[f, r]``;
     ``ostart``/``gstart`` (``ncells + 1``) are the cells' first records.
     """
     ncells = ncell[0] * ncell[1] * ncell[2]
@@ -120,17 +123,17 @@ def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, gre
     for i in range(n_all):  # ostart[c], gstart[c] advance to the next cell's start, then step back
         c = cell[i]
         if i < nlocal:
-            r = u64(4 * ostart[c])
+            r = u64(ostart[c])
             ostart[c] += 1
             rec = orec
         else:
-            r = u64(4 * gstart[c])
+            r = u64(gstart[c])
             gstart[c] += 1
             rec = grec
-        rec[r] = pos[i, 0]
-        rec[r + 1] = pos[i, 1]
-        rec[r + 2] = pos[i, 2]
-        rec[r + 3] = i
+        rec[0, r] = pos[i, 0]
+        rec[1, r] = pos[i, 1]
+        rec[2, r] = pos[i, 2]
+        rec[3, r] = i
     for c in range(ncells, 0, -1):
         ostart[c] = ostart[c - 1]
         gstart[c] = gstart[c - 1]
@@ -140,7 +143,8 @@ def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, gre
 
 @intrinsic
 def _copy8(typingctx, src, s, dst, d):
-    """``dst[d:d + 8] = src[s:s + 8]``: one unaligned 64-byte load and store, no bounds check."""
+    """``dst.flat[d:d + 8] = src.flat[s:s + 8]`` (C-contiguous arrays): one unaligned 64-byte load and
+    store, no bounds check."""
     sig = types.void(src, s, dst, d)
 
     def codegen(context, builder, signature, args):
@@ -157,13 +161,16 @@ def _copy8(typingctx, src, s, dst, d):
 def _copy(k0, k1, nb, src, dst):
     """Records ``[k0, k1)`` of ``src`` appended to ``dst`` after its first ``nb``; the new count.
 
-    Two records a move: ``src`` and ``dst`` need a record of room past the
-    last (which holds no candidate: the count says where they end).
+    Eight values of a field a move: each field of ``src`` and ``dst`` needs
+    eight values of room past its last record (which hold no candidate: the
+    count says where they end).
     """
-    o = u64(4 * nb)
-    for k in range(u64(4 * k0), u64(4 * k1), u64(8)):
-        _copy8(src, k, dst, o)
-        o += u64(8)
+    ms, md = u64(src.shape[1]), u64(dst.shape[1])
+    for f in range(4):
+        o = u64(f) * md + u64(nb)
+        for k in range(u64(f) * ms + u64(k0), u64(f) * ms + u64(k1), u64(8)):
+            _copy8(src, k, dst, o)
+            o += u64(8)
     return nb + (k1 - k0)
 
 
@@ -205,17 +212,16 @@ def _masks(context, builder, b_ty, b_, k_, xi_, yi_, zi_, rc2_, cut2_, lanes: in
     The squared distances are the scalar loop's operations in its order
     (``(dx dx + dy dy) + dz dz``, no fused multiply-add).
     """
-    rec = context.make_array(b_ty)(context, builder, b_).data
-    vt, whole = ir.VectorType(_F64, lanes), ir.VectorType(_F64, 4 * lanes)
-    v = builder.load(builder.bitcast(builder.gep(rec, [builder.mul(k_, ir.Constant(_I64, 4))]), whole.as_pointer()),
-                     align=8)
+    b = context.make_array(b_ty)(context, builder, b_)
+    row = builder.extract_value(b.shape, 1)  # the values of a field
+    vt = ir.VectorType(_F64, lanes)
+    xyz = [builder.load(builder.bitcast(builder.gep(b.data, [builder.add(builder.mul(row, ir.Constant(_I64, f)), k_)]),
+                                        vt.as_pointer()), align=8) for f in range(3)]
 
     def splat(value, ty=vt):
         one = builder.insert_element(ir.Constant(ty, ir.Undefined), value, ir.Constant(_I32, 0))
         return builder.shuffle_vector(one, ir.Constant(ty, ir.Undefined), _lanes(*[0] * lanes))
 
-    xyz = [builder.shuffle_vector(v, ir.Constant(whole, ir.Undefined), _lanes(*range(e, 4 * lanes, 4)))
-           for e in range(3)]
     dx, dy, dz = (builder.fsub(splat(q), w) for q, w in zip((xi_, yi_, zi_), xyz))
     d2 = builder.fadd(builder.fadd(builder.fmul(dx, dx), builder.fmul(dy, dy)), builder.fmul(dz, dz))
     r = splat(rc2_)
@@ -306,9 +312,9 @@ def _scan(xi, yi, zi, b0, b1, b, cut2, rc2, near, far, a, c, simd):
             a, c = _scan4(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, _LANES4)
             k += 4
     for q in range(u64(k), u64(b1)):
-        dx = xi - b[4 * q]
-        dy = yi - b[4 * q + 1]
-        dz = zi - b[4 * q + 2]
+        dx = xi - b[0, q]
+        dy = yi - b[1, q]
+        dz = zi - b[2, q]
         d2 = dx * dx + dy * dy + dz * dz
         near[u64(a)] = q
         far[u64(c)] = q
@@ -327,9 +333,9 @@ def _row(i, a, c, near, far, b, nbr):
     last = u64(nbr.shape[1] - 1)
     ii = u64(i)
     for q in range(u64(a)):
-        nbr[ii, min(q, last)] = np.int64(b[4 * near[q] + 3])
+        nbr[ii, min(q, last)] = np.int64(b[3, near[q]])
     for q in range(u64(c)):
-        nbr[ii, min(u64(a) + q, last)] = np.int64(b[4 * far[q] + 3])
+        nbr[ii, min(u64(a) + q, last)] = np.int64(b[3, far[q]])
     return a + c
 
 
@@ -350,10 +356,10 @@ def _search(ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ost
         m1 = ostart[c1]
         nbo, nbg, bself = _gather(c, c1, ncell, reach, half, ostart, gstart, orec, grec, bo, bg)
         for m in range(m0, m1):
-            i = np.int64(orec[4 * m + 3])
-            xi = orec[4 * m]
-            yi = orec[4 * m + 1]
-            zi = orec[4 * m + 2]
+            i = np.int64(orec[3, m])
+            xi = orec[0, m]
+            yi = orec[1, m]
+            zi = orec[2, m]
             # skip the atom itself (full lists), or with half lists its cell's atoms up to itself (j > i)
             e1 = bself + (m - m0) + 1
             e0 = bself if half else e1 - 1
@@ -397,10 +403,10 @@ class VerletLists:
         o, g = nlocal + nlocal // 8 + 16, ng + ng // 8 + 16
         self.ostart, self.gstart = np.empty(ncells + 1, np.int64), np.empty(ncells + 1, np.int64)
         self.cell = np.empty(o + g, np.int64)
-        # records, and the stencils' copies (a block's stencil holds no more than all): a record of room past
-        # the last for _copy, eight candidates' for the vector scan
-        self.orec, self.bo = np.empty(4 * o + 4), np.empty(4 * o + 36)
-        self.grec, self.bg = np.empty(4 * g + 4), np.empty(4 * g + 36)
+        # records by field, and the stencils' copies (a block's stencil holds no more than all): eight values of
+        # room past the last in each field for _copy, and eight candidates' for the vector scan
+        self.orec, self.bo = np.empty((4, o + 8)), np.empty((4, o + 16))
+        self.grec, self.bg = np.empty((4, g + 8)), np.empty((4, g + 16))
         self.near, self.far = np.empty(max(o, g) + 8, np.int64), np.empty(max(o, g) + 8, np.int64)
         self.own_cnt, self.gh_cnt = np.empty(o, np.int64), np.empty(o, np.int64)
         self.own_nbr = np.empty((o, self.widths[0] + 1), np.int32)
