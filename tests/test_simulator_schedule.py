@@ -54,6 +54,14 @@ def fails(a):
     i = cuda.grid(1)
     a[i + 1000 * (i == 37)] = 1.0
 
+@cuda.jit
+def fails_before_the_barrier(a):  # the others must not wait for thread 3 for ever
+    buf = cuda.shared.array(32, np.float64)
+    t = cuda.threadIdx.x
+    buf[t] = a[t + 1000 * (t == 3)]
+    cuda.syncthreads()
+    a[t] = buf[31 - t]
+
 a = np.arange(80, dtype=np.float64) ** 1.5
 out = np.zeros(80)
 scale[3, 32](a, out)
@@ -66,7 +74,12 @@ try:
     error = None
 except IndexError as exc:
     error = str(exc)
-print(json.dumps({"scale": out.tolist(), "sums": got.tolist(), "counts": counts.tolist(),
+try:
+    fails_before_the_barrier[1, 32](np.zeros(32))
+    barrier_error = None
+except IndexError as exc:
+    barrier_error = str(exc)
+print(json.dumps({"barrier_error": barrier_error, "scale": out.tolist(), "sums": got.tolist(), "counts": counts.tolist(),
                   "plain_threads": plain, "block_threads": len(threads_seen),
                   "main": threading.main_thread().ident in threads_seen, "error": error}))
 '''
@@ -99,6 +112,7 @@ def test_both_schedules_give_the_kernels_results(tmp_path, schedule):
     assert got["sums"] == [_tree(a[b:b + 32]) for b in (0, 32, 64)]
     assert got["counts"] == [sum(i % 3 == 0 for i in range(b, b + 32)) for b in (0, 32, 64)]
     assert got["error"].startswith("tid=[5, 0, 0] ctaid=[1, 0, 0]"), got["error"]
+    assert got["barrier_error"].startswith("tid=[3, 0, 0] ctaid=[0, 0, 0]"), got["barrier_error"]
     # a kernel that synchronises keeps a thread per CUDA thread (32 a block, one block at a time)
     assert got["block_threads"] >= 32 and not got["main"]
     # one that does not runs in the launching thread under the test schedule, in threads under numba's

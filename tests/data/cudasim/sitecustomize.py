@@ -93,6 +93,10 @@ def _failed(exc: Exception, thread, block) -> Exception:
     return type(exc)(f"{where}: {exc}" if str(exc) else where)
 
 
+class _Aborted(RuntimeError):
+    """Raised at a barrier in the threads of a block where one thread has raised."""
+
+
 class _Barrier:
     """``syncthreads`` for the threads of one block: all that have not ended wait for one another."""
 
@@ -112,14 +116,14 @@ class _Barrier:
     def wait(self) -> None:
         with self.cv:
             if self.aborted:
-                raise RuntimeError("another thread of the block raised")
+                raise _Aborted("another thread of the block raised")
             generation = self.generation
             self.waiting += 1
             self._release_if_all()
             while generation == self.generation and not self.aborted:
                 self.cv.wait()
             if self.aborted:
-                raise RuntimeError("another thread of the block raised")
+                raise _Aborted("another thread of the block raised")
 
     def ended(self, failed: bool) -> None:
         with self.cv:
@@ -167,8 +171,7 @@ def install() -> None:
                 t.start()
             for t in threads:
                 t.join()
-            failed = [t for t in threads if t.exception and not isinstance(t.exception[0], RuntimeError)] \
-                or [t for t in threads if t.exception]
+            failed = [t for t in threads if t.exception and not isinstance(t.exception[0], _Aborted)]
             if failed:
                 exc, tb = failed[0].exception
                 raise _failed(exc, failed[0].threadIdx, grid_point).with_traceback(tb)
