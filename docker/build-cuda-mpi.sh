@@ -21,7 +21,7 @@
 #   PIP_ARGS     extra pip arguments, e.g. "--no-index --find-links /wheels" on an offline box
 #   JOBS         make -j [default: nproc]
 #   OMPI_CFLAGS  Open MPI's compiler flags [default: -O2 -g0]; CI's stand-in image takes -O0 -g0,
-#                half the compile time, for a build whose speed it does not measure
+#                a shorter compile, for a build whose speed it does not measure
 #   WORKDIR      scratch folder [default: a temporary one, removed at the end]
 # It ends by checking that libmpi exports MPIX_Query_cuda_support and, through mpi4py, that it
 # answers 1 and that 2 ranks exchange a message (host memory: no GPU is needed to build or check).

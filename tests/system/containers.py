@@ -683,7 +683,7 @@ def _make_cuda_image(mpi: str) -> Built:
     build_recipe("Dockerfile.cuda", tag, ["--build-arg", f"BUILD_BASE={base}", "--build-arg", f"BASE={base}",
                                           "--build-arg", f"CUDA_VERSION={CUDA_STANDIN_VERSION}",
                                           "--build-arg", f"MPI={mpi}",
-                                          # Open MPI unoptimised: half its compile, the longest step of the
+                                          # Open MPI unoptimised: a shorter compile of the longest step of the
                                           # longest prebuild; no test here measures its speed
                                           "--build-arg", "OMPI_CFLAGS=-O0 -g0"], timeout=3600)
     built = Built("cuda", "Dockerfile.cuda", tag, base, time.monotonic() - t0, image_size(tag))
