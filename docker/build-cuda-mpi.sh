@@ -22,6 +22,7 @@
 #   JOBS         make -j [default: nproc]
 #   OMPI_CFLAGS  Open MPI's compiler flags [default: -O2 -g0]; CI's stand-in image takes -O0 -g0,
 #                a shorter compile, for a build whose speed it does not measure
+#   MPI4PY_CFLAGS  mpi4py's [default: -O2 -g0; CI's stand-in: -O0 -g0]
 #   WORKDIR      scratch folder [default: a temporary one, removed at the end]
 # It ends by checking that libmpi exports MPIX_Query_cuda_support and, through mpi4py, that it
 # answers 1 and that 2 ranks exchange a message (host memory: no GPU is needed to build or check).
@@ -30,7 +31,7 @@
 set -euo pipefail
 
 if [ $# -ne 3 ]; then
-    sed -n '2,27p' "$0" >&2
+    sed -n '2,28p' "$0" >&2
     exit 2
 fi
 PREFIX=$1
@@ -41,6 +42,7 @@ MPI4PY=${MPI4PY:-mpi4py>=4.1}
 PIP_ARGS=${PIP_ARGS:-}
 JOBS=${JOBS:-$(nproc)}
 OMPI_CFLAGS=${OMPI_CFLAGS:--O2 -g0}
+MPI4PY_CFLAGS=${MPI4PY_CFLAGS:--O2 -g0}
 
 die() { echo "build-cuda-mpi: $*" >&2; exit 1; }
 [ -f "$CUDA_ROOT/include/cuda.h" ] || die "no include/cuda.h under CUDA_ROOT=$CUDA_ROOT"
@@ -148,7 +150,7 @@ fi
 [ "$PYTHON" = none ] && exit 0
 start=$SECONDS
 # shellcheck disable=SC2086  # PIP_ARGS is a list of words
-env MPICC="$PREFIX/bin/mpicc" CFLAGS="-O2 -g0" "$PYTHON" -m pip install -q --no-cache-dir \
+env MPICC="$PREFIX/bin/mpicc" CFLAGS="$MPI4PY_CFLAGS" "$PYTHON" -m pip install -q --no-cache-dir \
     --no-binary mpi4py $PIP_ARGS "$MPI4PY"
 echo "build-cuda-mpi: mpi4py built in $((SECONDS - start)) s" >&2
 

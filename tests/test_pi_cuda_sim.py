@@ -59,7 +59,7 @@ def test_pympi_pi_selects_its_gpu_before_mpi_init(ranks):
     """`mpiexec pympi-pi --backend gpu`: each rank's (simulated) GPU chosen before MPI_Init, same estimate."""
     from conftest import mpiexec_argv, script
 
-    argv = mpiexec_argv(ranks) + [script("pympi-pi"), "3e4", "--json"]
+    argv = mpiexec_argv(ranks) + [script("pympi-pi"), "3e3", "--json"]
     gpu = run(argv + ["--backend", "gpu"], timeout=600, env=clean_env(NUMBA_ENABLE_CUDASIM="1"))
     assert gpu.returncode == 0, gpu.stderr
     cpu = run(argv + ["--backend", "numba"], timeout=600, env=clean_env())

@@ -18,3 +18,9 @@ fi
 podman --version
 buildah --version
 debootstrap --version
+# /dev/fuse open to users (0666, Debian's own setting; a sandboxed CI host may leave it root's):
+# the unprivileged Apptainer user then mounts each .sif with squashfuse, as on a cluster node,
+# instead of unpacking the whole image for every run (0.3 s, not 10 s; containers.fuse_for_users).
+if [ -c /dev/fuse ] && [ "$(stat -c %a /dev/fuse)" != 666 ]; then
+    chmod 0666 /dev/fuse || echo "::: /dev/fuse stays $(stat -c %a /dev/fuse): Apptainer tests unpack each image"
+fi

@@ -424,6 +424,12 @@ def run_argv(tag: str, *command: str, env: dict[str, str] | None = None,
     return argv + [tag, *command]
 
 
+#: mpi4py unoptimised in the stand-in images (the recipes' MPI4PY_CFLAGS, -O2 -g0 unless set): its
+#: one large C file compiles in 35 CPU-seconds, not 140, three times a CI run; no test here times an
+#: MPI call inside an image.
+STANDIN_MPI4PY = ("--build-arg", "MPI4PY_CFLAGS=-O0 -g0")
+
+
 @dataclass(frozen=True)
 class Built:
     """An image built from a docker/ recipe here."""
@@ -460,7 +466,8 @@ def _make_image(which: str) -> Built:
     args = ["--build-arg", f"BASE={base}"]
     if which != "local":
         # One CPython build for both TACC-style recipes: same build base, same layers.
-        args += ["--build-arg", f"PYTHON_BUILD_BASE={DEBIAN_IMAGE}", *debian_cpython_source().build_args()]
+        args += ["--build-arg", f"PYTHON_BUILD_BASE={DEBIAN_IMAGE}", *debian_cpython_source().build_args(),
+                 *STANDIN_MPI4PY]
     build_recipe(recipe, tag, args)
     built = Built(which, recipe, tag, base, time.monotonic() - t0, image_size(tag))
     log(f"{recipe}: {tag} {built.size / 1e6:.0f} MB, {built.seconds:.0f} s with its base")
@@ -522,10 +529,16 @@ APPTAINER_BUILD_FLAGS = ("--disable-cache", "--mksquashfs-args", "-comp gzip -Xc
 
 @dataclass(frozen=True)
 class ApptainerRoot:
-    """Debian unstable with its ``apptainer`` package, entered with :data:`INROOT`."""
+    """Debian unstable with its ``apptainer`` package, entered with :data:`INROOT`.
+
+    ``unsquash``: the user cannot open ``/dev/fuse``, so Apptainer is told to unpack each .sif into a
+    temporary sandbox (``APPTAINER_UNSQUASH``; about 10 s a run for the impi image) instead of
+    mounting it with squashfuse, as unprivileged Apptainer does on a cluster node (0.3 s).
+    """
 
     root: Path
     work: Path
+    unsquash: bool = False
 
     def argv(self, *command: str, as_user: bool = True, env: dict[str, str] | None = None,
              keep_env: bool = False) -> list[str]:
@@ -541,6 +554,8 @@ class ApptainerRoot:
                   "APPTAINER_TMPDIR=/work/tmp", "TMPDIR=/tmp"]
         if as_user:
             inner += ["HOME=/home/tester", "USER=tester"]
+        if self.unsquash:
+            inner += ["APPTAINER_UNSQUASH=1"]
         inner += [f"{k}={v}" for k, v in (env or {}).items()]
         inner += list(command)
         if as_user:
@@ -560,28 +575,40 @@ def apptainer_root(work: Path) -> ApptainerRoot:
     (work / "tmp").mkdir(exist_ok=True)
     for p in (work, work / "tmp"):
         p.chmod(0o1777)
-    return ApptainerRoot(root, work)
+    return ApptainerRoot(root, work, unsquash=not fuse_for_users())
+
+
+def fuse_for_users() -> bool:
+    """Can an unprivileged user open ``/dev/fuse`` (mode 0666, as on a cluster node)?  CI's
+    setup (.ci/setup.d/20-containers.sh) makes it so where a sandbox left it root's only."""
+    try:
+        return (os.stat("/dev/fuse").st_mode & 0o006) == 0o006
+    except OSError:
+        return False
+
+
+#: The Apptainer root's packages: squashfuse mounts a .sif for an unprivileged user (where
+#: /dev/fuse is open to users), as on a cluster node without setuid Apptainer.
+APPTAINER_PACKAGES = ("apptainer", "squashfs-tools", "squashfuse", "ca-certificates", "util-linux")
 
 
 def _make_apptainer_root() -> Path:
     root = CACHE / "rootfs-sid"
     ready = root / ".pympi-apptainer"
-    if not ready.exists():
+    if not ready.exists() or ready.read_text() != " ".join(APPTAINER_PACKAGES):
         debootstrap("sid", root)
         shutil.copy("/etc/hosts", root / "etc/hosts")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         sh(["chroot", str(root), "apt-get", "update", "-qq"], timeout=600, env=env)
-        # No squashfuse: the unprivileged user cannot open /dev/fuse here, and
-        # without it Apptainer unpacks the SIF to a temporary sandbox instead.
         sh(["chroot", str(root), "apt-get", "install", "-y", "-qq", "--no-install-recommends",
-            "apptainer", "squashfs-tools", "ca-certificates", "util-linux"], timeout=900, env=env)
+            *APPTAINER_PACKAGES], timeout=900, env=env)
         conf = root / "etc/apptainer/apptainer.conf"
         text = conf.read_text()
         # Root here has no CAP_SYS_RESOURCE; Apptainer would ask for the full set.
         conf.write_text(text.replace("root default capabilities = full", "root default capabilities = no"))
         sh(["chroot", str(root), "sh", "-c",
             f"getent passwd tester || useradd -m -u {APPTAINER_USER_UID} tester"], timeout=60)
-        ready.touch()
+        ready.write_text(" ".join(APPTAINER_PACKAGES))
     return root
 
 
@@ -685,7 +712,7 @@ def _make_cuda_image(mpi: str) -> Built:
                                           "--build-arg", f"MPI={mpi}",
                                           # Open MPI unoptimised: a shorter compile of the longest step of the
                                           # longest prebuild; no test here measures its speed
-                                          "--build-arg", "OMPI_CFLAGS=-O0 -g0"], timeout=3600)
+                                          "--build-arg", "OMPI_CFLAGS=-O0 -g0", *STANDIN_MPI4PY], timeout=3600)
     built = Built("cuda", "Dockerfile.cuda", tag, base, time.monotonic() - t0, image_size(tag))
     log(f"Dockerfile.cuda (MPI={mpi}): {tag} {built.size / 1e6:.0f} MB, {built.seconds:.0f} s with its base")
     return built
