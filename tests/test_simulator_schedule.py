@@ -6,6 +6,7 @@ where it came from."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -124,3 +125,53 @@ def test_every_child_of_the_test_run_gets_the_schedule():
     probe = "import sys, sitecustomize; print(sitecustomize.__file__)"
     done = run([sys.executable, "-c", probe], env=clean_env(NUMBA_ENABLE_CUDASIM="1"))
     assert done.stdout.strip().startswith(SIMULATOR_PATH), done.stdout + done.stderr
+
+
+SHARED = r'''
+import json, sys, time
+import numpy as np
+from numba import cuda
+
+seen = set()
+
+@cuda.jit
+def share(out):
+    buf = cuda.shared.array(32, np.float64)
+    seen.add((cuda.blockIdx.x, id(buf)))
+    t = cuda.threadIdx.x
+    buf[t] = t
+    cuda.syncthreads()
+    out[cuda.blockIdx.x * 32 + t] = buf[31 - t]
+
+empty = np.empty
+def slow_empty(*args, **kw):  # a thread switch between a block's lookup of its array and the store
+    time.sleep(0.005)
+    return empty(*args, **kw)
+
+out = np.zeros(64)
+np.empty = slow_empty
+share[2, 32](out)
+np.empty = empty
+arrays = {b: len({i for blk, i in seen if blk == b}) for b in (0, 1)}
+print(json.dumps({"arrays_per_block": [arrays[0], arrays[1]], "right": out.tolist() == [31.0 - t for t in range(32)] * 2}))
+'''
+
+
+@pytest.mark.parametrize("schedule", ["tests", "threads", "numba as shipped"])
+def test_the_threads_of_a_block_share_one_shared_array(tmp_path, schedule):
+    """numba's simulator finds a block's ``cuda.shared.array`` by the caller's line, and makes it where
+    missing, without a lock: with the making slowed, each thread of a block made its own (read as
+    memory no thread wrote).  The test run's simulator, under either schedule, makes it under a lock."""
+    script = tmp_path / "share.py"
+    script.write_text(SHARED)
+    env = clean_env(NUMBA_ENABLE_CUDASIM="1", PYMPI_TEST_SIMULATOR=schedule)
+    if schedule == "numba as shipped":  # no sitecustomize of ours in the child
+        env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                            if p and p != SIMULATOR_PATH)
+    done = run([sys.executable, str(script)], env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.splitlines()[-1])
+    if schedule == "numba as shipped":  # the race this repairs (if numba mends it, the repair can go)
+        assert got["arrays_per_block"] != [1, 1], got
+    else:
+        assert got == {"arrays_per_block": [1, 1], "right": True}, got

@@ -342,15 +342,21 @@ class SlurmCluster:
         return m.group(1) if m else "UNKNOWN"
 
     def wait(self, job_id: int, timeout: float) -> str:
-        """Wait for a job to leave PENDING/RUNNING; cancel it past ``timeout`` (returns TIMEOUT)."""
+        """Wait for a job to end (its state none of :data:`NOT_ENDED`); cancel it past ``timeout``
+        (returns TIMEOUT)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             state = self.job_state(job_id)
-            if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"):
+            if state not in NOT_ENDED:
                 return state
             time.sleep(0.3)
         self.run(["scancel", str(job_id)], timeout=10)
         return "TIMEOUT"
+
+
+#: The states scontrol shows for a job that has not ended.  SIGNALING is shown while slurmctld
+#: delivers a signal (the --signal warning of a time limit): a cold CI run saw it there, once.
+NOT_ENDED = ("PENDING", "CONFIGURING", "RUNNING", "SIGNALING", "RESIZING", "SUSPENDED", "COMPLETING", "STAGE_OUT")
 
 
 def shlex_join(argv: Sequence[str]) -> str:

@@ -19,7 +19,11 @@ dozen steps.  This module keeps what each thread executes and changes only when:
 
 What a thread raises is raised by the launch, with the thread and block it came from, as the
 simulator does.  ``tests/test_simulator_schedule.py`` checks both paths against the simulator's
-own.  Set ``PYMPI_TEST_SIMULATOR=threads`` to run the simulator as numba ships it.
+own.  Set ``PYMPI_TEST_SIMULATOR=threads`` to run the simulator as numba ships it, but for one
+repair, made under either schedule: the simulator's ``cuda.shared.array`` looks up a block's array
+and creates it if missing without a lock, so two threads of a block could each create their own and
+one would read memory no thread wrote (:func:`_lock_shared_arrays`; a cold CI run saw an LJ step on
+the simulated GPU stop with "an atom moved 1.14e+39 sigma", once).
 """
 
 from __future__ import annotations
@@ -135,12 +139,47 @@ class _Barrier:
                 self._release_if_all()
 
 
+def _lock_shared_arrays() -> None:
+    """``cuda.shared.array`` of the simulator with its lookup and creation under one lock.
+
+    numba's ``FakeCUDAShared.array`` keys a block's shared array by the caller's file and line,
+    gets it from a dict and, if missing, creates it and stores it: two threads of one block between
+    the get and the store each make an array of their own (``np.empty``, whatever was in memory),
+    and the threads no longer share it.  The same, atomically (the caller's frame read directly)."""
+    import threading
+
+    import numpy as np
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+
+    lock = threading.Lock()
+    shipped = kernelapi.FakeCUDAShared.array
+
+    def array(self, shape, dtype):
+        if shape == 0:  # the dynamic shared memory: one buffer made with the module
+            return shipped(self, shape, dtype)
+        if isinstance(dtype, types.Type):
+            dtype = numpy_support.as_dtype(dtype)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            res = self._allocations.get(key)
+            if res is None:
+                res = self._allocations[key] = np.empty(shape, dtype)
+        return res
+
+    kernelapi.FakeCUDAShared.array = array
+
+
 def install() -> None:
     """Replace ``BlockManager.run`` of numba's simulator by the schedule the module docstring gives."""
     import threading
 
     import numpy as np
     from numba.cuda.simulator import kernel as sim
+
+    _lock_shared_arrays()
 
     class _Thread(sim.BlockThread):
         """A CUDA thread of a kernel that synchronises: the simulator's, with the block's barrier."""
@@ -227,7 +266,7 @@ def _chain() -> None:
             return
 
 
-if (os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
-        and os.environ.get("PYMPI_TEST_SIMULATOR", "") != "threads"):
-    _on_import("numba.cuda.simulator.kernel", install)
+if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+    _on_import("numba.cuda.simulator.kernel",
+               _lock_shared_arrays if os.environ.get("PYMPI_TEST_SIMULATOR", "") == "threads" else install)
 _chain()
