@@ -143,6 +143,15 @@ def wait_busy(pid: int, cpu: float = 1.0, timeout: float = 180) -> None:
     raise AssertionError("the rank never got busy")
 
 
+def wait_for_path(path: Path, proc: subprocess.Popen, timeout: float = 120) -> bool:
+    """Until ``path`` exists (a lock the job takes once it has started), the job ends, or ``timeout``
+    passes: whether it exists."""
+    deadline = time.monotonic() + timeout
+    while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return path.exists()
+
+
 # ---------------------------------------------------------------- a rank killed
 
 def kill_last_rank(argv: list[str], ranks: int, **kw) -> tuple[int, float, list[int]]:
@@ -351,9 +360,7 @@ def test_two_studies_on_one_prefix_the_second_is_refused(tmp_path):
     jsonl = prefix.with_suffix(".jsonl")
     first = [SCALE, "--ranks", "1,2", "--repeat", "3", "--out", str(prefix), "--", PI, "4e6", "--threads", "1"]
     with job(first) as proc:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not jsonl.with_name("shared.jsonl.lock").exists():
-            time.sleep(0.05)
+        wait_for_path(jsonl.with_name("shared.jsonl.lock"), proc)
         time.sleep(0.5)
         assert proc.poll() is None
         second = run([SCALE, "--ranks", "1", "--out", str(prefix), "--", PI, "2e6", "--threads", "1"],

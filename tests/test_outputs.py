@@ -15,7 +15,6 @@ import csv
 import os
 import signal
 import subprocess
-import time
 
 import ase.io
 import gsd.hoomd
@@ -27,7 +26,7 @@ from conftest import mpiexec_argv, run, script
 from pympi_gpu.nbody.lj import checkpoint as lj_ckpt
 from pympi_gpu.run import thermolog
 from pympi_gpu.run.outputs import APPEND, NEW, REPLACE, Found, OutputRefused, RunIdentity, decide
-from test_faults import _fill, env, job, one_message, tmpfs, wait_busy, wait_for_rank
+from test_faults import _fill, env, job, one_message, tmpfs, wait_busy, wait_for_path, wait_for_rank
 
 NBODY = script("pympi-nbody")
 LJ = ["--model", "lj"]
@@ -181,10 +180,8 @@ def test_a_second_job_on_one_checkpoint_is_refused(tmp_path, ranks):
                                   "--checkpoint-every", "10", "--restart", str(ck), "--threads", "1", "-q"]
     with job(argv) as first:
         wait_busy(wait_for_rank(first.pid, 0), cpu=1.0)
-        lock, deadline = tmp_path / "c.npz.lock", time.monotonic() + 120
-        while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)  # rank 0 may still be loading the checkpoint under load: busy before it locks
-        assert lock.exists(), first.poll()
+        # rank 0 may still be loading the checkpoint under load: busy before it locks
+        assert wait_for_path(tmp_path / "c.npz.lock", first), first.poll()
         second = nbody(ranks, 4000, *LJ, "--steps", 1000000, "--checkpoint", ck, "--restart", ck)
         one_message(second, f"checkpoint {str(ck)!r} is being written by another pympi-nbody run (pid ")
         assert first.poll() is None  # the first goes on, its checkpoints and temporaries untouched

@@ -96,10 +96,15 @@ def _tree(xs: list[float]) -> float:
     return buf[0]
 
 
-def _kernels(tmp_path, schedule: str) -> dict:
-    script = tmp_path / "kernels.py"
-    script.write_text(KERNELS)
+def _run(tmp_path, source: str, schedule: str, ours: bool = True) -> dict:
+    """``source`` run under the simulator with ``schedule``; the JSON its last line prints.
+    ``ours=False``: without this folder's sitecustomize (the simulator as numba ships it)."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
     env = clean_env(NUMBA_ENABLE_CUDASIM="1", PYMPI_TEST_SIMULATOR=schedule)
+    if not ours:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                            if p and p != SIMULATOR_PATH)
     done = run([sys.executable, str(script)], env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
@@ -107,7 +112,7 @@ def _kernels(tmp_path, schedule: str) -> dict:
 
 @pytest.mark.parametrize("schedule", ["tests", "threads"])
 def test_both_schedules_give_the_kernels_results(tmp_path, schedule):
-    got = _kernels(tmp_path, schedule)
+    got = _run(tmp_path, KERNELS, schedule)
     a = [i ** 1.5 for i in range(80)]
     assert got["scale"] == [2.0 * a[i] + a[(i + 1) % 80] for i in range(80)]
     assert got["sums"] == [_tree(a[b:b + 32]) for b in (0, 32, 64)]
@@ -162,15 +167,7 @@ def test_the_threads_of_a_block_share_one_shared_array(tmp_path, schedule):
     """numba's simulator finds a block's ``cuda.shared.array`` by the caller's line, and makes it where
     missing, without a lock: with the making slowed, each thread of a block made its own (read as
     memory no thread wrote).  The test run's simulator, under either schedule, makes it under a lock."""
-    script = tmp_path / "share.py"
-    script.write_text(SHARED)
-    env = clean_env(NUMBA_ENABLE_CUDASIM="1", PYMPI_TEST_SIMULATOR=schedule)
-    if schedule == "numba as shipped":  # no sitecustomize of ours in the child
-        env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                                            if p and p != SIMULATOR_PATH)
-    done = run([sys.executable, str(script)], env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
-    got = json.loads(done.stdout.splitlines()[-1])
+    got = _run(tmp_path, SHARED, schedule, ours=schedule != "numba as shipped")
     if schedule == "numba as shipped":  # the race this repairs (if numba mends it, the repair can go)
         assert got["arrays_per_block"] != [1, 1], got
     else:

@@ -594,8 +594,8 @@ APPTAINER_PACKAGES = ("apptainer", "squashfs-tools", "squashfuse", "ca-certifica
 
 def _make_apptainer_root() -> Path:
     root = CACHE / "rootfs-sid"
-    ready = root / ".pympi-apptainer"
-    if not ready.exists() or ready.read_text() != " ".join(APPTAINER_PACKAGES):
+    ready, packages = root / ".pympi-apptainer", " ".join(APPTAINER_PACKAGES)
+    if not ready.exists() or ready.read_text() != packages:
         debootstrap("sid", root)
         shutil.copy("/etc/hosts", root / "etc/hosts")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -608,7 +608,7 @@ def _make_apptainer_root() -> Path:
         conf.write_text(text.replace("root default capabilities = full", "root default capabilities = no"))
         sh(["chroot", str(root), "sh", "-c",
             f"getent passwd tester || useradd -m -u {APPTAINER_USER_UID} tester"], timeout=60)
-        ready.write_text(" ".join(APPTAINER_PACKAGES))
+        ready.write_text(packages)
     return root
 
 
