@@ -245,7 +245,7 @@ def _rel_diff(ours: dict, theirs: dict) -> dict:
 PROFILED = (
     ("pympi_gpu.nbody.lj.kernels_cpu", "kick_drift", "kick + drift + displacement", "step"),
     ("pympi_gpu.nbody.lj.system", "LjSystem.agree_displacement", "displacement reduction (+ stop)", "step"),
-    ("forces", "run_ops", "forces, halo packing, kick (compiled pieces)", "step"),
+    ("forces", "run_ops", "kick, drift, forces, halo (compiled pieces, their MPI calls below)", "step"),
     ("pympi_gpu.nbody.lj.halo", "Halo.post", "halo: messages started", "step"),
     ("pympi_gpu.nbody.lj.halo", "Halo.wait", "halo: messages waited for", "step"),
     ("pympi_gpu.nbody.lj.host_atoms", "HostAtoms.rebuild", "rebuild: sort, copies, Python", "rebuild"),
@@ -316,13 +316,14 @@ def profile(atoms: int, steps: int, clock: str = "cpu") -> dict:
                                                  for module, path, label, _ in PROFILED if module == "forces"})
         prof.spent.clear()
         prof.calls.clear()
-        rebuilds = system.atoms.rebuilds
+        rebuilds, mpi0 = system.atoms.rebuilds, system.atoms.kernel_mpi_seconds
         cart.Barrier()
         c0 = prof.clock()
         run(cart, system, RunOptions(steps=steps))
         total = prof.clock() - c0
-        return _profile_report(cart, prof, labels, total, steps, system.atoms.rebuilds - rebuilds, clock,
-                               system.config)
+        doc = _profile_report(cart, prof, labels, total, steps, system.atoms.rebuilds - rebuilds, clock,
+                              system.config, 1e6 * (system.atoms.kernel_mpi_seconds - mpi0) / steps)
+        return doc
 
 
 @contextlib.contextmanager
@@ -357,8 +358,9 @@ def _prepared(atoms: int, patches):
         cart.Free()
 
 
-def _profile_report(cart, prof, labels, total, steps, rebuilds, clock, config) -> dict | None:
-    """The profile of this rank, gathered on rank 0 (see :func:`profile`)."""
+def _profile_report(cart, prof, labels, total, steps, rebuilds, clock, config, kernel_mpi_us) -> dict | None:
+    """The profile of this rank, gathered on rank 0 (see :func:`profile`); ``kernel_mpi_us``: the MPI calls
+    the compiled pieces made, per step (their own clock, ``MPI_Wtime``: wall time)."""
     cost = prof.overhead()
     calls = sum(prof.calls.values())
     per_step = {k: 1e6 * v / steps for k, v in prof.spent.items() if labels[k] == "step"}
@@ -370,7 +372,8 @@ def _profile_report(cart, prof, labels, total, steps, rebuilds, clock, config) -
     mine = {"rank": cart.Get_rank(), "atoms_owned": None, "step_us": step_us, "rebuild_us": rebuild_us,
             "per_step_us": dict(sorted(per_step.items(), key=lambda kv: -kv[1])),
             "per_rebuild_us": dict(sorted(per_rebuild.items(), key=lambda kv: -kv[1])),
-            "profiler_overhead_us_per_call": 1e6 * cost, "timed_calls_per_step": calls / steps}
+            "profiler_overhead_us_per_call": 1e6 * cost, "timed_calls_per_step": calls / steps,
+            "kernel_mpi_us_per_step": kernel_mpi_us}
     ranks = cart.gather(mine, root=0)
     if ranks is None:
         return None
@@ -395,11 +398,15 @@ def trace(atoms: int, steps: int) -> dict | None:
     so run it on one node), and rank 0 compares the ranks step by step: how
     late each reaches the displacement reduction after the first rank, how long
     the reduction takes after the last one arrives, the Python around it, the
-    halo's posts and waits, and the loop between two steps.  Medians in
-    microseconds; rank 0's dict, None elsewhere.
+    halo's posts and waits, and the loop between two steps.  The calls stamped
+    are Python's, so the run keeps the step's MPI calls in Python
+    (``PYMPI_COMPILED_MPI=0``; the kernels' own have no stamps, and
+    ``--mode profile`` gives their time).  Medians in microseconds; rank 0's
+    dict, None elsewhere.
     """
     import time
 
+    from pympi_gpu.mpi import numba_calls
     from pympi_gpu.nbody.loop import RunOptions, run
 
     stamps: dict[str, list[int]] = {}
@@ -417,6 +424,7 @@ def trace(atoms: int, steps: int) -> dict | None:
             return call
         return wrap
 
+    os.environ[numba_calls.ENV] = "0"  # the calls stamped are Python's: the kernels' own have no stamps
     with _prepared(atoms, [(module, path, stamped(event)) for module, path, event in TRACED]) as (cart, system):
         for ts in stamps.values():
             ts.clear()
@@ -475,6 +483,9 @@ def print_profile(doc: dict) -> None:
               f"each taken off)")
         for k, v in r["per_step_us"].items():
             print(f"    {v:8.1f} us/step     {k}")
+        if r.get("kernel_mpi_us_per_step"):
+            print(f"    {r['kernel_mpi_us_per_step']:8.1f} us/step     of those pieces: their MPI calls (halo messages, "
+                  "the displacement's agreement; wall time)")
         for k, v in r["per_rebuild_us"].items():
             print(f"    {v:8.1f} us/rebuild  {k}")
 

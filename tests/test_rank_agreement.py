@@ -12,6 +12,7 @@ form).  Rows of docs/faults.md.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -86,6 +87,22 @@ def test_lj_list_kind_is_agreed_when_one_rank_is_capped_at_one_core(tmp_path):
     p, took = timed(mpmd(lj, ["taskset", "-c", "0", *lj]))
     assert p.returncode == 0, p.stdout + p.stderr
     assert "full lists" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("ranks", [(1, 1), (1, 2)], ids=["2 ranks", "3 ranks"])
+def test_who_makes_the_lj_steps_mpi_calls_is_agreed(ranks):
+    """``PYMPI_COMPILED_MPI=0`` on one rank only: every rank keeps the step's MPI calls in Python (the
+    agreement is a persistent collective where the kernels make the calls, a call from Python where
+    not: one rank of each would hang), and the run is the one the kernels make, digit for digit."""
+    lj = [NBODY, "864", "--model", "lj", "--threads", "1", "--steps", "40", "--thermo", "20", "--json", "-q"]
+    p, took = timed(mpmd(["env", "PYMPI_COMPILED_MPI=0", *lj], lj, ranks=ranks))
+    assert p.returncode == 0, p.stdout + p.stderr
+    mixed = json.loads(p.stdout)
+    p, _ = timed(mpiexec_argv(sum(ranks)) + lj)
+    assert p.returncode == 0, p.stdout + p.stderr
+    kernels = json.loads(p.stdout)
+    assert (mixed["step_mpi"], kernels["step_mpi"]) == ("python", "kernels")
+    assert mixed["thermo"] == kernels["thermo"] and mixed["traffic"] == kernels["traffic"]
 
 
 # ---------------------------------------------------------------- output paths on one node only

@@ -38,7 +38,7 @@ def format_lj(run, threads: int, shown: bool = False) -> str:
                  + (f", restarted from {run.restarted_from}" if run.restarted_from else ""))
     lines.append(f"  backend    {run.backend} ({run.backend_reason}), threads/rank {threads}, "
                  f"{'half lists, Newton across bricks' if run.newton else 'full lists'}, transport {run.transport} "
-                 f"({run.transport_reason})")
+                 f"({run.transport_reason})" + (f", MPI calls from {run.step_mpi}" if run.step_mpi else ""))
     lines.append(f"  atoms      {min(run.atoms_per_rank):,}..{max(run.atoms_per_rank):,} per rank, "
                  f"{run.ghosts_per_rank:,.0f} ghosts per rank, {run.neighbors_per_atom:.2f} neighbours per atom "
                  f"(cutoff + skin), {run.rebuilds} rebuilds")

@@ -197,15 +197,18 @@ def test_a_plan_keeps_the_messages_of_one_neighbour_stages_that_fit(agree, cpu):
     agree(cart, check)
 
 
-def test_exchange_rows_of_any_count(agree):
+@pytest.mark.parametrize("made_by", ["python", "kernel"])
+def test_exchange_rows_of_any_count(agree, made_by):
     """``_exchange`` as the migration and the ghosts use it, rebuild after rebuild: rows of growing and
     shrinking counts, none included, different on the two sides, each rank's rows arriving whole at
     its neighbours, the upper's then the lower's, after the rows kept at the head of the buffer they
-    go to (one message each way on 2 ranks), which is replaced by a larger copy where they do not fit."""
-    from pympi_gpu.nbody.lj.halo import _exchange
+    go to (one message each way on 2 ranks), which is replaced by a larger copy where they do not fit.
+    The messages made by mpi4py's calls, or by one compiled call (``numba_calls.exchange_rows``)."""
+    from pympi_gpu.nbody.lj.halo import _KernelExchange, _exchange
     from pympi_gpu.run.phases import PhaseClock
 
     cart = make_cart("x")
+    kernel = _KernelExchange(cart) if made_by == "kernel" else None
     lower, upper = cart.Shift(0, 1)
     me = cart.Get_rank()
 
@@ -223,14 +226,15 @@ def test_exchange_rows_of_any_count(agree):
             buf = np.zeros((down + up + 1, 5))
             buf[:down], buf[down:down + up] = rows(me, k, down, 0), rows(me, k, up, 1)
             into = np.full((2 + 30, 5), -1.0)  # two rows kept; room for 30 (a split's row included)
-            got, (c0, c1) = _exchange(cart, buf, down, down + up, lower, upper, 77, PhaseClock(), into=into, at=2)
+            got, (c0, c1) = _exchange(cart, buf, down, down + up, lower, upper, 77, PhaseClock(), into=into, at=2,
+                                      kernel=kernel)
             head = np.full((2, 5), -1.0)
             want = np.concatenate([head, rows(upper, k, count(upper, k)[0], 0), rows(lower, k, count(lower, k)[1], 1)])
             assert (c0, c1) == (count(upper, k)[0], count(lower, k)[1])
             assert got.tobytes() == want.tobytes(), f"exchange {k}"
             fits = want.shape[0] + (lower == upper) <= into.shape[0]
             assert (got.base is into) == fits, f"exchange {k}: rows {want.shape[0]}, into {into.shape[0]}"
-            got, _ = _exchange(cart, buf, down, down + up, lower, upper, 78, PhaseClock())  # no head
+            got, _ = _exchange(cart, buf, down, down + up, lower, upper, 78, PhaseClock(), kernel=kernel)  # no head
             assert got.tobytes() == want[2:].tobytes(), f"exchange {k}, no head"
 
     agree(cart, check)

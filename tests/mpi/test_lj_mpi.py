@@ -123,6 +123,29 @@ def test_restart_continues_bit_for_bit(tmp_path_factory):
     assert dx < POS_TOL  # a rebuild after the checkpoint changes round-off only
 
 
+@pytest.mark.parametrize("cells", [5, 6])
+def test_the_kernels_mpi_calls_are_pythons(cells, monkeypatch):
+    """A step's MPI calls made by its compiled kernels (persistent requests started from numba) and by
+    Python between kernel pieces (``PYMPI_COMPILED_MPI=0``): the same states bit for bit, thermo, rebuilds
+    and traffic, under whichever MPI runs the tier (mpi4py's MPICH here; Open MPI and Intel MPI in
+    tests/test_mpi_matrix.py)."""
+    from mpi4py import MPI
+
+    from pympi_gpu.mpi import numba_calls
+
+    comm = MPI.COMM_WORLD
+    config, options = LjConfig(cells=cells), RunOptions(steps=60, thermo_every=20)
+    kernels, full_k = _run(comm, config, options)
+    monkeypatch.setenv(numba_calls.ENV, "0")
+    python, full_p = _run(comm, config, options)
+    assert (kernels.step_mpi, python.step_mpi) == ("kernels", "python")
+    for k in ("x", "v", "f", "id"):
+        assert np.array_equal(full_k[k], full_p[k]), k
+    assert kernels.thermo == python.thermo and kernels.rebuilds == python.rebuilds >= 3
+    assert kernels.traffic == python.traffic  # the same messages, counted by the kernels or by Python
+    assert kernels.phases.waiting.max > 0 and kernels.phases.communication.max > 0
+
+
 def _state_after(config, steps):
     """The whole system (x, v, ids) after ``steps`` steps on one brick: a lattice that has melted a little."""
     from mpi4py import MPI

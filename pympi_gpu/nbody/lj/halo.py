@@ -57,6 +57,7 @@ import weakref
 
 import numpy as np
 
+from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj import kernels_cpu as kc
 from pympi_gpu.nbody.lj.domain import Brick
 from pympi_gpu.run.phases import PhaseClock
@@ -69,10 +70,11 @@ _TAG_FORWARD = 0x4C20
 _TAG_REVERSE = 0x4C30
 
 _NONE = np.empty((0, 3))  # "no message": the kernels copy to and from the brick's own rows
+_NO_REQUESTS = np.zeros(0, np.uint8)
 
 
 def _exchange(comm, buf, split: int, total: int, lower: int, upper: int, tag: int, clock: PhaseClock,
-              into=None, at: int = 0) -> tuple[np.ndarray, tuple[int, int]]:
+              into=None, at: int = 0, kernel: _KernelExchange | None = None) -> tuple[np.ndarray, tuple[int, int]]:
     """Send ``buf[:split]`` to ``lower`` and ``buf[split:total]`` to ``upper``; receive theirs.
 
     Rows are 2-D float64 of any count: a receive learns its size from a
@@ -83,7 +85,10 @@ def _exchange(comm, buf, split: int, total: int, lower: int, upper: int, tag: in
     one array, and their counts.  ``into``: the rows go to ``into[at:]``,
     after its first ``at`` rows, and the array returned holds those too;
     where they do not fit (the split's row included), a larger copy of them.
+    ``kernel``: the same messages made by a compiled call (:class:`_KernelExchange`).
     """
+    if kernel is not None:
+        return kernel.exchange(buf, split, total, lower, upper, tag, clock, into, at)
     from mpi4py import MPI
 
     width = buf.shape[1]
@@ -111,6 +116,43 @@ def _exchange(comm, buf, split: int, total: int, lower: int, upper: int, tag: in
     comm.Recv(out[at + counts[0]:m], lower, tag + 2)
     MPI.Request.Waitall(reqs)
     return out[:m], (counts[0], counts[1])
+
+
+class _KernelExchange:
+    """:func:`_exchange` as one compiled call (:func:`~pympi_gpu.mpi.numba_calls.exchange_rows`): the
+    communicator's and ``MPI_DOUBLE``'s handles, and the call's requests, statuses and counts, kept."""
+
+    def __init__(self, cart):
+        from mpi4py import MPI
+
+        if not numba_calls.link():  # (before the kernel is compiled or loaded: it calls MPI by name)
+            raise RuntimeError("MPI's symbols do not resolve for numba: the rebuild's messages need Python's calls")
+        self.comm, self.double = numba_calls.handle(cart), numba_calls.handle(MPI.DOUBLE)
+        self.rsize = numba_calls.request_size()
+        self.requests, self.status = np.zeros(2 * self.rsize, np.uint8), numba_calls.statuses(2)
+        self.got = np.zeros(3, np.int64)
+        self.rows = np.empty((0, 4))  # the rows received where the caller gives no buffer (kept)
+
+    def exchange(self, buf, split: int, total: int, lower: int, upper: int, tag: int, clock: PhaseClock,
+                 into, at: int) -> tuple[np.ndarray, tuple[int, int]]:
+        width = buf.shape[1]
+        if lower == upper:
+            clock.sent(buf[:total + 1].nbytes, 1)
+        else:
+            clock.sent(buf[:total].nbytes, 2)
+        out = into if into is not None else self.rows if self.rows.shape[1] == width else np.empty((0, width))
+        args = (split, total, out, at, lower, upper, tag, self.comm, self.double, self.requests, self.rsize,
+                self.status)
+        done = numba_calls.exchange_rows(buf, *args, False, self.got)
+        if done == numba_calls.NEED_ROOM:  # (the messages are on their way: this call receives them)
+            out = _with_room(into, at, at + int(self.got[0] + self.got[1]), width)
+            if into is None:
+                self.rows = out
+            done = numba_calls.exchange_rows(buf, split, total, out, *args[3:], True, self.got)
+        if done == numba_calls.EXCHANGE_FAILED:
+            raise numba_calls.failure(int(self.got[2]))
+        c0, c1 = int(self.got[0]), int(self.got[1])
+        return out[:at + c0 + c1], (c0, c1)
 
 
 def _with_room(into, at: int, rows: int, width: int) -> np.ndarray:
@@ -169,6 +211,20 @@ class _Stage:
         self.fwd = self.rev = []
 
 
+class _Agreement:
+    """A persistent reduction (MAX) of ``send`` into ``recv``, its handle as bytes for the kernels."""
+
+    def __init__(self, cart, send, recv):
+        from mpi4py import MPI
+
+        self.request = cart.Allreduce_init(send, recv, MPI.MAX)
+        self.handles = numba_calls.handles([self.request])
+
+    def free(self) -> None:
+        self.request.Free()
+        self.handles = _NO_REQUESTS
+
+
 def _region(rows: int, kept: int | None) -> int:
     """The rows of a message region for ``rows`` rows: ``kept`` (the last one's) while they fit it with
     less than two paddings to spare, else the rows and one padding."""
@@ -187,6 +243,7 @@ class Halo:
     brick : this rank's :class:`~pympi_gpu.nbody.lj.domain.Brick`
     cutneigh : halo thickness, ``rc + skin`` (sigma)
     half_shell : the ghosts of half lists (module docstring), else every image within ``cutneigh``
+    kernels : compiled calls make the rebuild's messages (the same messages; every rank alike)
 
     The plan, after :meth:`build` (or :meth:`borders`), flat for the kernels:
     entry ``e`` (``2d`` for stage d's low face, sent to the lower neighbour,
@@ -195,8 +252,10 @@ class Halo:
     other side's matching entry) are rows ``pstart[e]`` on.
     """
 
-    def __init__(self, cart, brick: Brick, cutneigh: float, half_shell: bool = False):
+    def __init__(self, cart, brick: Brick, cutneigh: float, half_shell: bool = False, kernels: bool = False):
         self.cart = cart
+        #: the rebuild's messages made by compiled calls (``kernels``: :mod:`~pympi_gpu.mpi.numba_calls`)
+        self._kernel = _KernelExchange(cart) if kernels else None
         self.half_shell = bool(half_shell)
         self.brick = brick
         self.cut = cutneigh
@@ -224,6 +283,11 @@ class Halo:
         self._regions = None  # the message regions of the last plan (:meth:`_messages`)
         self.nrecv = np.zeros(3, np.int64)
         self._stages: dict[int, _Stage] = {}
+        self._held: dict[str, _Agreement] = {}  # persistent collectives of the step (:meth:`agreement`)
+        #: the stages' persistent requests as bytes for the kernels that start them
+        #: (:func:`~pympi_gpu.mpi.numba_calls.handles`): stage d's forward ones from byte
+        #: ``request_at[2d, 0]``, ``request_at[2d, 1]`` of them, its reverse ones ``request_at[2d + 1]``
+        self.requests, self.request_at = _NO_REQUESTS, np.zeros((6, 2), np.int64)
         _keep_track(self)
         #: seconds in halo packing and waiting for halo/migration messages (reset by the caller)
         self.comm_time = 0.0
@@ -279,7 +343,7 @@ class Halo:
         if nu:  # the rows going up after those going down
             out[nd:nd + nu] = out[n:n + nu]
         came, _ = _exchange(self.cart, out, nd, nd + nu, *self.nbrs[d], _TAG_MIGRATE + 4 * d, self.clock,
-                            into=rows, at=stay)
+                            into=rows, at=stay, kernel=self._kernel)
         return came.base, came.shape[0]  # (the rows of a buffer that owns its memory, as ``rows`` does)
 
     # -- the ghost plan -----------------------------------------------------
@@ -342,7 +406,8 @@ class Halo:
         nl, nh = kc.border_pack(pos, gid, n, d, self._below[d], self._above[d], self._plan_rows, o, up0, self.pshift,
                                 msg)
         poff[2 * d + 1], poff[2 * d + 2] = o + nl, o + nl + nh
-        got, (c0, c1) = _exchange(self.cart, msg, nl, nl + nh, *self.nbrs[d], _TAG_BORDER + 4 * d, self.clock)
+        got, (c0, c1) = _exchange(self.cart, msg, nl, nl + nh, *self.nbrs[d], _TAG_BORDER + 4 * d, self.clock,
+                                  kernel=self._kernel)
         self.counts[2 * d], self.counts[2 * d + 1] = c0, c1
         pos, gid = _room(pos, gid, n, n + c0 + c1)
         kc.unpack_ghosts(got, c0 + c1, pos, gid, n)
@@ -384,18 +449,38 @@ class Halo:
         flat = self._flat = _rows_for(self._flat, 2 * (ns + nr), 3)  # one kept buffer, four views
         self.fsend, self.rrecv = flat[:ns], flat[ns:2 * ns]
         self.frecv, self.rsend = flat[2 * ns:2 * ns + nr], flat[2 * ns + nr:2 * (ns + nr)]
-        self.free()
+        _free_stages(self._stages)
         for d in range(3):
             if self.remote[d]:
                 s0, s1, r0, r1 = soff[d], soff[d + 1], roff[d], roff[d + 1]
                 self._stages[d] = _Stage(self.cart, d, *self.nbrs[d], poff[2 * d + 1] - poff[2 * d], counts[2 * d],
                                          self.fsend[s0:s1], self.frecv[r0:r1], self.rsend[r0:r1], self.rrecv[s0:s1])
                 self._stages[d].count(nrecv[d])
+        self._handles()
+
+    def _handles(self) -> None:
+        """:attr:`requests` and :attr:`request_at` of the current stages."""
+        kept, at = [], np.zeros((6, 2), np.int64)
+        size = numba_calls.request_size() if self._stages else 0
+        for d, stage in self._stages.items():
+            for back, requests in enumerate((stage.fwd, stage.rev)):
+                at[2 * d + back] = (len(kept) * size, len(requests))
+                kept += requests
+        self.requests, self.request_at = numba_calls.handles(kept), at
+
+    def agreement(self, send: np.ndarray, recv: np.ndarray) -> np.ndarray:
+        """The step's agreement, a persistent reduction (MAX) of ``send`` into ``recv`` over the
+        communicator, made once (collective): its handle as bytes for the kernels that start it.
+        Freed with the plan's messages (:meth:`free`)."""
+        held = self._held["agreement"] = _Agreement(self.cart, send, recv)
+        return held.handles
 
     def free(self) -> None:
-        """Free the persistent messages of the plan (a new plan, or no more steps: before the
-        communicator is freed, whose last request would destroy it wherever it is freed)."""
+        """Free the persistent messages of the plan and the step's agreement (no more steps: before
+        the communicator is freed, whose last request would destroy it wherever it is freed)."""
         _free_stages(self._stages)
+        _free_stages(self._held)
+        self.requests, self.request_at = _NO_REQUESTS, np.zeros((6, 2), np.int64)
 
     def post(self, d: int, back: bool = False) -> None:
         """Start stage d's messages (``back``: the reverse ones), their rows already packed."""
@@ -503,7 +588,7 @@ def _keep_track(halo: Halo) -> None:
     if not _EXIT:  # registered after mpi4py's own exit handler (MPI is up: the halo has its neighbours),
         _EXIT.append(atexit.register(_free_left))  # so run before it
     _LIVE.add(halo)
-    weakref.finalize(halo, _ORPHANS.append, halo._stages).atexit = False
+    weakref.finalize(halo, _ORPHANS.extend, (halo._stages, halo._held)).atexit = False
 
 
 def _free_orphans() -> None:
@@ -518,7 +603,8 @@ def _free_left() -> None:
 
 
 def _free_stages(stages: dict) -> None:
-    """Free the persistent requests of ``stages`` (while MPI runs) and forget them."""
+    """Free the persistent requests of ``stages`` (or of the step's collectives, while MPI runs) and
+    forget them."""
     from mpi4py import MPI
 
     if not MPI.Is_finalized():

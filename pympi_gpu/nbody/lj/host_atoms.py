@@ -29,6 +29,7 @@ import time
 
 import numpy as np
 
+from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.blowup import finite_rows
 from pympi_gpu.nbody.lj import kernels_cpu as kc
 from pympi_gpu.nbody.lj.domain import wrap
@@ -70,7 +71,8 @@ class HostAtoms:
         self.system = system
         config = self.config = system.config
         self.forces = kc.force_kernels(config.pair_term)
-        self.halo = Halo(system.cart, system.brick, config.cutneigh, half_shell=config.newton)
+        self.halo = Halo(system.cart, system.brick, config.cutneigh, half_shell=config.newton,
+                         kernels=system.kernels_call_mpi)
         n = self.nlocal = int(np.shape(v)[0])
         self._set, self._spare = _Rows(n + n // 4 + 64), _Rows(n + n // 4 + 64)
         self._set.pos[:n] = x
@@ -91,11 +93,18 @@ class HostAtoms:
         self._work: dict[str, np.ndarray] = {}
         self._sort_space = None
         self._sums = np.zeros(4)
-        self._programs = {(refresh, kick): _program(self.halo.remote, refresh, kick)
-                          for refresh in (True, False) for kick in (True, False)}
+        self._tally = np.zeros(6)  # the MPI calls of a program's kernels: kc.TALLY_*
+        #: seconds in the MPI calls the kernels made (``MPI_Wtime``; the halo's clock has them by phase)
+        self.kernel_mpi_seconds = 0.0
+        self._status = numba_calls.statuses(4)
+        # the kernels make the step's MPI calls (or there are none: one rank), else Python between pieces
+        inline = self._inline = system.kernels_call_mpi or self.halo.local
+        self._programs = {(refresh, kick, step): _program(self.halo.remote, refresh, kick, step, inline)
+                          for refresh in (True, False) for kick in (True, False) for step in (True, False)}
 
     def _view(self, n_all: int) -> None:
         """``pos``, ``f``, ``gid`` (rows held), ``v``, ``ids`` (owned rows): views of the current set."""
+        self._kept_args = None  # (the views and lists change: the kernels' arguments are gathered again)
         s, n = self._set, self.nlocal
         self.pos, self.f, self.gid = s.pos[:n_all], s.f[:n_all], s.gid[:n_all]
         self.v, self.ids = s.v[:n], s.gid[:n]
@@ -171,6 +180,7 @@ class HostAtoms:
                 self.cap = [max(self.cap[0], int(lists[0].max(initial=0)) + 8),
                             max(self.cap[1], int(lists[2].max(initial=0)) + 8)]
         self.lists = tuple(lists)
+        self._kept_args = None
 
     @property
     def pairs(self) -> float:
@@ -210,18 +220,31 @@ class HostAtoms:
                 kc.kick_serial(self.v, self.f, kick, self.nlocal)
         self.have_forces = True
 
-    def _force_program(self, forward: bool, eflag: bool, kick: float | None) -> None:
-        """The force phase with half lists: compiled pieces (:meth:`ForceKernels.run_ops`) between the
-        messages of the stages whose neighbours are other ranks (on one rank: one piece, one call)."""
-        h = self.halo
-        sums = self._sums
-        sums[:] = 0.0
+    def _force_program(self, forward: bool, eflag: bool, kick: float | None, step: bool = False,
+                       force_rebuild: bool = False) -> bool:
+        """The force phase with half lists: compiled pieces (:meth:`ForceKernels.run_ops`); on one rank,
+        or where the kernels make the MPI calls, one piece.  Where they do not, Python makes the calls
+        between pieces, at the stages whose neighbours are other ranks.
+
+        ``step``: the step's opening kick, drift and agreement first (the kick is ``kick``); returns
+        False where the ranks agreed on a rebuild (or ``force_rebuild``): the piece stopped there, and
+        the forces are left to be computed after it.
+        """
+        h, system = self.halo, self.system
+        sums, top, tally = self._sums, system.top, self._tally
+        sums.fill(0.0)
+        top[1] = system.stop_request
         run_ops = self.forces.run_ops
-        # the pieces' arguments but the first, gathered once a step (up to 3 pieces a remote stage, and 1)
-        args = (self.pos, self.f, self.v, self.nlocal, kick or 0.0, *self.lists, self.config.cutoff ** 2, eflag,
-                h.pidx, h.poff, h.pshift, h.pstart, h.fsend, h.frecv, h.rsend, h.rrecv, h.soff, h.roff, h.nrecv, sums)
-        for ops, stage, then in self._programs[forward, kick is not None]:
-            run_ops(ops, *args)
+        kept = self._kept_args or self._keep_args()
+        ran = True
+        for ops, stage, then in self._programs[forward, kick is not None, step]:
+            status = run_ops(ops, kick or 0.0, eflag, -1.0 if force_rebuild else system.rebuild_distance2, *kept)
+            if status == kc.MPI_FAILED:
+                self._account()
+                raise numba_calls.failure(int(tally[kc.TALLY_ERROR]))
+            if status == kc.REBUILD:
+                ran = False
+                break
             if then == "post":
                 h.post(stage)
             elif then == "wait":
@@ -229,8 +252,42 @@ class HostAtoms:
             elif then == "back":  # the ghosts' forces home: nothing left to overlap with
                 h.post(stage, back=True)
                 h.wait(stage, back=True)
-        self.energy, self.virial = (float(sums[0]) + float(sums[2]), float(sums[1]) + float(sums[3])) if eflag \
-            else (None, None)
+            elif then == "agree":  # Python's reduction (the kernels' is OP_AGREE)
+                if self.needs_rebuild(top[0]) or force_rebuild:
+                    return False
+        if tally[kc.TALLY_MESSAGES]:
+            self._account()
+        if step and self._inline:  # the kernel agreed, and stopped where that meant a rebuild
+            system.agreed(*top.tolist()[2:])
+            if not ran:
+                return False
+        if eflag:
+            e_own, w_own, e_ghost, w_ghost = sums.tolist()
+            self.energy, self.virial = e_own + e_ghost, w_own + w_ghost
+        else:
+            self.energy = self.virial = None
+        return True
+
+    def _keep_args(self) -> tuple:
+        """The arguments of :meth:`ForceKernels.run_ops` after the three that change from step to step, kept
+        until the next rebuild (every array of theirs is the same object until then)."""
+        h, system = self.halo, self.system
+        self._kept_args = (self.pos, self.f, self.v, self.nlocal, *self.lists, self.config.cutoff ** 2, h.pidx, h.poff,
+                           h.pshift, h.pstart, h.fsend, h.frecv, h.rsend, h.rrecv, h.soff, h.roff, h.nrecv, self._sums,
+                           self.x0, self.config.dt, system.top, h.requests, h.request_at, system.agreement,
+                           self._status, self._tally)
+        return self._kept_args
+
+    def _account(self) -> None:
+        """The seconds, bytes and messages of the MPI calls the kernels made, onto the halo's clock."""
+        t, h = self._tally, self.halo
+        posting, waiting, agreeing, nbytes, messages, _ = t.tolist()
+        h.clock.add("communication", posting)
+        h.clock.add("waiting", waiting + agreeing)
+        h.clock.sent(nbytes, messages)
+        h.comm_time += posting + waiting
+        self.kernel_mpi_seconds += posting + waiting + agreeing
+        t.fill(0.0)
 
     def pair_forces(self, f, forward: bool, eflag: bool) -> None:
         """Add the pair forces to ``f``; set ``energy``/``virial`` (None without ``eflag``)."""
@@ -274,6 +331,11 @@ class HostAtoms:
         Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` (on every rank) where the state blew up.
         """
         h, n = 0.5 * self.config.dt, self.nlocal
+        if self.config.newton and self.x0 is not None:  # kick, drift, agreement and forces: one program
+            if not self._force_program(True, eflag, h, step=True, force_rebuild=force_rebuild):
+                self.rebuild(checked=True)
+                self.compute_forces(forward=False, eflag=eflag, kick=h)
+            return
         if self.x0 is None:  # no lists yet: the step rebuilds whatever the displacement
             kc.kick_serial(self.v, self.f, h, n)
             kc.drift(self.pos, self.v, self.config.dt, n)
@@ -327,33 +389,49 @@ class HostAtoms:
         self.halo.free()
 
 
-def _program(remote, refresh: bool, kick: bool) -> list[tuple[np.ndarray, int | None, str | None]]:
+def _program(remote, refresh: bool, kick: bool, step: bool = False,
+             inline: bool = False) -> list[tuple[np.ndarray, int | None, str | None]]:
     """A step's force phase with half lists as pieces ``(ops, stage, then)`` for ``ForceKernels.run_ops``.
 
     After each piece, ``then`` for stage ``stage``'s messages: ``post`` (the
-    piece ended by packing them), ``wait``, or ``back`` (the ghosts' forces
-    sent home and waited for); None after the last.  The owned pairs run
-    while the first remote stage's messages travel; a stage of the brick's
-    own image costs no call of its own.  ``refresh``: the ghosts' positions
-    first (not right after a rebuild, which made them); ``kick``: the closing
-    half kick.
+    piece ended by packing them), ``wait``, ``back`` (the ghosts' forces
+    sent home and waited for), or ``agree`` (the step's displacement agreed);
+    None after the last.  The owned pairs run while the first remote stage's
+    messages travel; a stage of the brick's own image costs no call of its
+    own.  ``refresh``: the ghosts' positions first (not right after a
+    rebuild, which made them); ``kick``: the closing half kick; ``step``: the
+    step's opening kick, drift and agreement first.  ``inline``: the kernels
+    make the MPI calls (operations ``agree``, ``post``, ``wait``, ``send back``): one piece.
     """
-    pieces, ops = [], [(kc.OP_ZERO, 0)]
+    pieces, ops = [], []
     owned = [(kc.OP_OWNED, s) for s in range(3)]
 
     def cut(stage, then):
         pieces.append((np.array(ops, np.int64).reshape(-1, 2), stage, then))
         ops.clear()
 
+    if step:
+        ops.append((kc.OP_KICK_DRIFT, 0))
+        if inline:
+            ops.append((kc.OP_AGREE, 0))
+        else:
+            cut(None, "agree")
+    ops.append((kc.OP_ZERO, 0))
     for d in range(3 if refresh else 0):
         if not remote[d]:
             ops.append((kc.OP_FORWARD, d))
             continue
         ops.append((kc.OP_PACK, d))
-        cut(d, "post")
+        if inline:
+            ops.append((kc.OP_POST, d))
+        else:
+            cut(d, "post")
         ops.extend(owned)
         owned = []
-        cut(d, "wait")
+        if inline:
+            ops.append((kc.OP_WAIT, d))
+        else:
+            cut(d, "wait")
         ops.append((kc.OP_PUT, d))
     ops.extend(owned)
     ops.append((kc.OP_GHOSTS, 0))
@@ -362,7 +440,10 @@ def _program(remote, refresh: bool, kick: bool) -> list[tuple[np.ndarray, int | 
             ops.append((kc.OP_REVERSE, d))
             continue
         ops.append((kc.OP_PACK_BACK, d))
-        cut(d, "back")
+        if inline:
+            ops.append((kc.OP_SEND_BACK, d))
+        else:
+            cut(d, "back")
         ops.append((kc.OP_ADD_BACK, d))
     if kick:
         ops.append((kc.OP_KICK, 0))

@@ -37,6 +37,7 @@ from numba import njit, prange
 from numba.extending import register_jitable
 
 from pympi_gpu.device.jitcache import keyed_by_code
+from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj.lists_cpu import build as build_lists
 from pympi_gpu.nbody.lj.lists_cpu import cell_index as _cell_index
 
@@ -186,12 +187,22 @@ def _inside_first(pos, i, nbr, cnt, rc2, tmp):
 
 
 #: the operations of :meth:`ForceKernels.run_ops`, in the order a step with half lists runs them: the
-#: forces zeroed; per stage of the ghost plan, its rows refreshed in place (the brick's own image) or
-#: packed into a message and, once it came, the ghost rows put in place; the owned pairs, a third at a
-#: time; the ghost pairs; per stage backwards, the ghosts' forces added in place or packed to go home and,
-#: once the neighbours' came, added; the closing half kick.
-OP_ZERO, OP_FORWARD, OP_PACK, OP_PUT, OP_OWNED, OP_GHOSTS, OP_REVERSE, OP_PACK_BACK, OP_ADD_BACK, OP_KICK = range(10)
-OPS = ("zero", "forward", "pack", "put", "owned", "ghosts", "reverse", "pack back", "add back", "kick")
+#: opening kick and drift, the displacement agreed by the ranks (stop there for a rebuild); the forces
+#: zeroed; per stage of the ghost plan, its rows refreshed in place (the brick's own image) or packed into
+#: a message, the messages started and, once they came, the ghost rows put in place; the owned pairs, a
+#: third at a time; the ghost pairs; per stage backwards, the ghosts' forces added in place or packed, sent
+#: home and, once the neighbours' came, added; the closing half kick.  The operations that call MPI come
+#: last (``OP_AGREE`` on: :func:`make_step_calls`).
+(OP_ZERO, OP_FORWARD, OP_PACK, OP_PUT, OP_OWNED, OP_GHOSTS, OP_REVERSE, OP_PACK_BACK, OP_ADD_BACK, OP_KICK,
+ OP_KICK_DRIFT, OP_AGREE, OP_POST, OP_WAIT, OP_SEND_BACK) = range(15)
+OPS = ("zero", "forward", "pack", "put", "owned", "ghosts", "reverse", "pack back", "add back", "kick",
+       "kick drift", "agree", "post", "wait", "send back")
+#: what :meth:`ForceKernels.run_ops` returns: it ran every operation; it stopped after ``OP_AGREE`` (a
+#: rebuild); an MPI call failed (its code in ``tally[TALLY_ERROR]``)
+RAN, REBUILD, MPI_FAILED = range(3)
+#: ``run_ops``'s ``tally``: seconds starting the halo's messages, waiting for them, waiting in the
+#: agreement; bytes and messages handed to MPI; the code of a failed MPI call
+TALLY_POSTING, TALLY_WAITING, TALLY_AGREEING, TALLY_BYTES, TALLY_MESSAGES, TALLY_ERROR = range(6)
 
 
 class ForceKernels(NamedTuple):
@@ -267,7 +278,7 @@ def force_kernels(pair) -> ForceKernels:
     pair = jitable(pair)
     row = make_row(pair)
     newton = make_newton(pair)
-    return ForceKernels(row, newton, make_one_sided(row), make_run_ops(newton))
+    return ForceKernels(row, newton, make_one_sided(row), make_run_ops(newton, numba_calls.link()))
 
 
 def make_newton(pair):
@@ -329,21 +340,75 @@ def make_one_sided(row):
     return one_sided
 
 
-def make_run_ops(newton):
-    """The force phase's compiled pieces (:data:`OPS`) around a half-list kernel (:func:`make_newton`)."""
+def make_step_calls(linked: bool):
+    """The MPI operations of a step's program (``OP_AGREE``, ``OP_POST``, ``OP_WAIT``, ``OP_SEND_BACK``),
+    as one jitable function: with the calls of :mod:`~pympi_gpu.mpi.numba_calls` where ``linked``
+    (:func:`~pympi_gpu.mpi.numba_calls.link` resolved them), else with calls that answer
+    :data:`~pympi_gpu.mpi.numba_calls.NOT_LINKED`, for programs that hold none of these operations."""
+    start_all, wait_all, wtime = numba_calls.calls(linked)
+
+    @register_jitable
+    def step_call(op, d, top, reqs, req_at, agree, status, tally, soff, roff):
+        """Operation ``op`` of stage ``d`` (see :func:`make_run_ops`); MPI's return code."""
+        rc = 0
+        if op == OP_AGREE:
+            if agree.shape[0] == 0:  # one rank: no message
+                top[2] = top[0]
+                top[3] = top[1]
+                return 0
+            t0 = wtime()
+            rc = start_all(agree, 0, 1)
+            if rc == 0:
+                rc = wait_all(agree, 0, 1, status)
+            tally[TALLY_AGREEING] += wtime() - t0
+            tally[TALLY_BYTES] += 16.0
+            tally[TALLY_MESSAGES] += 1.0
+        elif op == OP_POST:
+            t0 = wtime()
+            rc = start_all(reqs, req_at[2 * d, 0], req_at[2 * d, 1])
+            tally[TALLY_POSTING] += wtime() - t0
+            tally[TALLY_BYTES] += 24.0 * (soff[d + 1] - soff[d])
+            tally[TALLY_MESSAGES] += req_at[2 * d, 1] // 2
+        elif op == OP_WAIT:
+            t0 = wtime()
+            rc = wait_all(reqs, req_at[2 * d, 0], req_at[2 * d, 1], status)
+            tally[TALLY_WAITING] += wtime() - t0
+        elif op == OP_SEND_BACK:  # nothing left to overlap with: started and waited for
+            t0 = wtime()
+            rc = start_all(reqs, req_at[2 * d + 1, 0], req_at[2 * d + 1, 1])
+            t1 = wtime()
+            if rc == 0:
+                rc = wait_all(reqs, req_at[2 * d + 1, 0], req_at[2 * d + 1, 1], status)
+            tally[TALLY_POSTING] += t1 - t0
+            tally[TALLY_WAITING] += wtime() - t1
+            tally[TALLY_BYTES] += 24.0 * (roff[d + 1] - roff[d])
+            tally[TALLY_MESSAGES] += req_at[2 * d + 1, 1] // 2
+        return rc
+
+    return step_call
+
+
+def make_run_ops(newton, linked: bool):
+    """The force phase's compiled pieces (:data:`OPS`) around a half-list kernel (:func:`make_newton`);
+    ``linked``: the step's MPI calls made by the kernel (:func:`make_step_calls`)."""
+    step_call = make_step_calls(linked)
 
     @njit(nogil=True, cache=True)
-    def run_ops(ops, pos, f, v, n, h, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, eflag, pidx, poff, pshift, pstart,
-                fsend, frecv, rsend, rrecv, soff, roff, nrecv, sums):
-        """A piece of a step's force phase with half lists (:data:`OPS`), one compiled call.
+    def run_ops(ops, h, eflag, rebuild2, pos, f, v, n, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, pidx, poff, pshift,
+                pstart, fsend, frecv, rsend, rrecv, soff, roff, nrecv, sums, x0, dt, top, reqs, req_at, agree, status,
+                tally):
+        """A piece of a step with half lists (:data:`OPS`), one call: :data:`RAN`, :data:`REBUILD`, :data:`MPI_FAILED`.
 
-        ``ops`` ``(k, 2)``: opcode and argument (a stage, a third of the
-        owned atoms), run in order; the ghost plan flat (``pidx``, ...); the
-        messages of the remote stages in ``fsend``/``frecv`` (forward) and
-        ``rsend``/``rrecv`` (reverse), stage d's rows from ``soff[d]`` or
-        ``roff[d]`` (``nrecv[d]`` ghost rows).  ``sums``: the owned pairs' energy and virial added
-        third by third (``[0]``, ``[1]``), the ghost pairs' (``[2]``, ``[3]``).
-        """
+        The arguments that change from step to step first (the kick ``h``, ``eflag``, ``rebuild2``).
+        ``ops`` ``(k, 2)``: opcode and argument (a stage, a third of the owned atoms), in order; the ghost
+        plan flat (``pidx``, ...); stage d's messages in ``fsend``/``frecv`` (forward), ``rsend``/``rrecv``
+        (reverse) from row ``soff[d]`` or ``roff[d]`` (``nrecv[d]`` ghosts); ``sums``: the owned pairs'
+        energy and virial (``[0]``, ``[1]``), the ghost pairs' (``[2]``, ``[3]``).  Persistent requests as
+        bytes (:func:`~pympi_gpu.mpi.numba_calls.handles`): the halo's ``reqs``, stage d's forward ones
+        ``req_at[2d] = (first byte, count)``, reverse ``req_at[2d + 1]``; ``agree``, the reduction (MAX)
+        of ``top[:2]`` (the largest squared displacement since ``x0``, the stop request) into ``top[2:]``
+        (empty on one rank: a copy), after which a displacement above ``rebuild2`` stops the piece;
+        ``tally``: seconds, bytes and messages of the calls, added (``TALLY_*``)."""
         for q in range(ops.shape[0]):
             op = ops[q, 0]
             d = ops[q, 1]
@@ -351,10 +416,18 @@ def make_run_ops(newton):
                 for r in range(f.shape[0]):
                     for c in range(3):
                         f[r, c] = 0.0
-            elif op == OP_FORWARD:
-                forward_stages(pos, pidx, poff, pshift, pstart, d, d + 1, fsend[:0])
-            elif op == OP_PACK:
-                forward_stages(pos, pidx, poff, pshift, pstart, d, d + 1, fsend[soff[d]:soff[d + 1]])
+            elif op == OP_KICK_DRIFT:
+                top[0] = kick_drift(v, f, pos, x0, h, dt, n)
+            elif op >= OP_AGREE:  # an MPI call
+                rc = step_call(op, d, top, reqs, req_at, agree, status, tally, soff, roff)
+                if rc != 0:
+                    tally[TALLY_ERROR] = rc
+                    return MPI_FAILED
+                if op == OP_AGREE and top[2] > rebuild2:
+                    return REBUILD
+            elif op == OP_FORWARD or op == OP_PACK:  # in place (an empty message) or into the message
+                forward_stages(pos, pidx, poff, pshift, pstart, d, d + 1,
+                               fsend[:0] if op == OP_FORWARD else fsend[soff[d]:soff[d + 1]])
             elif op == OP_PUT:
                 put_rows(pos, pstart[2 * d], nrecv[d], frecv[roff[d]:roff[d + 1]])
             elif op == OP_OWNED:
@@ -365,14 +438,14 @@ def make_run_ops(newton):
                 e, w = newton(pos, f, 0, n, gh_cnt, gh_nbr, rc2, eflag)
                 sums[2] = e
                 sums[3] = w
-            elif op == OP_REVERSE:
-                reverse_stages(f, pidx, poff, pstart, d, d + 1, rsend[:0])
+            elif op == OP_REVERSE or op == OP_ADD_BACK:  # in place, or from the message that came home
+                reverse_stages(f, pidx, poff, pstart, d, d + 1,
+                               rsend[:0] if op == OP_REVERSE else rrecv[soff[d]:soff[d + 1]])
             elif op == OP_PACK_BACK:
                 copy_rows(f, pstart[2 * d], nrecv[d], rsend[roff[d]:roff[d + 1]])
-            elif op == OP_ADD_BACK:
-                reverse_stages(f, pidx, poff, pstart, d, d + 1, rrecv[soff[d]:soff[d + 1]])
             elif op == OP_KICK:
                 kick_serial(v, f, h, n)
+        return RAN
 
     return keyed_by_code(run_ops)  # it closes over a kernel: see jitcache
 
@@ -780,15 +853,19 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
     forward_stages(x, pidx, poff, pshift, pstart, 0, 3, none)
     reverse_stages(f, pidx, poff, pstart, 0, 3, none)
     sums = np.zeros(4)
-    every = np.array([[op, 0] for op in range(len(OPS))], np.int64)
+    # every operation but those that call MPI (compiled all the same), on one rank's empty plan
+    every = np.array([[op, 0] for op in range(len(OPS)) if op not in (OP_POST, OP_WAIT, OP_SEND_BACK)], np.int64)
+    top, tally = np.zeros(4), np.zeros(6)
+    no_requests, status = np.zeros(0, np.uint8), np.zeros(64, np.uint8)
     for half in (True, False):
         grid = _Grid(lo, inv, ncell)
         lists = build_lists(pos, n, grid, 1.0, 0.5, half, widths=(8, 8))
         if half:
             for eflag in (True, False):
-                forces.run_ops(every, x, f, v, n, 0.1, *lists, 1.0, eflag, pidx, poff, pshift, pstart, none, none,
-                               none, none, np.zeros(4, np.int64), np.zeros(4, np.int64),
-                               np.zeros(3, np.int64), sums)
+                forces.run_ops(every, 0.1, eflag, 1e300, x, f, v, n, *lists, 1.0, pidx, poff, pshift, pstart, none,
+                               none, none, none, np.zeros(4, np.int64), np.zeros(4, np.int64),
+                               np.zeros(3, np.int64), sums, pos, 0.1, top, no_requests,
+                               np.zeros((6, 2), np.int64), no_requests, status, tally)
 
 
 class _Grid(NamedTuple):

@@ -56,7 +56,12 @@ class LjRun:
     (synchronisations, device-to-host copies), over the run's steps (thermo
     rows, checks and checkpoints included; the most of any rank);
     ``device_calls_per_step`` the same per phase, with the host-to-device
-    copies (``uploads``); None on the CPU.
+    copies (``uploads``); None on the CPU.  ``step_mpi``: who makes a CPU
+    step's MPI calls (the halo's messages, the displacement's agreement):
+    ``kernels``, the step's compiled kernels themselves
+    (:mod:`~pympi_gpu.mpi.numba_calls`), or ``python`` between them
+    (``PYMPI_COMPILED_MPI=0``, an MPI without persistent collectives, full
+    lists); None on a GPU.
     """
 
     atoms: int
@@ -108,3 +113,4 @@ class LjRun:
     device_calls_per_step: dict[str, dict[str, float]] | None = None
     rebuild_time: float | None = None
     time_per_rebuild: float | None = None
+    step_mpi: str | None = None

@@ -43,7 +43,7 @@ from pympi_gpu.nbody.lj.domain import Brick, brick_of, wrap
 from pympi_gpu.nbody.lj.record import LjRun
 from pympi_gpu.nbody.lj.thermo import thermo
 
-__all__ = ["LjConfig", "LjSystem", "CellGrid", "initial_arrays", "DEFAULT_SEED"]
+__all__ = ["LjConfig", "LjSystem", "CellGrid", "initial_arrays", "kernels_call_mpi", "DEFAULT_SEED"]
 
 
 def initial_arrays(config: LjConfig, brick, comm=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -107,6 +107,21 @@ class CellGrid:
                    capacity=(width, width))
 
 
+def kernels_call_mpi(cart, config: LjConfig, device=CPU) -> bool:
+    """Do the step's kernels make its MPI calls themselves (:mod:`~pympi_gpu.mpi.numba_calls`)?  On the
+    CPU with half lists (``config.newton``), where numba can call the loaded libmpi and it has MPI 4's
+    persistent collectives, unless ``PYMPI_COMPILED_MPI=0``.  Agreed by the ranks of ``cart``
+    (collective): the step's reduction is a persistent collective where they do and a call from Python
+    where they do not, and every rank must make the same."""
+    from mpi4py import MPI
+
+    from pympi_gpu.mpi import numba_calls
+
+    mine = (not device.gpu and config.newton and numba_calls.wanted() and numba_calls.persistent_collectives()
+            and numba_calls.link())
+    return bool(cart.allreduce(int(mine), op=MPI.MIN)) if cart.Get_size() > 1 else bool(mine)
+
+
 class LjSystem:
     """The LJ atoms of one brick as the run loop drives them (see the module docstring).
 
@@ -135,13 +150,18 @@ class LjSystem:
         self._fold_next = False  # after a checkpoint the next step first folds the positions into the box
         self._stop_request, self._stop_agreed = 0, None  # carried by the displacement test (advance)
         self._ranks = cart.Get_size()
-        self._rebuild2 = (0.5 * config.skin) ** 2  # the squared displacement that asks for a rebuild
+        #: the squared displacement that asks for a rebuild
+        self.rebuild_distance2 = (0.5 * config.skin) ** 2
+        #: the step's agreement: this rank's [largest squared displacement, stop request], then the ranks'
+        self.top = np.zeros(4)
         if self._ranks > 1:  # what the reduction of every step hands MPI, looked up once
             from mpi4py import MPI
 
-            self._top = np.zeros(2)  # [largest squared displacement, stop request]
             self._reduce = (cart.Allreduce, MPI.IN_PLACE, MPI.MAX)
         self._move_limit2 = self.move_limit * self.move_limit  # beyond it an atom moved too far (moved_too_far's)
+        #: do the step's kernels make its MPI calls themselves (:func:`kernels_call_mpi`)?
+        self.kernels_call_mpi = kernels_call_mpi(cart, config, device)
+        self._gpu = device.gpu
         if device.gpu:
             from pympi_gpu.nbody.lj.device_atoms import DeviceAtoms
 
@@ -150,6 +170,11 @@ class LjSystem:
             from pympi_gpu.nbody.lj.host_atoms import HostAtoms
 
             self.atoms = HostAtoms(self, x, v, ids, f)
+        #: the agreement's persistent reduction as bytes, for a step's kernel that starts it (empty where
+        #: the step's MPI calls stay in Python, and on one rank: the kernel copies)
+        self.agreement = np.zeros(0, np.uint8)
+        if self.kernels_call_mpi and self._ranks > 1:
+            self.agreement = self.halo.agreement(self.top[:2], self.top[2:])
 
     @property
     def halo(self):
@@ -192,7 +217,7 @@ class LjSystem:
         """
         d2 = float(d2) if d2 == d2 else math.inf
         if self._ranks > 1:  # once a step, at a few hundred atoms a rank a few microseconds: lean Python
-            top = self._top
+            top = self.top[:2]
             top[0], top[1] = d2, self._stop_request
             allreduce, in_place, op = self._reduce
             clock = self.halo.clock
@@ -201,12 +226,22 @@ class LjSystem:
             clock.add("waiting", time.perf_counter() - t0)  # every rank's step meets here: the imbalance shows
             clock.sent(top.nbytes)
             d2, stop = top.tolist()
-            self._stop_agreed = int(stop)
         else:  # one rank agrees with itself: no message
-            self._stop_agreed = int(self._stop_request)
+            stop = self._stop_request
+        return self.agreed(d2, stop)
+
+    def agreed(self, d2: float, stop) -> bool:
+        """What the ranks agreed (the largest squared displacement ``d2``, the stop request ``stop``):
+        rebuild?  Raises where an atom moved too far; the stop request is :meth:`advance`'s answer."""
+        self._stop_agreed = int(stop)
         if d2 > self._move_limit2 and (bad := moved_too_far(None, d2, self.move_limit, "sigma")):
             raise bad
-        return bool(d2 > self._rebuild2)
+        return bool(d2 > self.rebuild_distance2)
+
+    @property
+    def stop_request(self) -> int:
+        """This rank's stop request of the step under way (it travels in the displacement's agreement)."""
+        return self._stop_request
 
     # -- what the run loop drives (pympi_gpu.nbody.loop.System) ----------
     @property
@@ -332,7 +367,9 @@ class LjSystem:
             traffic=result.traffic,
             host_copies_per_step=None if copies is None else (copies / steps if steps else float(copies)),
             launches_per_step=calls and calls["launches"], host_syncs_per_step=calls and calls["syncs"],
-            device_calls_per_step=calls and calls["phases"], **self._rebuild_times(comm))
+            device_calls_per_step=calls and calls["phases"],
+            step_mpi=None if self._gpu else "kernels" if self.kernels_call_mpi else "python",
+            **self._rebuild_times(comm))
 
     def _rebuild_times(self, comm) -> dict:
         """``rebuild_time``, ``time_per_rebuild`` of the timed steps (the slowest rank's; None where not
