@@ -7,9 +7,9 @@ SIGUSR1 and SIGUSR2 (a job script's early warning, ``#SBATCH
 first one is a request: the run's loop sees :class:`Stop` turn true, every
 rank stops after the current step (an agreement, so that none is left
 waiting), writes its checkpoint and says where it stopped; the exit status is
-:func:`exit_status`'s.  A second Ctrl-C ends the process at once with one
-line (rank 0's), without unwinding through MPI: no traceback, no MPI library
-noise; a checkpoint being written at that moment stays as it was (files are
+:func:`exit_status`'s.  A second Ctrl-C ends the job at once with one line
+(rank 0's) and status 130, rank 0 aborting it (:meth:`Stop.end_now`), without
+unwinding through MPI: no traceback, no MPI library noise; a checkpoint being written at that moment stays as it was (files are
 written beside and renamed).  The same keypress can reach a rank twice, from
 the terminal and forwarded by the launcher: a repeat within
 :data:`REPEAT_WINDOW` seconds counts once.
@@ -51,11 +51,9 @@ REPEAT_WINDOW = 0.25
 
 #: the exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 128 + signal.SIGINT
-#: seconds every rank waits, at a second Ctrl-C, before it ends: rank 0 says why first. Each rank gets
-#: the signal at once, and one that ended at once could have the launcher kill rank 0 before its line
-#: was out (seen under load: exit 130, nothing on stderr); all end together after the pause, so the
-#: launcher still reports the ranks' own status
-SPEAKER_FIRST = 0.3
+#: seconds the other ranks wait, at a second Ctrl-C, for rank 0 to end the job (:meth:`Stop.end_now`)
+#: before each ends by itself (where rank 0 cannot: its signal thread held up)
+OTHERS_WAIT = 3.0
 
 #: seconds a stop request may wait for the ranks to agree before the job is ended (plus twice the slowest step)
 GRACE_VARIABLE = "PYMPI_STOP_GRACE"
@@ -164,11 +162,26 @@ class Stop:
                 self.signal, self.when = signum, now
                 self._arm(self.grace)
         elif now - self.when > REPEAT_WINDOW and self._twice(signum):
-            if rank_now() == 0:
-                sys.stderr.write(f"{self.prog}: interrupted twice: stopped at once, {self.twice}\n")
-                sys.stderr.flush()
-            time.sleep(SPEAKER_FIRST)
-            os._exit(INTERRUPTED)
+            self.end_now()
+
+    def end_now(self) -> None:
+        """A second Ctrl-C: rank 0 says so and ends the whole job with ``MPI_Abort`` (status 130).
+
+        Every rank gets the signal at once, but one that ended by itself
+        would have the launcher kill the others, and Hydra then reports the
+        kill (exit 9, a "BAD TERMINATION" banner; seen 1 in 8 under load)
+        or drops rank 0's line; an abort's status is the one asked for.  The
+        library's own line about the abort would follow ours: rank 0's stderr
+        goes to /dev/null first.  The other ranks wait for the abort, and end
+        by themselves only if it does not come (:data:`OTHERS_WAIT`).
+        """
+        if rank_now() == 0:
+            sys.stderr.write(f"{self.prog}: interrupted twice: stopped at once, {self.twice}\n")
+            sys.stderr.flush()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+            abort_job(INTERRUPTED)
+        time.sleep(OTHERS_WAIT)
+        os._exit(INTERRUPTED)
 
     @staticmethod
     def _twice(signum: int) -> bool:
