@@ -249,6 +249,7 @@ PROFILED = (
     ("pympi_gpu.nbody.lj.halo", "Halo.post", "halo: messages started", "step"),
     ("pympi_gpu.nbody.lj.halo", "Halo.wait", "halo: messages waited for", "step"),
     ("pympi_gpu.nbody.lj.host_atoms", "HostAtoms.rebuild", "rebuild: sort, copies, Python", "rebuild"),
+    ("pympi_gpu.nbody.lj.rebuild_cpu", "rebuild_brick", "rebuild: one compiled call (migration to lists)", "rebuild"),
     ("pympi_gpu.nbody.lj.halo", "Halo.migrate_rows", "rebuild: migration", "rebuild"),
     ("pympi_gpu.nbody.lj.system", "LjSystem.agree_migration", "rebuild: atom-count reduction", "rebuild"),
     ("pympi_gpu.nbody.lj.halo", "Halo.build", "rebuild: ghosts (borders)", "rebuild"),
@@ -336,11 +337,13 @@ def _prepared(atoms: int, patches):
     from mpi4py import MPI
 
     from pympi_gpu.nbody.lj import kernels_cpu as kc
+    from pympi_gpu.nbody.lj import rebuild_cpu
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
     from pympi_gpu.nbody.lj.system import LjSystem, initial_arrays
 
     config = LjConfig(cells=cells_for(atoms))
     kc.warmup(kc.force_kernels(config.pair_term))
+    rebuild_cpu.warmup()
     for module, path, wrap in patches:
         owner, _, name = path.rpartition(".")
         obj = importlib.import_module(module)

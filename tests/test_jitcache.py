@@ -147,3 +147,42 @@ def test_a_second_run_compiles_nothing(model):
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     saved = [line for line in (second.stdout + second.stderr).splitlines() if "data saved" in line]
     assert saved == [], "\n".join(saved)
+
+
+CALLER = """
+import sys
+from mpi4py import MPI
+from numba import njit
+from pympi_gpu.device.jitcache import sources
+from pympi_gpu.mpi import numba_calls
+import callee
+
+@njit(cache=True)
+def caller(x):
+    return callee.f(x) + 1
+
+if sys.argv[1] == "keyed":
+    caller = numba_calls.keyed_by_handles(caller, sources(callee))
+print(caller(1))
+"""
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_a_kernel_calling_another_modules_kernel_sees_it_change(tmp_path, keyed):
+    """numba keys a cache entry by its own file only: a kernel keyed by ``sources`` of the module it calls is
+    compiled again when that module changes (as ``rebuild_cpu.rebuild_brick`` is), where numba's own key
+    loads the stale one."""
+    import sys
+
+    from conftest import clean_env, run
+
+    (tmp_path / "caller.py").write_text(CALLER)
+    env = clean_env(NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path))
+    argv = [sys.executable, str(tmp_path / "caller.py"), "keyed" if keyed else "numba"]
+    outs = []
+    for factor in (2, 3):
+        (tmp_path / "callee.py").write_text(f"from numba import njit\n\n@njit(cache=True)\ndef f(x):\n    return {factor} * x\n")
+        proc = run(argv, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(proc.stdout.split())
+    assert outs == ([["3"], ["4"]] if keyed else [["3"], ["3"]])

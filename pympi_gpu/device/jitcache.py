@@ -36,6 +36,12 @@ it again at start-up (1-2 s on a 2-core Zen 3) and added one more entry to the
 index, which grew by one per run.  :func:`keyed_by_code` keys such a kernel by
 what numba compiles from the kernels in its cells, their code, cells and
 options, the same in every process.
+
+numba also keys an entry by the stamp of the kernel's own source file only: a
+kernel that calls kernels of other modules would be loaded as it was compiled
+when only those changed.  :func:`sources` is a key part for such a kernel
+(:func:`~pympi_gpu.mpi.numba_calls.keyed_by_handles` takes it): the contents
+of the modules it calls.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["configure", "cache_dir_writable", "tune_cpu", "host_cpu", "keyed_by_code"]
+__all__ = ["configure", "cache_dir_writable", "tune_cpu", "host_cpu", "keyed_by_code", "sources"]
 
 SEED_ENV = "PYMPI_NUMBA_CACHE_SEED"
 
@@ -189,6 +195,20 @@ def keyed_by_code(kernel):
     if hasattr(kernel, "py_func"):
         kernel._cache = _code_keyed_cache()(kernel.py_func)
     return kernel
+
+
+def sources(*modules):
+    """A cache key part: a function of no argument that answers the digest of the modules' source files
+    (those of the kernels a kernel calls in other modules, whose changes numba's own key misses)."""
+    paths = [Path(m.__file__) for m in modules]
+
+    def digest():
+        h = hashlib.sha256()
+        for path in paths:
+            h.update(path.read_bytes())
+        return ("sources", h.hexdigest())
+
+    return digest
 
 
 @functools.cache

@@ -285,12 +285,15 @@ def _get_count(typingctx, status, datatype, count):
     return _signature("php"), _codegen("MPI_Get_count", "php")
 
 
-def keyed_by_handles(kernel):
+def keyed_by_handles(kernel, *more):
     """Key ``kernel``'s cache entries by the handle width too: its code declares the handle types of the
-    library it was compiled with, and one cache directory may serve MPICH and Open MPI in turn.  Returns
-    ``kernel`` (a ``numba.njit(cache=True)`` function; as it is without numba's JIT)."""
+    library it was compiled with, and one cache directory may serve MPICH and Open MPI in turn.  ``more``:
+    functions of no argument whose answers join the key (as
+    :func:`~pympi_gpu.device.jitcache.sources`' do).  Returns ``kernel`` (a ``numba.njit(cache=True)``
+    function; as it is without numba's JIT)."""
     if hasattr(kernel, "py_func"):
         kernel._cache = _handle_keyed_cache()(kernel.py_func)
+        kernel._cache.more = more
     return kernel
 
 
@@ -299,8 +302,11 @@ def _handle_keyed_cache():
     from numba.core.caching import FunctionCache
 
     class HandleKeyedCache(FunctionCache):
+        more = ()
+
         def _index_key(self, sig, codegen):
-            return (*super()._index_key(sig, codegen), ("MPI handle bytes", handle_width()))
+            return (*super()._index_key(sig, codegen), ("MPI handle bytes", handle_width()),
+                    *(part() for part in self.more))
 
     return HandleKeyedCache
 

@@ -146,6 +146,64 @@ def test_the_kernels_mpi_calls_are_pythons(cells, monkeypatch):
     assert kernels.phases.waiting.max > 0 and kernels.phases.communication.max > 0
 
 
+def test_a_compiled_rebuild_grows_short_buffers_as_python_does(monkeypatch):
+    """The rebuild as one compiled call (``rebuild_cpu``) with every buffer it writes made short before each
+    rebuild: it stops, the buffer grows and it goes on (receiving the messages already on their way where
+    a probe found the room short), and the run equals Python's pieces (``PYMPI_COMPILED_MPI=0``) bit for
+    bit, with the same traffic; every kind of short buffer was met on some rank."""
+    from mpi4py import MPI
+
+    from pympi_gpu.mpi import numba_calls
+    from pympi_gpu.nbody.lj import host_atoms, rebuild_cpu
+    from pympi_gpu.nbody.lj.lists_cpu import VerletLists
+
+    comm = MPI.COMM_WORLD
+    met = set()
+    compiled, rebuild_brick = host_atoms.HostAtoms._rebuild_compiled, rebuild_cpu.rebuild_brick
+
+    def noted(*args):
+        done = rebuild_brick(*args)
+        met.add(rebuild_cpu.GROW.get(done, "done"))
+        return done
+
+    def starved(self):
+        n = self.nlocal
+        self._work["rows"] = np.empty((n, 10))  # no room for the atoms that come
+        self._spare, self._sort_space = host_atoms._Rows(1), None
+        self._verlet = VerletLists((1, 1))
+        h = self.halo
+        h._leaving, h._msg, h._kernel.rows, h._plan_rows = np.empty((0, 10)), None, np.empty((0, 4)), np.zeros(1, np.int64)
+        compiled(self)
+
+    monkeypatch.setattr(rebuild_cpu, "rebuild_brick", noted)
+    monkeypatch.setattr(host_atoms.HostAtoms, "_rebuild_compiled", starved)
+    config, options = LjConfig(cells=5), RunOptions(steps=150, thermo_every=50)
+    short, full_s = _run(comm, config, options)
+    monkeypatch.setenv(numba_calls.ENV, "0")
+    python, full_p = _run(comm, config, options)
+    assert (short.step_mpi, python.step_mpi) == ("kernels", "python")
+    for k in ("x", "v", "f", "id"):
+        assert np.array_equal(full_s[k], full_p[k]), k
+    assert short.thermo == python.thermo and short.rebuilds == python.rebuilds >= 10
+    assert short.traffic == python.traffic
+    met = set().union(*comm.allgather(met))
+    assert met == {"done", *rebuild_cpu.GROW.values()}, met
+
+
+def test_the_rebuild_warmup_compiles_what_a_run_calls():
+    """``rebuild_cpu.warmup`` (the command's, before the run) compiles the one signature the run's rebuilds
+    call: none compiles inside the timed steps."""
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody.lj import rebuild_cpu
+
+    rebuild_cpu.warmup()
+    warmed = set(rebuild_cpu.rebuild_brick.signatures)
+    run, _ = _run(MPI.COMM_WORLD, LjConfig(cells=5), RunOptions(steps=40))
+    assert run.step_mpi == "kernels" and run.rebuilds >= 3
+    assert len(warmed) == 1 and set(rebuild_cpu.rebuild_brick.signatures) == warmed
+
+
 def _state_after(config, steps):
     """The whole system (x, v, ids) after ``steps`` steps on one brick: a lattice that has melted a little."""
     from mpi4py import MPI

@@ -59,15 +59,20 @@ import numpy as np
 
 from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj import kernels_cpu as kc
+from pympi_gpu.nbody.lj import rebuild_cpu
 from pympi_gpu.nbody.lj.domain import Brick
 from pympi_gpu.run.phases import PhaseClock
 
-__all__ = ["Halo", "grown"]
+__all__ = ["Halo", "grown", "LOST"]
 
 _TAG_MIGRATE = 0x4C00
 _TAG_BORDER = 0x4C10
 _TAG_FORWARD = 0x4C20
 _TAG_REVERSE = 0x4C30
+
+#: a migration's error: an atom neither in its brick nor in a neighbour's
+LOST = ("an atom moved more than one brick between neighbour-list rebuilds "
+        "(the system is unstable: is dt too large?)")
 
 _NONE = np.empty((0, 3))  # "no message": the kernels copy to and from the brick's own rows
 _NO_REQUESTS = np.zeros(0, np.uint8)
@@ -225,15 +230,6 @@ class _Agreement:
         self.handles = _NO_REQUESTS
 
 
-def _region(rows: int, kept: int | None) -> int:
-    """The rows of a message region for ``rows`` rows: ``kept`` (the last one's) while they fit it with
-    less than two paddings to spare, else the rows and one padding."""
-    pad = 16 + rows // 16
-    if kept is not None and rows <= kept <= rows + 2 * pad:
-        return kept
-    return rows + pad
-
-
 class Halo:
     """The ghost plan of one brick.
 
@@ -280,7 +276,12 @@ class Halo:
         self._below = np.array([brick.lo[d] + cutneigh for d in range(3)])
         self._above = np.array([brick.hi[d] - cutneigh for d in range(3)])
         self._msg = self._leaving = self._flat = None  # kept buffers: border rows, migrants, messages
-        self._regions = None  # the message regions of the last plan (:meth:`_messages`)
+        #: the message regions of the last plan (:meth:`_messages`; -1: none), and where they start
+        self._regions = np.full(6, -1, np.int64)
+        self.soff, self.roff = np.zeros(4, np.int64), np.zeros(4, np.int64)
+        self._one = np.array([self.nbrs[d][0] == self.nbrs[d][1] for d in range(3)])
+        self._remote = np.array(self.remote)
+        self._parts = None  # what a compiled rebuild takes that stays (:meth:`kernel_parts`)
         self.nrecv = np.zeros(3, np.int64)
         self._stages: dict[int, _Stage] = {}
         self._held: dict[str, _Agreement] = {}  # persistent collectives of the step (:meth:`agreement`)
@@ -338,8 +339,7 @@ class Halo:
         out = self._leaving = _rows_for(self._leaving, 2 * n + 1, rows.shape[1])
         stay, nd, nu = kc.leaving_rows(rows, n, b.dims[d] / b.box, b.dims[d], b.coords[d], d, out[:n], out[n:])
         if stay < 0:
-            raise RuntimeError("an atom moved more than one brick between neighbour-list rebuilds "
-                               "(the system is unstable: is dt too large?)")
+            raise RuntimeError(LOST)
         if nu:  # the rows going up after those going down
             out[nd:nd + nu] = out[n:n + nu]
         came, _ = _exchange(self.cart, out, nd, nd + nu, *self.nbrs[d], _TAG_MIGRATE + 4 * d, self.clock,
@@ -414,7 +414,7 @@ class Halo:
         self.pstart[2 * d], self.pstart[2 * d + 1] = n, n + c0
         return pos, gid, n + c0 + c1
 
-    def _messages(self) -> None:
+    def _messages(self, changed: bool | None = None) -> None:
         """The flat message buffers of the plan, and the persistent messages of its remote stages.
 
         ``fsend``/``rrecv`` hold the rows each remote stage sends (and gets
@@ -422,29 +422,20 @@ class Halo:
         from ``roff[d]``, ``nrecv[d]`` of them.  A stage whose two neighbours
         are one rank sends one message each way, so its region may be longer
         than its rows: the region is kept, rows of padding and all, while the
-        rows fit it with at most two paddings to spare (:func:`_region`; both
-        ranks see the same counts, the sender's rows being the receiver's
-        ghosts, so they agree on it), and with it the persistent messages.
+        rows fit it with at most two paddings to spare
+        (:func:`~pympi_gpu.nbody.lj.kernels_cpu.message_regions`; both ranks
+        see the same counts, the sender's rows being the receiver's ghosts, so
+        they agree on it), and with it the persistent messages.  ``changed``:
+        the regions already worked out (a compiled rebuild), and whether they changed.
         """
-        poff, counts = self.poff.tolist(), self.counts.tolist()  # (Python's ints: cheaper than NumPy's here)
-        soff, roff, nrecv = [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0]
-        old = self._regions
-        regions = []
-        for d in range(3):
-            ns = poff[2 * d + 2] - poff[2 * d] if self.remote[d] else 0
-            nr = nrecv[d] = counts[2 * d] + counts[2 * d + 1] if self.remote[d] else 0
-            if self.remote[d] and self.nbrs[d][0] == self.nbrs[d][1]:
-                ns, nr = _region(ns, old and old[d]), _region(nr, old and old[3 + d])
-            regions.append((ns, nr))
-            soff[d + 1], roff[d + 1] = soff[d] + ns, roff[d] + nr
-        regions = tuple(ns for ns, _ in regions) + tuple(nr for _, nr in regions)
-        self.nrecv = np.array(nrecv, np.int64)
-        if regions == old and self._stages:  # the same regions of the same buffer: the messages stand
+        if changed is None:
+            changed = kc.message_regions(self.poff, self.counts, self._remote, self._one, self._regions, self.soff,
+                                         self.roff, self.nrecv)
+        if not changed and self._stages:  # the same regions of the same buffer: the messages stand
             for d, stage in self._stages.items():
-                stage.count(counts[2 * d] + counts[2 * d + 1])
+                stage.count(int(self.nrecv[d]))
             return
-        self._regions = regions
-        self.soff, self.roff = np.array(soff, np.int64), np.array(roff, np.int64)  # for the kernels
+        soff, roff, counts = self.soff.tolist(), self.roff.tolist(), self.counts.tolist()
         ns, nr = soff[3], roff[3]
         flat = self._flat = _rows_for(self._flat, 2 * (ns + nr), 3)  # one kept buffer, four views
         self.fsend, self.rrecv = flat[:ns], flat[ns:2 * ns]
@@ -453,10 +444,65 @@ class Halo:
         for d in range(3):
             if self.remote[d]:
                 s0, s1, r0, r1 = soff[d], soff[d + 1], roff[d], roff[d + 1]
-                self._stages[d] = _Stage(self.cart, d, *self.nbrs[d], poff[2 * d + 1] - poff[2 * d], counts[2 * d],
-                                         self.fsend[s0:s1], self.frecv[r0:r1], self.rsend[r0:r1], self.rrecv[s0:s1])
-                self._stages[d].count(nrecv[d])
+                self._stages[d] = _Stage(self.cart, d, *self.nbrs[d], int(self.poff[2 * d + 1] - self.poff[2 * d]),
+                                         counts[2 * d], self.fsend[s0:s1], self.frecv[r0:r1], self.rsend[r0:r1],
+                                         self.rrecv[s0:s1])
+                self._stages[d].count(int(self.nrecv[d]))
         self._handles()
+
+    # -- the rebuild as one compiled call (:mod:`~pympi_gpu.nbody.lj.rebuild_cpu`) -------------------------
+    @property
+    def compiled(self) -> bool:
+        """Do compiled calls make the rebuild's messages (``kernels``)?"""
+        return self._kernel is not None
+
+    def kernel_parts(self) -> tuple:
+        """What :func:`~pympi_gpu.nbody.lj.rebuild_cpu.rebuild_brick` takes of the halo that stays the same
+        from one rebuild to the next: ``(brick, nbrs, tags, up0, mpi, got)``; the orphans' messages freed
+        first, as :meth:`build` does."""
+        _free_orphans()
+        if self._parts is None:
+            b, k = self.brick, self._kernel
+            self._parts = ((np.array(b.dims, np.int64), np.array(b.coords, np.int64), np.array(self.remote)),
+                           np.array(self.nbrs, np.int64), np.array([_TAG_MIGRATE, _TAG_BORDER], np.int64),
+                           self.half_shell, (k.comm, k.double, k.requests, k.rsize, k.status), k.got)
+        return self._parts
+
+    def kernel_buffers(self) -> tuple:
+        """The halo's buffers a compiled rebuild writes: ``(leaving, plan, message, received, regions)``."""
+        for name, width in (("_leaving", 10), ("_msg", 4)):
+            if getattr(self, name) is None:
+                setattr(self, name, np.empty((0, width)))
+        plan = (self._below, self._above, self._plan_rows, self.poff, self.pstart, self.counts, self.pshift)
+        regions = (self._one, self._regions, self.soff, self.roff, self.nrecv)
+        return self._leaving, plan, self._msg, self._kernel.rows, regions
+
+    def grow(self, short: str, st: np.ndarray) -> None:
+        """Grow the buffer a compiled rebuild found ``short`` (``rebuild_cpu.GROW``'s names), as the Python
+        path grows it; ``st`` its state."""
+        need = int(st[rebuild_cpu.ST_NEED])
+        if short == "leaving":
+            self._leaving = _rows_for(self._leaving, need, 10)
+        elif short == "plan":
+            keep = int(self.poff[2 * st[rebuild_cpu.ST_D]])
+            self._plan_rows = grown(self._plan_rows, keep, max(need, 2 * self._plan_rows.shape[0]))
+        elif short == "message":
+            self._msg = _rows_for(self._msg, need, 4)
+        elif short == "received":
+            self._kernel.rows = _with_room(None, 0, need, 4)
+        else:
+            raise ValueError(f"not a halo buffer: {short}")
+
+    def kernel_rebuilt(self, tally: np.ndarray, changed: bool) -> None:
+        """After a compiled rebuild: the plan's messages (:meth:`_messages`; ``changed``: their regions)
+        and the rebuild's traffic and time on the clock, as :meth:`migrate_rows` and :meth:`build` count them."""
+        t0 = time.perf_counter()
+        self.pidx = self._plan_rows[:self.poff[6]]
+        self._messages(changed)
+        seconds = float(tally[rebuild_cpu.TALLY_SECONDS]) + time.perf_counter() - t0
+        self.comm_time += seconds
+        self.clock.add("communication", seconds)
+        self.clock.sent(tally[rebuild_cpu.TALLY_BYTES], tally[rebuild_cpu.TALLY_MESSAGES])
 
     def _handles(self) -> None:
         """:attr:`requests` and :attr:`request_at` of the current stages."""

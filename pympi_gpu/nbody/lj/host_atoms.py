@@ -32,8 +32,9 @@ import numpy as np
 from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.blowup import finite_rows
 from pympi_gpu.nbody.lj import kernels_cpu as kc
+from pympi_gpu.nbody.lj import lists_cpu, rebuild_cpu
 from pympi_gpu.nbody.lj.domain import wrap
-from pympi_gpu.nbody.lj.halo import Halo, grown
+from pympi_gpu.nbody.lj.halo import LOST, Halo, grown
 from pympi_gpu.nbody.lj.lists_cpu import VerletLists
 
 __all__ = ["HostAtoms"]
@@ -94,6 +95,7 @@ class HostAtoms:
         self._sort_space = None
         self._sums = np.zeros(4)
         self._tally = np.zeros(6)  # the MPI calls of a program's kernels: kc.TALLY_*
+        self._rebuild_tally = np.zeros(3)  # a compiled rebuild's: rebuild_cpu.TALLY_*
         #: seconds in the MPI calls the kernels made (``MPI_Wtime``; the halo's clock has them by phase)
         self.kernel_mpi_seconds = 0.0
         self._status = numba_calls.statuses(4)
@@ -137,6 +139,9 @@ class HostAtoms:
         that moved it; no atom farther than a brick from its own, so none lost
         or doubled), and the tally's reduction is left out.
         """
+        if checked and self.halo.compiled:
+            self._rebuild_compiled()
+            return
         t0 = time.perf_counter()
         n = self.nlocal
         rows = self._buffer("rows", (n, 10))
@@ -162,6 +167,64 @@ class HostAtoms:
         self._lists()
         self.rebuilds += 1
         self.rebuild_seconds += time.perf_counter() - t0
+
+    def _rebuild_compiled(self) -> None:
+        """:meth:`rebuild` after the ranks agreed on the displacement, as one compiled call
+        (:func:`~pympi_gpu.nbody.lj.rebuild_cpu.rebuild_brick`; again after growing a short buffer)."""
+        t0 = time.perf_counter()
+        halo, verlet, grid, config = self.halo, self._verlet, self.system.grid, self.config
+        brick, nbrs, tags, up0, mpi, got = halo.kernel_parts()
+        st, tally = rebuild_cpu.state(self.nlocal), self._rebuild_tally
+        tally.fill(0.0)
+        old = (self.pos, self.v, self.f, self.ids)
+        self._buffer("rows", (self.nlocal, 10))
+        self._sorting(self.nlocal)
+        while True:
+            new = self._spare
+            leaving, plan, message, received, regions = halo.kernel_buffers()
+            done = rebuild_cpu.rebuild_brick(st, got, tally, *old, config.box, self._work["rows"], leaving, *brick, nbrs,
+                                             tags, new.pos, new.v, new.f, new.gid, *self._sort_space, grid.lo, grid.inv,
+                                             grid.ncell, grid.reach, *plan, up0, message, received, *regions,
+                                             config.cutneigh ** 2, config.cutoff ** 2, config.newton,
+                                             *verlet.kernel_buffers(), lists_cpu.SIMD, lists_cpu.BLOCK, *mpi)
+            if done == rebuild_cpu.DONE:
+                break
+            self._grow(done, st, got)
+        n, n_all = int(st[rebuild_cpu.ST_N]), int(st[rebuild_cpu.ST_HELD])
+        halo.kernel_rebuilt(tally, bool(st[rebuild_cpu.ST_CHANGED]))
+        self._set, self._spare = self._spare, self._set
+        self.nlocal = n
+        self.x0 = self._sort_space[0][:n]
+        self._view(n_all)
+        self.lists = verlet.rows(n)
+        self.rebuilds += 1
+        self.rebuild_seconds += time.perf_counter() - t0
+
+    def _grow(self, done: int, st: np.ndarray, got: np.ndarray) -> None:
+        """What a compiled rebuild that stopped with ``done`` needs before it goes on (as the Python path
+        grows its buffers), or its error."""
+        if done == rebuild_cpu.LOST:
+            raise RuntimeError(LOST)
+        if done == rebuild_cpu.FAILED:
+            raise numba_calls.failure(int(got[2]))
+        short, need = rebuild_cpu.GROW[done], int(st[rebuild_cpu.ST_NEED])
+        n, held, new = int(st[rebuild_cpu.ST_N]), int(st[rebuild_cpu.ST_HELD]), self._spare
+        if short == "rows":  # the migration's arrivals (on their way), after the rows staying
+            self._work["rows"] = grown(self._work["rows"], int(st[rebuild_cpu.ST_STAY]), need + need // 4 + 64)
+        elif short == "set":
+            new.ensure(need)
+            self._sorting(need)
+        elif short == "ghosts":  # the ghost rows (received, or the brick's own images), after the rows held
+            if new.pos.shape[0] < need:
+                cap = max(need, 2 * new.pos.shape[0])
+                new.pos, new.gid = grown(new.pos, held, cap), grown(new.gid, held, cap)
+            if new.f.shape[0] < new.pos.shape[0]:  # forces have ghost rows too, velocities follow
+                new.f, new.v = grown(new.f, n, new.pos.shape[0]), grown(new.v, n, new.pos.shape[0])
+        elif short in ("lists", "widths"):
+            widest = st[rebuild_cpu.ST_WIDTHS:rebuild_cpu.ST_WIDTHS + 2] if short == "widths" else None
+            self._verlet.grow(n, held - n, self.system.grid.cells, widest)
+        else:
+            self.halo.grow(short, st)
 
     def _lists(self) -> None:
         """The Verlet lists of the current rows (retried wider where a row overflows its capacity)."""

@@ -45,7 +45,7 @@ __all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "jita
            "max_displacement2", "kinetic_sums", "pack_rows", "add_rows", "warmup", "kick_drift", "kick_serial",
            "pack_migrants", "wrap_rows", "leaving_rows", "cell_order", "sort_migrants", "border_plan", "border_pack",
            "local_stages",
-           "border_rows", "unpack_ghosts", "forward_stages", "reverse_stages", "copy_rows",
+           "border_rows", "unpack_ghosts", "message_regions", "forward_stages", "reverse_stages", "copy_rows",
            "put_rows"]
 
 
@@ -722,6 +722,39 @@ def local_stages(pos, gid, n, d0, d1, below, above, pidx, poff, up0, pshift, pst
         pstart[2 * d + 1] = n + nl
         n += nl + nh
     return n, 0, 0
+
+
+@njit(cache=True, inline="always")
+def _region(rows, kept):
+    """The rows of a message region for ``rows`` rows: ``kept`` (the last one's; -1: none) while they fit
+    it with less than two paddings to spare, else the rows and one padding."""
+    pad = 16 + rows // 16
+    if 0 <= kept and rows <= kept <= rows + 2 * pad:
+        return kept
+    return rows + pad
+
+
+@njit(cache=True)
+def message_regions(poff, counts, remote, one, regions, soff, roff, nrecv):
+    """The message regions of the plan's stages whose neighbours are other ranks; did they change?
+
+    Stage d sends ``poff[2d + 2] - poff[2d]`` rows and receives ``nrecv[d]``
+    (set here); its regions in the flat buffers hold ``regions[d]`` and
+    ``regions[3 + d]`` rows from ``soff[d]`` and ``roff[d]`` (set here): the
+    rows exactly, or where the two neighbours are one rank (``one[d]``) a
+    region kept while the rows fit it (:func:`_region`; -1: none yet).
+    """
+    changed = False
+    for d in range(3):
+        ns = poff[2 * d + 2] - poff[2 * d] if remote[d] else 0
+        nr = counts[2 * d] + counts[2 * d + 1] if remote[d] else 0
+        nrecv[d] = nr
+        if remote[d] and one[d]:
+            ns, nr = _region(ns, regions[d]), _region(nr, regions[3 + d])
+        changed |= ns != regions[d] or nr != regions[3 + d]
+        regions[d], regions[3 + d] = ns, nr
+        soff[d + 1], roff[d + 1] = soff[d] + ns, roff[d] + nr
+    return changed
 
 
 @njit(nogil=True, cache=True)

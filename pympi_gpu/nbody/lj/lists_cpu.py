@@ -431,9 +431,28 @@ class VerletLists:
                                        self.near, self.far, self.own_cnt, self.own_nbr, self.gh_cnt, self.gh_nbr,
                                        SIMD, BLOCK)
             if most_own <= self.widths[0] and most_gh <= self.widths[1]:
-                return self.own_cnt[:nlocal], self.own_nbr[:nlocal], self.gh_cnt[:nlocal], self.gh_nbr[:nlocal]
-            self.widths = [max(self.widths[0], most_own + 8), max(self.widths[1], most_gh + 8)]
-            self._buffers(nlocal, n_all - nlocal, ncells)
+                return self.rows(nlocal)
+            self.grow(nlocal, n_all - nlocal, ncells, (most_own, most_gh))
+
+
+    # -- the buffers as :func:`~pympi_gpu.nbody.lj.rebuild_cpu.rebuild_brick` builds the lists in them
+    def kernel_buffers(self) -> tuple:
+        """The buffers the build writes, in :func:`_build`'s order (made, of no rows, before the first)."""
+        if self._room[0] < 0:
+            self._buffers(0, 0, 0)
+        return (self.cell, self.ostart, self.gstart, self.orec, self.grec, self.bo, self.bg, self.near, self.far,
+                self.own_cnt, self.own_nbr, self.gh_cnt, self.gh_nbr)
+
+    def grow(self, nlocal: int, ng: int, ncells: int, longest: tuple[int, int] | None = None) -> None:
+        """Buffers for ``nlocal`` owned rows, ``ng`` ghosts and ``ncells`` cells; ``longest``: a build's
+        longest rows (owned, ghost), where they outgrew the widths."""
+        if longest is not None:
+            self.widths = [max(self.widths[0], int(longest[0]) + 8), max(self.widths[1], int(longest[1]) + 8)]
+        self._buffers(nlocal, ng, ncells)
+
+    def rows(self, nlocal: int) -> tuple:
+        """``(own_cnt, own_nbr, gh_cnt, gh_nbr)`` of the last build, as :meth:`build` returns them."""
+        return self.own_cnt[:nlocal], self.own_nbr[:nlocal], self.gh_cnt[:nlocal], self.gh_nbr[:nlocal]
 
 
 def build(pos, nlocal, grid, cut2, rc2, half, widths=(64, 64)):
