@@ -181,7 +181,8 @@ def test_a_kernel_calling_another_modules_kernel_sees_it_change(tmp_path, keyed)
     argv = [sys.executable, str(tmp_path / "caller.py"), "keyed" if keyed else "numba"]
     outs = []
     for factor in (2, 3):
-        (tmp_path / "callee.py").write_text(f"from numba import njit\n\n@njit(cache=True)\ndef f(x):\n    return {factor} * x\n")
+        (tmp_path / "callee.py").write_text(f"from numba import njit\n\n\n@njit(cache=True)\ndef f(x):\n"
+                                            f"    return {factor} * x\n")
         proc = run(argv, env=env, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         outs.append(proc.stdout.split())

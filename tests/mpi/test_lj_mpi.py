@@ -129,21 +129,28 @@ def test_the_kernels_mpi_calls_are_pythons(cells, monkeypatch):
     Python between kernel pieces (``PYMPI_COMPILED_MPI=0``): the same states bit for bit, thermo, rebuilds
     and traffic, under whichever MPI runs the tier (mpi4py's MPICH here; Open MPI and Intel MPI in
     tests/test_mpi_matrix.py)."""
+    kernels = _kernels_as_python(LjConfig(cells=cells), RunOptions(steps=60, thermo_every=20), 3, monkeypatch)
+    assert kernels.phases.waiting.max > 0 and kernels.phases.communication.max > 0
+
+
+def _kernels_as_python(config, options, rebuilds, monkeypatch):
+    """Run ``config`` over the world's bricks with the kernels making the MPI calls, then with Python
+    (``PYMPI_COMPILED_MPI=0``): the same states bit for bit, thermo, rebuilds (at least ``rebuilds``) and
+    traffic, the messages counted by the kernels or by Python.  Returns the kernels' record."""
     from mpi4py import MPI
 
     from pympi_gpu.mpi import numba_calls
 
-    comm = MPI.COMM_WORLD
-    config, options = LjConfig(cells=cells), RunOptions(steps=60, thermo_every=20)
-    kernels, full_k = _run(comm, config, options)
+    kernels, full_k = _run(MPI.COMM_WORLD, config, options)
     monkeypatch.setenv(numba_calls.ENV, "0")
-    python, full_p = _run(comm, config, options)
+    python, full_p = _run(MPI.COMM_WORLD, config, options)
+    monkeypatch.delenv(numba_calls.ENV)
     assert (kernels.step_mpi, python.step_mpi) == ("kernels", "python")
     for k in ("x", "v", "f", "id"):
         assert np.array_equal(full_k[k], full_p[k]), k
-    assert kernels.thermo == python.thermo and kernels.rebuilds == python.rebuilds >= 3
-    assert kernels.traffic == python.traffic  # the same messages, counted by the kernels or by Python
-    assert kernels.phases.waiting.max > 0 and kernels.phases.communication.max > 0
+    assert kernels.thermo == python.thermo and kernels.rebuilds == python.rebuilds >= rebuilds
+    assert kernels.traffic == python.traffic
+    return kernels
 
 
 def test_a_compiled_rebuild_grows_short_buffers_as_python_does(monkeypatch):
@@ -153,11 +160,9 @@ def test_a_compiled_rebuild_grows_short_buffers_as_python_does(monkeypatch):
     bit, with the same traffic; every kind of short buffer was met on some rank."""
     from mpi4py import MPI
 
-    from pympi_gpu.mpi import numba_calls
     from pympi_gpu.nbody.lj import host_atoms, rebuild_cpu
     from pympi_gpu.nbody.lj.lists_cpu import VerletLists
 
-    comm = MPI.COMM_WORLD
     met = set()
     compiled, rebuild_brick = host_atoms.HostAtoms._rebuild_compiled, rebuild_cpu.rebuild_brick
 
@@ -172,21 +177,14 @@ def test_a_compiled_rebuild_grows_short_buffers_as_python_does(monkeypatch):
         self._spare, self._sort_space = host_atoms._Rows(1), None
         self._verlet = VerletLists((1, 1))
         h = self.halo
-        h._leaving, h._msg, h._kernel.rows, h._plan_rows = np.empty((0, 10)), None, np.empty((0, 4)), np.zeros(1, np.int64)
+        h._leaving, h._msg, h._kernel.rows = np.empty((0, 10)), None, np.empty((0, 4))
+        h._plan_rows = np.zeros(1, np.int64)
         compiled(self)
 
     monkeypatch.setattr(rebuild_cpu, "rebuild_brick", noted)
     monkeypatch.setattr(host_atoms.HostAtoms, "_rebuild_compiled", starved)
-    config, options = LjConfig(cells=5), RunOptions(steps=150, thermo_every=50)
-    short, full_s = _run(comm, config, options)
-    monkeypatch.setenv(numba_calls.ENV, "0")
-    python, full_p = _run(comm, config, options)
-    assert (short.step_mpi, python.step_mpi) == ("kernels", "python")
-    for k in ("x", "v", "f", "id"):
-        assert np.array_equal(full_s[k], full_p[k]), k
-    assert short.thermo == python.thermo and short.rebuilds == python.rebuilds >= 10
-    assert short.traffic == python.traffic
-    met = set().union(*comm.allgather(met))
+    _kernels_as_python(LjConfig(cells=5), RunOptions(steps=150, thermo_every=50), 10, monkeypatch)
+    met = set().union(*MPI.COMM_WORLD.allgather(met))
     assert met == {"done", *rebuild_cpu.GROW.values()}, met
 
 

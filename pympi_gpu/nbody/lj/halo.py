@@ -92,16 +92,17 @@ def _exchange(comm, buf, split: int, total: int, lower: int, upper: int, tag: in
     where they do not fit (the split's row included), a larger copy of them.
     ``kernel``: the same messages made by a compiled call (:class:`_KernelExchange`).
     """
+    one = lower == upper
+    clock.sent(buf[:total + one].nbytes, 1 if one else 2)
     if kernel is not None:
-        return kernel.exchange(buf, split, total, lower, upper, tag, clock, into, at)
+        return kernel.exchange(buf, split, total, lower, upper, tag, into, at)
     from mpi4py import MPI
 
     width = buf.shape[1]
     status = MPI.Status()
-    if lower == upper:
+    if one:
         buf[total, 0] = split
         req = comm.Isend(buf[:total + 1], lower, tag)
-        clock.sent(buf[:total + 1].nbytes, 1)
         comm.Probe(lower, tag, status)
         m = status.Get_count(MPI.DOUBLE) // width
         out = _with_room(into, at, at + m, width)
@@ -110,7 +111,6 @@ def _exchange(comm, buf, split: int, total: int, lower: int, upper: int, tag: in
         c0 = int(out[at + m - 1, 0])  # the neighbour's split: its rows sent down came first
         return out[:at + m - 1], (c0, m - 1 - c0)
     reqs = [comm.Isend(buf[:split], lower, tag), comm.Isend(buf[split:total], upper, tag + 2)]
-    clock.sent(buf[:total].nbytes, 2)
     counts = []
     for source, t in ((upper, tag), (lower, tag + 2)):
         comm.Probe(source, t, status)
@@ -138,13 +138,9 @@ class _KernelExchange:
         self.got = np.zeros(3, np.int64)
         self.rows = np.empty((0, 4))  # the rows received where the caller gives no buffer (kept)
 
-    def exchange(self, buf, split: int, total: int, lower: int, upper: int, tag: int, clock: PhaseClock,
-                 into, at: int) -> tuple[np.ndarray, tuple[int, int]]:
+    def exchange(self, buf, split: int, total: int, lower: int, upper: int, tag: int, into,
+                 at: int) -> tuple[np.ndarray, tuple[int, int]]:
         width = buf.shape[1]
-        if lower == upper:
-            clock.sent(buf[:total + 1].nbytes, 1)
-        else:
-            clock.sent(buf[:total].nbytes, 2)
         out = into if into is not None else self.rows if self.rows.shape[1] == width else np.empty((0, width))
         args = (split, total, out, at, lower, upper, tag, self.comm, self.double, self.requests, self.rsize,
                 self.status)

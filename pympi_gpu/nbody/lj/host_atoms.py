@@ -96,6 +96,7 @@ class HostAtoms:
         self._sums = np.zeros(4)
         self._tally = np.zeros(6)  # the MPI calls of a program's kernels: kc.TALLY_*
         self._rebuild_tally = np.zeros(3)  # a compiled rebuild's: rebuild_cpu.TALLY_*
+        self._rebuild_state = rebuild_cpu.state(0)  # and where it is: rebuild_cpu.ST_*
         #: seconds in the MPI calls the kernels made (``MPI_Wtime``; the halo's clock has them by phase)
         self.kernel_mpi_seconds = 0.0
         self._status = numba_calls.statuses(4)
@@ -174,7 +175,7 @@ class HostAtoms:
         t0 = time.perf_counter()
         halo, verlet, grid, config = self.halo, self._verlet, self.system.grid, self.config
         brick, nbrs, tags, up0, mpi, got = halo.kernel_parts()
-        st, tally = rebuild_cpu.state(self.nlocal), self._rebuild_tally
+        st, tally = rebuild_cpu.state(self.nlocal, self._rebuild_state), self._rebuild_tally
         tally.fill(0.0)
         old = (self.pos, self.v, self.f, self.ids)
         self._buffer("rows", (self.nlocal, 10))
@@ -182,8 +183,8 @@ class HostAtoms:
         while True:
             new = self._spare
             leaving, plan, message, received, regions = halo.kernel_buffers()
-            done = rebuild_cpu.rebuild_brick(st, got, tally, *old, config.box, self._work["rows"], leaving, *brick, nbrs,
-                                             tags, new.pos, new.v, new.f, new.gid, *self._sort_space, grid.lo, grid.inv,
+            done = rebuild_cpu.rebuild_brick(st, got, tally, *old, config.box, self._work["rows"], leaving, *brick,
+                                             nbrs, tags, new.pos, new.v, new.f, new.gid, *self._sort_space, grid.lo, grid.inv,
                                              grid.ncell, grid.reach, *plan, up0, message, received, *regions,
                                              config.cutneigh ** 2, config.cutoff ** 2, config.newton,
                                              *verlet.kernel_buffers(), lists_cpu.SIMD, lists_cpu.BLOCK, *mpi)

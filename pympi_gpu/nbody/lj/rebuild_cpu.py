@@ -16,7 +16,7 @@ pieces in the same order on the same buffers, from one call:
 5. the ghosts' force rows zeroed and the Verlet lists built.
 
 Where a buffer is short it returns a code saying which (:data:`GROW`) and
-how many rows it needs (``st[NEED]``), with where it stopped in ``st``; the
+how many rows it needs (``st[ST_NEED]``), with where it stopped in ``st``; the
 caller grows that buffer, its first rows kept as the Python path keeps
 them, and calls again with the same ``st``: the call goes on from there,
 receiving the messages already on their way where a probe found the
@@ -36,8 +36,8 @@ from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj import kernels_cpu as kc
 from pympi_gpu.nbody.lj import lists_cpu
 
-__all__ = ["rebuild_brick", "warmup", "DONE", "GROW", "LOST", "FAILED", "state", "ST_N", "ST_HELD", "ST_NEED", "ST_STAY",
-           "ST_WIDTHS", "ST_D", "ST_CHANGED", "TALLY_SECONDS", "TALLY_BYTES", "TALLY_MESSAGES"]
+__all__ = ["rebuild_brick", "warmup", "state", "DONE", "GROW", "LOST", "FAILED", "ST_N", "ST_HELD", "ST_NEED",
+           "ST_STAY", "ST_WIDTHS", "ST_D", "ST_CHANGED", "TALLY_SECONDS", "TALLY_BYTES", "TALLY_MESSAGES"]
 
 #: ``st``'s entries: where the call is (phase, dimension, a message on its way), the owned rows and the
 #: rows held, what a short buffer needs, the migration's rows staying, leaving down and up, a border
@@ -63,9 +63,10 @@ LOST, FAILED = 10, 11
 TALLY_SECONDS, TALLY_BYTES, TALLY_MESSAGES = range(3)
 
 
-def state(n: int) -> np.ndarray:
-    """A fresh ``st`` for a rebuild of ``n`` owned atoms."""
-    st = np.zeros(_ST_SIZE, np.int64)
+def state(n: int, st: np.ndarray | None = None) -> np.ndarray:
+    """``st`` for a rebuild of ``n`` owned atoms: a new one, or ``st`` set back."""
+    st = np.zeros(_ST_SIZE, np.int64) if st is None else st
+    st.fill(0)
     st[ST_N] = n
     return st
 
@@ -195,8 +196,9 @@ def _lists(st, pos, f, lo, inv, ncell, reach, cut2, rc2, half, lists, simd, bloc
 @njit(nogil=True, cache=True)
 def rebuild_brick(st, got, tally, x, vel, force, ids, box, rows, leaving, dims, coords, remote, nbrs, tags, pos, v, f,
                   gid, x0, order, cell, start, lo, inv, ncell, reach, below, above, pidx, poff, pstart, counts, pshift,
-                  up0, message, received, one, regions, soff, roff, nrecv, cut2, rc2, half, lcell, ostart, gstart, orec, grec, bo, bg, near, far,
-                  own_cnt, own_nbr, gh_cnt, gh_nbr, simd, block, comm, double, requests, rsize, status):
+                  up0, message, received, one, regions, soff, roff, nrecv, cut2, rc2, half, lcell, ostart, gstart, orec,
+                  grec, bo, bg, near, far, own_cnt, own_nbr, gh_cnt, gh_nbr, simd, block, comm, double, requests, rsize,
+                  status):
     """One rebuild of a brick, or as much of it as the buffers allow (module docstring).
 
     The owned atoms ``x vel force ids`` (``st[ST_N]`` of them); the
