@@ -110,3 +110,38 @@ def test_lj_trace_says_which_rank_waits_for_which(mpirun, tmp_path):
         assert r["posts_us_per_step"] > 0 and r["waits_us_per_step"] > 0  # the bricks' halo is other ranks
     # at every step some rank arrived last: the shares add up to every step (ties only add)
     assert sum(r["last_at_reduction"] for r in doc["ranks"]) >= 1.0 - 1e-9
+
+
+def test_deferred_counts_join_the_clock_when_it_is_settled():
+    """Counts kept elsewhere (a kernel's tally) join at ``settle``; ``reset`` drops them; the clock holds
+    their keeper weakly."""
+    import gc
+
+    from pympi_gpu.run.phases import PhaseClock
+
+    class Kept:
+        def __init__(self, clock):
+            self.clock, self.n = clock, 0
+            clock.defer(self.move)
+
+        def move(self):
+            self.clock.sent(8 * self.n, self.n)
+            self.clock.add("waiting", 0.5 * self.n)
+            self.n = 0
+
+    clock = PhaseClock()
+    kept = Kept(clock)
+    kept.n = 3
+    assert (clock.bytes, clock.messages) == (0, 0)
+    clock.settle()
+    assert (clock.bytes, clock.messages, clock.seconds["waiting"]) == (24, 3, 1.5) and kept.n == 0
+    kept.n = 2
+    clock.reset()
+    assert (clock.bytes, clock.messages, clock.seconds["waiting"]) == (0, 0, 0.0) and kept.n == 0
+    kept.n = 1
+    clock.settle()
+    assert clock.messages == 1
+    del kept
+    gc.collect()
+    clock.settle()  # its keeper gone: nothing to add, and no error
+    assert clock.messages == 1

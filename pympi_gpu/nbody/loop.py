@@ -375,6 +375,7 @@ class Run:
         while system.timestep < self.last and self.stopped is None:
             self._one_step()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        self.clock.settle()
         # compute: the rest of the timed steps (kernels, integration, packing), per rank
         self.clock.seconds["compute"] = max(0.0, wall - sum(self.clock.seconds[k]
                                                             for k in ("communication", "waiting", "io")))

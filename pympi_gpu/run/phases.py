@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+import weakref
 from collections.abc import Iterator
 
 import numpy as np
@@ -35,12 +36,31 @@ PHASES = ("compute", "communication", "waiting", "io")
 
 
 class PhaseClock:
-    """One rank's seconds per phase and its traffic; not thread-safe, not collective."""
+    """One rank's seconds per phase and its traffic; not thread-safe, not collective.
+
+    Counts kept elsewhere in the meantime (by compiled kernels, in an array
+    they add to) join the clock when it is settled: :meth:`defer` registers
+    what moves them over, :meth:`settle` (before the clock is read) and
+    :meth:`reset` (which drops them) run it.
+    """
 
     def __init__(self):
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.bytes = 0
         self.messages = 0
+        self._deferred: list = []
+
+    def defer(self, settle) -> None:
+        """``settle()``, a bound method, moves counts its object keeps onto this clock (and zeroes them
+        there); held weakly, so the clock does not keep that object alive."""
+        self._deferred.append(weakref.WeakMethod(settle))
+
+    def settle(self) -> None:
+        """Every deferred count onto the clock: call before reading it."""
+        for ref in self._deferred:
+            settle = ref()
+            if settle is not None:
+                settle()
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -60,7 +80,11 @@ class PhaseClock:
         self.messages += int(messages)
 
     def reset(self) -> None:
+        """Zero the clock, the counts deferred to it included (they stay registered)."""
+        self.settle()
+        deferred = self._deferred
         self.__init__()
+        self._deferred = deferred
 
 
 @dataclasses.dataclass(frozen=True)

@@ -100,6 +100,7 @@ class HostAtoms:
         #: seconds in the MPI calls the kernels made (``MPI_Wtime``; the halo's clock has them by phase)
         self.kernel_mpi_seconds = 0.0
         self._status = numba_calls.statuses(4)
+        self.halo.clock.defer(self._account)
         # the kernels make the step's MPI calls (or there are none: one rank), else Python between pieces
         inline = self._inline = system.kernels_call_mpi or self.halo.local
         self._programs = {(refresh, kick, step): _program(self.halo.remote, refresh, kick, step, inline)
@@ -319,8 +320,6 @@ class HostAtoms:
             elif then == "agree":  # Python's reduction (the kernels' is OP_AGREE)
                 if self.needs_rebuild(top[0]) or force_rebuild:
                     return False
-        if tally[kc.TALLY_MESSAGES]:
-            self._account()
         if step and self._inline:  # the kernel agreed, and stopped where that meant a rebuild
             system.agreed(*top.tolist()[2:])
             if not ran:
@@ -343,8 +342,11 @@ class HostAtoms:
         return self._kept_args
 
     def _account(self) -> None:
-        """The seconds, bytes and messages of the MPI calls the kernels made, onto the halo's clock."""
+        """The seconds, bytes and messages of the MPI calls the kernels made, onto the halo's clock: when the
+        clock is settled (registered with it), not after every step."""
         t, h = self._tally, self.halo
+        if not t[kc.TALLY_MESSAGES]:
+            return
         posting, waiting, agreeing, nbytes, messages, _ = t.tolist()
         h.clock.add("communication", posting)
         h.clock.add("waiting", waiting + agreeing)
