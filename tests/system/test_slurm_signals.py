@@ -159,11 +159,13 @@ def test_pympi_launch_relays_under_slurm(slurm, tmp_path, launcher, name, status
 # ---------------------------------------------------------------- the job script and Slurm's warning
 
 def _submit(slurm, tmp_path, *options, env=None) -> tuple[int, Path]:
-    out = tmp_path / "job.out"
-    proc = slurm.run(["sbatch", "--parsable", f"--output={out}", "--ntasks=2", *options,
+    """A job of nbody-checkpoint.sbatch and its own output file (a job submitted again writes another: the
+    last one's thermo rows would say that this one's run had started)."""
+    proc = slurm.run(["sbatch", "--parsable", f"--output={tmp_path / 'job-%j.out'}", "--ntasks=2", *options,
                       str(JOBS / "nbody-checkpoint.sbatch")], timeout=30, check=True, cwd=tmp_path,
                      env={"BODIES": "3000", "STEPS": "100000000", "EVERY": "100000000", **(env or {})})
-    return int(proc.stdout.strip().split(";")[0]), out
+    job = int(proc.stdout.strip().split(";")[0])
+    return job, tmp_path / f"job-{job}.out"
 
 
 def _submit_running(slurm, tmp_path, timeout: float = 180) -> tuple[int, Path]:

@@ -185,9 +185,9 @@ class HostAtoms:
             new = self._spare
             leaving, plan, message, received, regions = halo.kernel_buffers()
             done = rebuild_cpu.rebuild_brick(st, got, tally, *old, config.box, self._work["rows"], leaving, *brick,
-                                             nbrs, tags, new.pos, new.v, new.f, new.gid, *self._sort_space, grid.lo, grid.inv,
-                                             grid.ncell, grid.reach, *plan, up0, message, received, *regions,
-                                             config.cutneigh ** 2, config.cutoff ** 2, config.newton,
+                                             nbrs, tags, new.pos, new.v, new.f, new.gid, *self._sort_space, grid.lo,
+                                             grid.inv, grid.ncell, grid.reach, *plan, up0, message, received,
+                                             *regions, config.cutneigh ** 2, config.cutoff ** 2, config.newton,
                                              *verlet.kernel_buffers(), lists_cpu.SIMD, lists_cpu.BLOCK, *mpi)
             if done == rebuild_cpu.DONE:
                 break
