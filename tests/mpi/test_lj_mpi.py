@@ -177,7 +177,7 @@ def test_a_compiled_rebuild_grows_short_buffers_as_python_does(monkeypatch):
         self._spare, self._sort_space = host_atoms._Rows(1), None
         self._verlet = VerletLists((1, 1))
         h = self.halo
-        h._leaving, h._msg, h._kernel.rows = np.empty((0, 10)), None, np.empty((0, 4))
+        h._leaving, h._msg, h._kernel.rows = np.empty((0, 10)), np.empty((0, 4)), np.empty((0, 4))
         h._plan_rows = np.zeros(1, np.int64)
         compiled(self)
 

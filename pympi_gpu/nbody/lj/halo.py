@@ -271,7 +271,8 @@ class Halo:
         #: per dimension, where the rows sent to the lower neighbour end and those to the upper begin
         self._below = np.array([brick.lo[d] + cutneigh for d in range(3)])
         self._above = np.array([brick.hi[d] - cutneigh for d in range(3)])
-        self._msg = self._leaving = self._flat = None  # kept buffers: border rows, migrants, messages
+        # kept buffers: border rows, migrants (grown on first use), messages
+        self._msg, self._leaving, self._flat = np.empty((0, 4)), np.empty((0, 10)), None
         #: the message regions of the last plan (:meth:`_messages`; -1: none), and where they start
         self._regions = np.full(6, -1, np.int64)
         self.soff, self.roff = np.zeros(4, np.int64), np.zeros(4, np.int64)
@@ -459,16 +460,13 @@ class Halo:
         _free_orphans()
         if self._parts is None:
             b, k = self.brick, self._kernel
-            self._parts = ((np.array(b.dims, np.int64), np.array(b.coords, np.int64), np.array(self.remote)),
+            self._parts = ((np.array(b.dims, np.int64), np.array(b.coords, np.int64), self._remote),
                            np.array(self.nbrs, np.int64), np.array([_TAG_MIGRATE, _TAG_BORDER], np.int64),
                            self.half_shell, (k.comm, k.double, k.requests, k.rsize, k.status), k.got)
         return self._parts
 
     def kernel_buffers(self) -> tuple:
         """The halo's buffers a compiled rebuild writes: ``(leaving, plan, message, received, regions)``."""
-        for name, width in (("_leaving", 10), ("_msg", 4)):
-            if getattr(self, name) is None:
-                setattr(self, name, np.empty((0, width)))
         plan = (self._below, self._above, self._plan_rows, self.poff, self.pstart, self.counts, self.pshift)
         regions = (self._one, self._regions, self.soff, self.roff, self.nrecv)
         return self._leaving, plan, self._msg, self._kernel.rows, regions
