@@ -246,6 +246,7 @@ PROFILED = (
     ("pympi_gpu.nbody.lj.kernels_cpu", "kick_drift", "kick + drift + displacement", "step"),
     ("pympi_gpu.nbody.lj.system", "LjSystem.agree_displacement", "displacement reduction (+ stop)", "step"),
     ("forces", "run_ops", "kick, drift, forces, halo (compiled pieces, their MPI calls below)", "step"),
+    ("forces", "run_steps", "quiet steps, a batch a call (the same, compiled)", "step"),
     ("pympi_gpu.nbody.lj.halo", "Halo.post", "halo: messages started", "step"),
     ("pympi_gpu.nbody.lj.halo", "Halo.wait", "halo: messages waited for", "step"),
     ("pympi_gpu.nbody.lj.host_atoms", "HostAtoms.rebuild", "rebuild: sort, copies, Python", "rebuild"),

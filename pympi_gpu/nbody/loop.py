@@ -4,7 +4,15 @@ A model hands the loop a *system* (this rank's share of the state, see
 :class:`System`) and the loop drives it from its step to ``options.steps``:
 
 1. ``system.advance(energy, stop)``: one step, collective (``energy``: the
-   step's end is a thermo row, so the model sums its energies on the way);
+   step's end is a thermo row, so the model sums its energies on the way).
+   The steps before the next at which a writer is due (and not the last) are
+   *quiet*: the loop hands them to ``system.advance_quiet(most, stop)``, which
+   takes up to ``most`` of them where the model can (the LJ model on the CPU:
+   compiled calls of many steps, a rebuild between two, until the ranks agree
+   on a stop), else one.  A batch lasts no more than :data:`BATCH_SECONDS`, so
+   a stop request waits no longer for it; a rank's batches may be shorter or
+   longer than another's (their steps make the same MPI calls, one step at a
+   time or many), so the ranks need not agree on them;
 2. the stop agreement: every rank's stop request (a signal number, or 0) and
    fault (its state not finite) reduced with MAX over the ranks, so that all
    stop after the same step and none is left waiting.  A model whose step
@@ -44,6 +52,10 @@ from pympi_gpu.run.phases import PhaseClock, Phases, Traffic, summarise
 
 __all__ = ["RunOptions", "Labels", "System", "Writer", "ThermoRows", "Frames", "Checkpoints", "Progress", "agree",
            "LoopResult", "run", "simulate", "standard_writers", "save_and_raise"]
+
+
+#: the longest a batch of quiet steps may take (seconds, as the last step took): as long a stop request waits
+BATCH_SECONDS = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +113,9 @@ class System(Protocol):
 
     def prepare(self) -> None: ...                                # collective: forces, lists
     def advance(self, energy: bool, stop: int) -> int | None: ... # collective: one step, ``timestep += 1``
+    # collective: 1 to ``most`` steps without energy sums, ``timestep`` moved on by as many; their seconds
+    # and the stop agreed, as advance's (a model that can make each step's reduction carry the stop)
+    def advance_quiet(self, most: int, stop: int) -> tuple[Sequence[float], int | None]: ...
     def healthy(self, thorough: bool) -> bool: ...                # this rank's state finite? (local)
     def thermo(self) -> Any: ...                                  # collective: a row at ``timestep``
     def frame(self) -> dict | None: ...                           # collective: ``id x v`` on rank 0
@@ -125,9 +140,16 @@ class Writer:
     first: bool = False
     last: bool = False
     writes_state: bool = False
+    #: its :meth:`write` is collective (a writer that is not, rank 0's progress, may skip the steps of a batch)
+    collective: bool = True
 
     def due(self, step: int, last_step: int) -> bool:
         return bool(self.every and step % self.every == 0) or (self.last and step == last_step)
+
+    def next_due(self, step: int, last_step: int) -> int:
+        """The first step after ``step`` at which it may be due (a writer whose :meth:`due` is not
+        periodic says so here: the loop takes the steps before it in one call)."""
+        return min(last_step, (step // self.every + 1) * self.every) if self.every else last_step
 
     def write(self, run: Run) -> None:
         raise NotImplementedError
@@ -250,6 +272,7 @@ class Progress(Writer):
     """Rank 0's progress display: ``on_step(step, last)`` after every step (not collective)."""
 
     every = 1
+    collective = False
 
     def __init__(self, on_step: Callable[[int, int], None]):
         self.on_step = on_step
@@ -317,6 +340,9 @@ class Run:
         self.comm, self.system, self.options = comm, system, options
         self.writers = list(writers)
         self._thermo_writers = [w for w in self.writers if isinstance(w, ThermoRows)]
+        self._collective = [w for w in self.writers if w.collective]
+        self._local = [w for w in self.writers if not w.collective]
+        self._event = -1  # the next step at which a collective writer may be due (-1: to be found)
         self.stop_requested = stop_requested or (lambda: 0)
         self.last = options.steps
         self.initial = system.initial
@@ -339,12 +365,23 @@ class Run:
             self.stopped = signal.Signals(signal_number).name
 
     def _one_step(self) -> None:
+        """One step, or a batch of quiet steps; the stop agreement; the writers due."""
         system = self.system
         t = time.perf_counter()
-        thermo_next = any(w.due(system.timestep + 1, self.last) for w in self._thermo_writers)
+        step = system.timestep
+        if step >= self._event:  # the next step at which a collective writer may be due, or the last
+            self._event = min((w.next_due(step, self.last) for w in self._collective), default=self.last)
+        # the steps before it, no more than BATCH_SECONDS take at the last step's pace
+        quiet = min(self._event - step - 1, int(BATCH_SECONDS / (self.step_times[-1] if self.step_times else 1.0)))
         request = self.stop_requested() or 0
-        agreed = system.advance(thermo_next, request)
-        due = [w for w in self.writers if w.due(system.timestep, self.last)]
+        times = None
+        if quiet > 1:
+            times, agreed = system.advance_quiet(quiet, request)
+        else:
+            thermo_next = any(w.due(system.timestep + 1, self.last) for w in self._thermo_writers)
+            agreed = system.advance(thermo_next, request)
+        now = system.timestep  # (before the next event only the writers that are not collective may be due)
+        due = [w for w in (self.writers if now >= self._event else self._local) if w.due(now, self.last)]
         sync = system.timestep == self.last or any(w.writes_state for w in due)
         if agreed is None:
             self._judge(*agree(self.comm, self.clock, request, not system.healthy(thorough=sync)))
@@ -356,8 +393,14 @@ class Run:
         if self.stopped is None:
             for w in due:
                 w.write(self)
-        # the whole iteration, as the mean step (the wall time over the steps) counts it
-        self.step_times.append(time.perf_counter() - t)
+        # the whole iteration, as the mean step (the wall time over the steps) counts it: a batch's
+        # steps as the model timed them, what surrounds them on its first
+        elapsed = time.perf_counter() - t
+        if times is None:
+            self.step_times.append(elapsed)
+        else:
+            self.step_times.append(times[0] + elapsed - sum(times))
+            self.step_times += times[1:]
 
     def loop(self) -> tuple[float, float]:
         """Start, step to the last step (or a stop); returns (wall, cpu) seconds of the steps."""

@@ -188,18 +188,110 @@ def test_a_compiled_rebuild_grows_short_buffers_as_python_does(monkeypatch):
     assert met == {"done", *rebuild_cpu.GROW.values()}, met
 
 
-def test_the_rebuild_warmup_compiles_what_a_run_calls():
-    """``rebuild_cpu.warmup`` (the command's, before the run) compiles the one signature the run's rebuilds
-    call: none compiles inside the timed steps."""
+def test_the_warmups_compile_what_a_run_calls():
+    """``rebuild_cpu.warmup`` and ``kernels_cpu.warmup`` (the command's, before the run) compile the one
+    signature of the rebuild and of a batch of steps that the run calls: none compiles inside the timed
+    steps."""
     from mpi4py import MPI
 
-    from pympi_gpu.nbody.lj import rebuild_cpu
+    from pympi_gpu.nbody.lj import kernels_cpu, rebuild_cpu
 
+    config = LjConfig(cells=5)
+    forces = kernels_cpu.force_kernels(config.pair_term)
     rebuild_cpu.warmup()
-    warmed = set(rebuild_cpu.rebuild_brick.signatures)
-    run, _ = _run(MPI.COMM_WORLD, LjConfig(cells=5), RunOptions(steps=40))
+    kernels_cpu.warmup(forces)
+    warmed = [set(k.signatures) for k in (rebuild_cpu.rebuild_brick, forces.run_steps)]
+    run, _ = _run(MPI.COMM_WORLD, config, RunOptions(steps=40))
     assert run.step_mpi == "kernels" and run.rebuilds >= 3
-    assert len(warmed) == 1 and set(rebuild_cpu.rebuild_brick.signatures) == warmed
+    assert [len(w) for w in warmed] == [1, 1]
+    assert [set(k.signatures) for k in (rebuild_cpu.rebuild_brick, forces.run_steps)] == warmed
+
+
+def _counting_batches(monkeypatch):
+    """``HostAtoms.steps`` counted: a list of the steps each call took, on this rank."""
+    from pympi_gpu.nbody.lj import host_atoms
+
+    taken, steps = [], host_atoms.HostAtoms.steps
+
+    def counted(self, most):
+        times = steps(self, most)
+        taken.append(len(times))
+        return times
+
+    monkeypatch.setattr(host_atoms.HostAtoms, "steps", counted)
+    return taken
+
+
+@pytest.mark.parametrize("one_at_a_time", ["no rank", "rank 0"])
+def test_quiet_steps_in_one_call_are_the_steps_one_at_a_time(one_at_a_time, monkeypatch):
+    """The steps between two thermo rows taken in compiled calls of many steps (``HostAtoms.steps``, a call
+    until a rebuild) equal the steps taken one call each (``BATCH_SECONDS = 0``) bit for bit: states,
+    thermo, rebuilds, traffic.  Also where one rank takes its steps one at a time and the others batch them:
+    their steps make the same MPI calls, so the ranks need not agree on it."""
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody import loop
+
+    comm = MPI.COMM_WORLD
+    config, options = LjConfig(cells=5), RunOptions(steps=120, thermo_every=40)
+    taken = _counting_batches(monkeypatch)
+    # (batches as long as the rows and rebuilds allow, however loaded the machine)
+    monkeypatch.setattr(loop, "BATCH_SECONDS", 0.0 if one_at_a_time == "rank 0" and comm.rank == 0 else 60.0)
+    batched, full_b = _run(comm, config, options)
+    calls = len(taken)
+    monkeypatch.setattr(loop, "BATCH_SECONDS", 0.0)
+    single, full_s = _run(comm, config, options)
+    assert len(taken) == calls  # none batched
+    for k in ("x", "v", "f", "id"):
+        assert np.array_equal(full_b[k], full_s[k]), k
+    assert batched.thermo == single.thermo and batched.rebuilds == single.rebuilds >= 5
+    assert batched.traffic == single.traffic
+    assert batched.median_step_time > 0
+    batching = comm.allgather(calls > 0)
+    assert batching == [one_at_a_time == "no rank" or r > 0 for r in range(comm.size)]
+    if calls:  # batches end at rebuilds and before rows (and the first step is one): one a rebuild or row
+        assert sum(taken) >= 100 and calls <= batched.rebuilds + 4 and max(taken) > 1, (calls, taken)
+
+
+def test_a_stop_request_ends_a_batch_on_every_rank_at_the_same_step(monkeypatch):
+    """One rank's stop request (from step 37 on) travels in the agreement of the first step after it is
+    seen, batched or not: every rank stops after that step, within a batch of the request, with the state
+    equal to an uninterrupted run's at that step."""
+    import signal
+
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody import loop
+
+    monkeypatch.setattr(loop, "BATCH_SECONDS", 60.0)
+    comm = MPI.COMM_WORLD
+    config = LjConfig(cells=5)
+    cart = make_cart(comm)
+    brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+    x, v, ids = initial_arrays(config, brick)
+    system = LjSystem(cart, config, x, v, ids)
+    taken, seen = _counting_batches(monkeypatch), []
+    late = comm.rank == comm.size - 1
+
+    def request():  # polled before each step or batch
+        if late and system.timestep >= 37:
+            seen.append(system.timestep)
+            return signal.SIGTERM
+        return 0
+
+    try:
+        run = simulate(cart, system, RunOptions(steps=400, thermo_every=400), stop_requested=request)
+        full = cart.bcast(ckpt.gather(cart, system.atoms.owned()), root=0)
+    finally:
+        system.close()
+        cart.Free()
+    longest = max(comm.allgather(max(taken)))
+    assert run.stopped_by == "SIGTERM" and longest > 1
+    stopped, first = comm.allgather(run.last_step), comm.bcast(seen[0] if late else None, root=comm.size - 1)
+    assert stopped == [first + 1] * comm.size and first < 37 + longest, (stopped, first, taken)
+    straight, full_s = _run(comm, config, RunOptions(steps=stopped[0], thermo_every=400))
+    for k in ("x", "v", "id"):
+        assert np.array_equal(full[k], full_s[k]), k
 
 
 def _state_after(config, steps):

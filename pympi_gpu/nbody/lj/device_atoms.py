@@ -81,6 +81,9 @@ class DeviceAtoms:
     benchmark; it serialises what otherwise overlaps).
     """
 
+    #: the steps one at a time, each launched from Python (``HostAtoms.steps`` batches them on the CPU)
+    batched = False
+
     def __init__(self, system, x, v, ids, f, device, profile: bool = False):
         self.system = system
         config = self.config = system.config

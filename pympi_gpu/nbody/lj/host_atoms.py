@@ -18,9 +18,10 @@ pair loops, so the one-thread engine keeps it small: serial kernels (no
 parallel launch), kick, drift and the displacement in one pass, the state in
 buffers kept from one rebuild to the next (two sets: a rebuild sorts from one
 into the other), the lists built by :mod:`~pympi_gpu.nbody.lj.lists_cpu`, and
-on one rank (every neighbour brick the brick itself) a step's forces, halo
-and closing kick in one compiled call.  The kernels do the NumPy code's IEEE
-operations in its order: the states are the same bit for bit.
+a step in one compiled call, its MPI calls included, and the steps between
+two outputs in compiled calls of many (:meth:`HostAtoms.steps`), a rebuild
+between two.  The kernels do the NumPy code's IEEE operations in its order:
+the states are the same bit for bit.
 """
 
 from __future__ import annotations
@@ -105,6 +106,9 @@ class HostAtoms:
         inline = self._inline = system.kernels_call_mpi or self.halo.local
         self._programs = {(refresh, kick, step): _program(self.halo.remote, refresh, kick, step, inline)
                           for refresh in (True, False) for kick in (True, False) for step in (True, False)}
+        #: can :meth:`steps` take several steps in one compiled call (the whole step one piece, timed)?
+        self.batched = bool(config.newton and inline and self.forces.linked)
+        self._times = np.zeros(64)  # their seconds
 
     def _view(self, n_all: int) -> None:
         """``pos``, ``f``, ``gid`` (rows held), ``v``, ``ids`` (owned rows): views of the current set."""
@@ -414,6 +418,45 @@ class HostAtoms:
             self.compute_forces(forward=False, eflag=eflag, kick=h)
         else:
             self.compute_forces(forward=True, eflag=eflag, kick=h)
+
+    def steps(self, most: int) -> list[float]:
+        """Up to ``most`` steps without energy sums, ``system.timestep`` moved on by those taken; collective.
+
+        Only where :attr:`batched`, after the first lists: compiled calls
+        (``ForceKernels.run_steps``), each taking steps until the ranks agree on a
+        rebuild, which is made here in the step that asked for it (as :meth:`step`
+        makes it) before the next call goes on; the last step is the ``most``-th, or
+        the one that carried a stop request the ranks agreed on.  The operations of
+        :meth:`step`, in its order, one step after another.  Returns the steps'
+        seconds as the kernels timed them, a rebuild's on its step (the Python
+        around the calls is the caller's to place).
+        """
+        system, forces = self.system, self.forces
+        if self._times.shape[0] < most:
+            self._times = np.zeros(most + 64)
+        h, top, stop2 = 0.5 * self.config.dt, system.top, system.batch_stop2
+        (ops, _, _), = self._programs[True, True, True]
+        times: list[float] = []
+        while True:
+            top[1] = system.stop_request
+            code, taken = forces.run_steps(ops, most - len(times), self._times, h, stop2,
+                                           *(self._kept_args or self._keep_args()))
+            t1 = time.perf_counter()
+            system.timestep += taken
+            if code == kc.MPI_FAILED:
+                self._account()
+                raise numba_calls.failure(int(self._tally[kc.TALLY_ERROR]))
+            times += self._times[:taken].tolist()
+            system.agreed(*top.tolist()[2:])  # (raises where an atom moved too far: else a rebuild if it stopped)
+            if code != kc.REBUILD:
+                break
+            self.rebuild(checked=True)
+            self.compute_forces(forward=False, eflag=False, kick=h)
+            times[-1] += time.perf_counter() - t1
+            if len(times) == most or top[3]:
+                break
+        self.energy = self.virial = None
+        return times
 
     def start(self) -> bool:
         """Lists and (unless loaded) forces at the current positions; collective.

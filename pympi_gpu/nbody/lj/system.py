@@ -159,6 +159,8 @@ class LjSystem:
 
             self._reduce = (cart.Allreduce, MPI.IN_PLACE, MPI.MAX)
         self._move_limit2 = self.move_limit * self.move_limit  # beyond it an atom moved too far (moved_too_far's)
+        #: a displacement that ends a batch of steps (``HostAtoms.steps``): a rebuild's, or one too far
+        self.batch_stop2 = min(self.rebuild_distance2, self._move_limit2)
         #: do the step's kernels make its MPI calls themselves (:func:`kernels_call_mpi`)?
         self.kernels_call_mpi = kernels_call_mpi(cart, config, device)
         self._gpu = device.gpu
@@ -283,6 +285,17 @@ class LjSystem:
         self.atoms.step(force_rebuild=self._rebuild_next, eflag=energy)
         self._rebuild_next = False
         return self._stop_agreed
+
+    def advance_quiet(self, most: int, stop: int) -> tuple[list[float], int | None]:
+        """Up to ``most`` steps without energy sums, in compiled calls where the atoms can
+        (``HostAtoms.steps``: a call until a rebuild, and on, until a stop request); collective.
+        Returns the steps' seconds and the stop request agreed (as :meth:`advance`)."""
+        if self._fold_next or self._rebuild_next or not self.atoms.batched:
+            t0 = time.perf_counter()
+            stop = self.advance(False, stop)
+            return [time.perf_counter() - t0], stop
+        self._stop_request, self._stop_agreed = stop, None
+        return self.atoms.steps(most), self._stop_agreed
 
     def healthy(self, thorough: bool) -> bool:
         """This brick's state finite?  Every step's rebuild test already catches positions that are not;
