@@ -372,7 +372,8 @@ class Run:
         if step >= self._event:  # the next step at which a collective writer may be due, or the last
             self._event = min((w.next_due(step, self.last) for w in self._collective), default=self.last)
         # the steps before it, no more than BATCH_SECONDS take at the last step's pace
-        quiet = min(self._event - step - 1, int(BATCH_SECONDS / (self.step_times[-1] if self.step_times else 1.0)))
+        pace = max(self.step_times[-1], 1e-9) if self.step_times else 1.0
+        quiet = min(self._event - step - 1, int(BATCH_SECONDS / pace))
         request = self.stop_requested() or 0
         times = None
         if quiet > 1:
