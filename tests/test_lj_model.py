@@ -371,3 +371,35 @@ def test_small_box_several_images_of_a_neighbour(newton):
     d = (x[0] - x)[:, None, :] + config.box * shifts[None, :, :]  # atom 0 and every image of every atom
     images = (np.sum(d * d, axis=-1) < config.cutneigh ** 2).sum(axis=1)
     assert images[1:].max() >= 2  # some neighbour is in reach through two images
+
+
+@pytest.mark.parametrize("call", ["run_ops", "run_steps"])
+def test_a_failed_mpi_call_from_a_kernel_raises_its_own_code(call):
+    """A kernel's MPI call that failed after others were counted (a step's program, or a batch of steps):
+    the error carries the call's code, and the counted calls reach the clock."""
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody.lj.domain import make_cart
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
+
+    config = LjConfig(cells=3)
+    cart = make_cart(MPI.COMM_SELF)
+    try:
+        system = LjSystem(cart, config, *initial_arrays(config, brick_of(config.box, (1, 1, 1), (0, 0, 0))))
+        atoms = system.atoms
+        system.prepare()
+
+        def failing(*args):
+            atoms._tally[kc.TALLY_BYTES], atoms._tally[kc.TALLY_MESSAGES] = 16.0, 1.0
+            atoms._tally[kc.TALLY_ERROR] = MPI.ERR_REQUEST
+            return (kc.MPI_FAILED, 1) if call == "run_steps" else kc.MPI_FAILED
+
+        atoms.forces = atoms.forces._replace(**{call: failing})
+        before = system.clock.messages
+        with pytest.raises(MPI.Exception) as caught:
+            atoms.steps(5) if call == "run_steps" else atoms.step()
+        assert caught.value.Get_error_code() == MPI.ERR_REQUEST
+        assert system.clock.messages == before + 1
+    finally:
+        system.close()
+        cart.Free()

@@ -309,8 +309,7 @@ class HostAtoms:
         for ops, stage, then in self._programs[forward, kick is not None, step]:
             status = run_ops(ops, kick or 0.0, eflag, -1.0 if force_rebuild else system.rebuild_distance2, *kept)
             if status == kc.MPI_FAILED:
-                self._account()
-                raise numba_calls.failure(int(tally[kc.TALLY_ERROR]))
+                raise self._mpi_failure()
             if status == kc.REBUILD:
                 ran = False
                 break
@@ -358,6 +357,13 @@ class HostAtoms:
         h.comm_time += posting + waiting
         self.kernel_mpi_seconds += posting + waiting + agreeing
         t.fill(0.0)
+
+    def _mpi_failure(self) -> Exception:
+        """The error of the MPI call a kernel made that failed (its code in the tally), the calls' time and
+        traffic put on the clock first (which clears the tally: the code is read before)."""
+        code = int(self._tally[kc.TALLY_ERROR])
+        self._account()
+        return numba_calls.failure(code)
 
     def pair_forces(self, f, forward: bool, eflag: bool) -> None:
         """Add the pair forces to ``f``; set ``energy``/``virial`` (None without ``eflag``)."""
@@ -444,8 +450,7 @@ class HostAtoms:
             t1 = time.perf_counter()
             system.timestep += taken
             if code == kc.MPI_FAILED:
-                self._account()
-                raise numba_calls.failure(int(self._tally[kc.TALLY_ERROR]))
+                raise self._mpi_failure()
             times += self._times[:taken].tolist()
             system.agreed(*top.tolist()[2:])  # (raises where an atom moved too far: else a rebuild if it stopped)
             if code != kc.REBUILD:
