@@ -230,8 +230,9 @@ def _masks(context, builder, b_ty, b_, k_, xi_, yi_, zi_, rc2_, cut2_, lanes: in
 
 
 @intrinsic
-def _scan8(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c):
+def _scan8(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lim):
     """Records ``k..k+7`` of ``b`` as :func:`_scan` treats them, in 8-lane vectors: ``(a, c)`` advanced.
+    Lanes from ``lim`` on are not candidates (the last few of a buffer).
 
     The squared distances are the scalar loop's operations in its order
     (``(dx dx + dy dy) + dz dz``, no fused multiply-add); the indices kept
@@ -239,12 +240,15 @@ def _scan8(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c):
     ``vpcompressq`` to a register on AVX-512) stored whole at ``near[a]`` and
     ``far[c]``, so both need 8 entries of room past their counts.
     """
-    sig = types.UniTuple(types.int64, 2)(b, k, xi, yi, zi, rc2, cut2, near, far, a, c)
+    sig = types.UniTuple(types.int64, 2)(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lim)
 
     def codegen(context, builder, signature, args):
-        b_, k_, xi_, yi_, zi_, rc2_, cut2_, near_, far_, a_, c_ = args
+        b_, k_, xi_, yi_, zi_, rc2_, cut2_, near_, far_, a_, c_, lim_ = args
         masks, splat = _masks(context, builder, signature.args[0], b_, k_, xi_, yi_, zi_, rc2_, cut2_, 8)
-        idx = builder.add(splat(k_, _V8L), ir.Constant(_V8L, [ir.Constant(_I64, j) for j in range(8)]))
+        lane = ir.Constant(_V8L, [ir.Constant(_I64, j) for j in range(8)])
+        idx = builder.add(splat(k_, _V8L), lane)
+        valid = builder.icmp_signed("<", lane, splat(lim_, _V8L))
+        masks = tuple(builder.and_(m, valid) for m in masks)
         compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V8L, [_V8L, _V8B, _V8L]),
                                                   "llvm.experimental.vector.compress.v8i64")
         popcount = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I8, [_I8]), "llvm.ctpop.i8")
@@ -265,20 +269,23 @@ _LANES4 = np.array([[j for j in range(4) if m >> j & 1] + [0] * (4 - bin(m).coun
 
 
 @intrinsic
-def _scan4(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lut):
-    """Records ``k..k+3`` of ``b`` as :func:`_scan8` treats eight, in 4-lane vectors (AVX2).
+def _scan4(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lut, lim):
+    """Records ``k..k+3`` of ``b`` as :func:`_scan8` treats eight, in 4-lane vectors (AVX2), lanes from ``lim``
+    on masked off.
 
     The kept lanes of each mask are row ``mask`` of ``lut`` (:data:`_LANES4`),
     added to ``k`` and stored whole at ``near[a]`` and ``far[c]`` (4 entries
     of room past their counts).
     """
-    sig = types.UniTuple(types.int64, 2)(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lut)
+    sig = types.UniTuple(types.int64, 2)(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lut, lim)
     V4L, I4 = ir.VectorType(_I64, 4), ir.IntType(4)
 
     def codegen(context, builder, signature, args):
-        b_, k_, xi_, yi_, zi_, rc2_, cut2_, near_, far_, a_, c_, lut_ = args
+        b_, k_, xi_, yi_, zi_, rc2_, cut2_, near_, far_, a_, c_, lut_, lim_ = args
         table = context.make_array(signature.args[11])(context, builder, lut_).data
         masks, splat = _masks(context, builder, signature.args[0], b_, k_, xi_, yi_, zi_, rc2_, cut2_, 4)
+        valid = builder.icmp_signed("<", ir.Constant(V4L, [ir.Constant(_I64, j) for j in range(4)]), splat(lim_, V4L))
+        masks = tuple(builder.and_(m, valid) for m in masks)
         base = splat(k_, V4L)
         popcount = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
         out = []
@@ -300,17 +307,27 @@ def _scan(xi, yi, zi, b0, b1, b, cut2, rc2, near, far, a, c, simd):
 
     Every candidate is written to both lists and each list's length grows
     by its test's outcome: no branch.  ``simd`` (:data:`SIMD`) candidates
-    at a time (:func:`_scan8`, :func:`_scan4`), the rest one by one.
+    at a time (:func:`_scan8`, :func:`_scan4`), the last fewer than ``simd``
+    in one more vector whose lanes past ``b1`` are masked off (the buffers
+    hold room past their last record); one by one where ``simd`` is 1.
+    (The masked vector, against the last ones one by one: a build 0.93-0.97x
+    at 500 and 4,000 atoms with eight lanes, 0.92-0.99x with four.)
     """
     k = b0
     if simd == 8:
         while k + 8 <= b1:
-            a, c = _scan8(b, k, xi, yi, zi, rc2, cut2, near, far, a, c)
+            a, c = _scan8(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, 8)
             k += 8
+        if k < b1:  # the last few in one masked vector
+            a, c = _scan8(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, b1 - k)
+            k = b1
     elif simd == 4:
         while k + 4 <= b1:
-            a, c = _scan4(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, _LANES4)
+            a, c = _scan4(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, _LANES4, 4)
             k += 4
+        if k < b1:
+            a, c = _scan4(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, _LANES4, b1 - k)
+            k = b1
     for q in range(u64(k), u64(b1)):
         dx = xi - b[0, q]
         dy = yi - b[1, q]
