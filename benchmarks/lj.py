@@ -246,7 +246,8 @@ PROFILED = (
     ("pympi_gpu.nbody.lj.kernels_cpu", "kick_drift", "kick + drift + displacement", "step"),
     ("pympi_gpu.nbody.lj.system", "LjSystem.agree_displacement", "displacement reduction (+ stop)", "step"),
     ("forces", "run_ops", "kick, drift, forces, halo (compiled pieces, their MPI calls below)", "step"),
-    ("forces", "run_steps", "quiet steps, a batch a call (the same, compiled)", "step"),
+    ("pympi_gpu.nbody.lj.host_atoms", "HostAtoms._run_steps", "quiet steps, a batch a call, rebuilds in it",
+     "step"),
     ("pympi_gpu.nbody.lj.halo", "Halo.post", "halo: messages started", "step"),
     ("pympi_gpu.nbody.lj.halo", "Halo.wait", "halo: messages waited for", "step"),
     ("pympi_gpu.nbody.lj.host_atoms", "HostAtoms.rebuild", "rebuild: sort, copies, Python", "rebuild"),
@@ -337,14 +338,12 @@ def _prepared(atoms: int, patches):
 
     from mpi4py import MPI
 
-    from pympi_gpu.nbody.lj import kernels_cpu as kc
-    from pympi_gpu.nbody.lj import rebuild_cpu
+    from pympi_gpu.nbody.lj import steps_cpu
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
     from pympi_gpu.nbody.lj.system import LjSystem, initial_arrays
 
     config = LjConfig(cells=cells_for(atoms))
-    kc.warmup(kc.force_kernels(config.pair_term))
-    rebuild_cpu.warmup()
+    steps_cpu.warm(config.pair_term)
     for module, path, wrap in patches:
         owner, _, name = path.rpartition(".")
         obj = importlib.import_module(module)

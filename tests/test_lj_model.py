@@ -392,9 +392,12 @@ def test_a_failed_mpi_call_from_a_kernel_raises_its_own_code(call):
         def failing(*args):
             atoms._tally[kc.TALLY_BYTES], atoms._tally[kc.TALLY_MESSAGES] = 16.0, 1.0
             atoms._tally[kc.TALLY_ERROR] = MPI.ERR_REQUEST
-            return (kc.MPI_FAILED, 1) if call == "run_steps" else kc.MPI_FAILED
+            return (kc.MPI_FAILED, 1, 0) if call == "run_steps" else kc.MPI_FAILED
 
-        atoms.forces = atoms.forces._replace(**{call: failing})
+        if call == "run_steps":
+            atoms._batch = failing
+        else:
+            atoms.forces = atoms.forces._replace(run_ops=failing)
         before = system.clock.messages
         with pytest.raises(MPI.Exception) as caught:
             atoms.steps(5) if call == "run_steps" else atoms.step()

@@ -203,12 +203,9 @@ def _system(cart, config: LjConfig, device, restart):
     from pympi_gpu.nbody.lj.system import LjSystem, initial_arrays
 
     if not device.gpu:
-        from pympi_gpu.mpi import numba_calls
-        from pympi_gpu.nbody.lj import kernels_cpu, rebuild_cpu
+        from pympi_gpu.nbody.lj import steps_cpu
 
-        kernels_cpu.warmup(kernels_cpu.force_kernels(config.pair_term))
-        if numba_calls.wanted():
-            rebuild_cpu.warmup()
+        steps_cpu.warm(config.pair_term)
     if restart is None:
         brick = brick_of(config.box, tuple(cart.Get_topo()[0]), cart.Get_coords(cart.Get_rank()))
         return LjSystem(cart, config, *initial_arrays(config, brick, cart), device=device)

@@ -185,15 +185,18 @@ def configure() -> str:
     return where
 
 
-def keyed_by_code(kernel):
+def keyed_by_code(kernel, *more):
     """Key ``kernel``'s on-disk cache entries by the code of the kernels it closes over (see module docs).
 
     ``kernel``: a ``numba.njit(cache=True)`` function whose cells hold other
-    compiled kernels.  Returns it, its cache replaced (a plain function, with
+    compiled kernels.  ``more``: functions of no argument whose answers join
+    the key (:func:`sources`' digests, say, of the modules whose kernels it
+    calls by name).  Returns it, its cache replaced (a plain function, with
     ``NUMBA_DISABLE_JIT=1``, as it is).
     """
     if hasattr(kernel, "py_func"):
         kernel._cache = _code_keyed_cache()(kernel.py_func)
+        kernel._cache.more = more
     return kernel
 
 
@@ -225,12 +228,15 @@ def _code_keyed_cache():
             return super().reducer_override(obj)
 
     class CodeKeyedCache(FunctionCache):
+        more = ()
+
         def _index_key(self, sig, codegen):
             func = self._py_func
             with io.BytesIO() as buf:
                 KernelsByCode(buf, protocol=4).dump(tuple(c.cell_contents for c in func.__closure__ or ()))
                 cells = buf.getvalue()
             return (sig, codegen.magic_tuple(),
-                    (hashlib.sha256(func.__code__.co_code).hexdigest(), hashlib.sha256(cells).hexdigest()))
+                    (hashlib.sha256(func.__code__.co_code).hexdigest(), hashlib.sha256(cells).hexdigest()),
+                    *(part() for part in self.more))
 
     return CodeKeyedCache

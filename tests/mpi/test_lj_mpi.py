@@ -154,57 +154,74 @@ def _kernels_as_python(config, options, rebuilds, monkeypatch):
 
 
 def test_a_compiled_rebuild_grows_short_buffers_as_python_does(monkeypatch):
-    """The rebuild as one compiled call (``rebuild_cpu``) with every buffer it writes made short before each
-    rebuild: it stops, the buffer grows and it goes on (receiving the messages already on their way where
-    a probe found the room short), and the run equals Python's pieces (``PYMPI_COMPILED_MPI=0``) bit for
-    bit, with the same traffic; every kind of short buffer was met on some rank."""
+    """The rebuild as one compiled call (``rebuild_cpu``), alone or in a batch of steps (``steps_cpu``),
+    with every buffer it writes made short before each rebuild and each batch: it stops, the buffer grows
+    and it goes on (in Python, after a batch; receiving the messages already on their way where a probe
+    found the room short), and the run equals Python's pieces (``PYMPI_COMPILED_MPI=0``) bit for bit,
+    with the same traffic; every kind of short buffer was met on some rank, and a batch's rebuild
+    stopped at one."""
     from mpi4py import MPI
 
     from pympi_gpu.nbody.lj import host_atoms, rebuild_cpu
     from pympi_gpu.nbody.lj.lists_cpu import VerletLists
 
-    met = set()
-    compiled, rebuild_brick = host_atoms.HostAtoms._rebuild_compiled, rebuild_cpu.rebuild_brick
+    met, in_batch = set(), set()
+    compiled, batch, rebuild_brick = (host_atoms.HostAtoms._rebuild_compiled, host_atoms.HostAtoms._run_steps,
+                                      rebuild_cpu.rebuild_brick)
 
     def noted(*args):
         done = rebuild_brick(*args)
         met.add(rebuild_cpu.GROW.get(done, "done"))
         return done
 
-    def starved(self):
-        n = self.nlocal
-        self._work["rows"] = np.empty((n, 10))  # no room for the atoms that come
-        self._spare, self._sort_space = host_atoms._Rows(1), None
-        self._verlet = VerletLists((1, 1))
-        h = self.halo
+    def starve(atoms):
+        n = atoms.nlocal
+        atoms._work["rows"] = np.empty((n, 10))  # no room for the atoms that come
+        atoms._spare, atoms._sort_space = host_atoms._Rows(1), None
+        atoms._verlet = VerletLists((1, 1))
+        h = atoms.halo
         h._leaving, h._msg, h._kernel.rows = np.empty((0, 10)), np.empty((0, 4)), np.empty((0, 4))
         h._plan_rows = np.zeros(1, np.int64)
-        compiled(self)
+
+    def starved(self, done=None):
+        if done is None:  # (not a rebuild a batch began)
+            starve(self)
+        compiled(self, done)
+
+    def starved_batch(self, most, h):
+        starve(self)
+        code, taken, done = batch(self, most, h)
+        in_batch.add(rebuild_cpu.GROW.get(done, "done"))
+        return code, taken, done
 
     monkeypatch.setattr(rebuild_cpu, "rebuild_brick", noted)
     monkeypatch.setattr(host_atoms.HostAtoms, "_rebuild_compiled", starved)
+    monkeypatch.setattr(host_atoms.HostAtoms, "_run_steps", starved_batch)
     _kernels_as_python(LjConfig(cells=5), RunOptions(steps=150, thermo_every=50), 10, monkeypatch)
-    met = set().union(*MPI.COMM_WORLD.allgather(met))
-    assert met == {"done", *rebuild_cpu.GROW.values()}, met
+    met, in_batch = (set().union(*MPI.COMM_WORLD.allgather(m)) for m in (met, in_batch))
+    assert met | in_batch == {"done", *rebuild_cpu.GROW.values()}, (met, in_batch)
+    assert in_batch - {"done"}, in_batch  # a batch's rebuild stopped short, and Python finished it
 
 
 def test_the_warmups_compile_what_a_run_calls():
-    """``rebuild_cpu.warmup`` and ``kernels_cpu.warmup`` (the command's, before the run) compile the one
-    signature of the rebuild and of a batch of steps that the run calls: none compiles inside the timed
-    steps."""
+    """``rebuild_cpu.warmup``, ``kernels_cpu.warmup`` and ``steps_cpu.warmup`` (the command's, before the
+    run) compile the one signature of the rebuild and of a batch of steps that the run calls: none compiles
+    inside the timed steps."""
     from mpi4py import MPI
 
-    from pympi_gpu.nbody.lj import kernels_cpu, rebuild_cpu
+    from pympi_gpu.nbody.lj import kernels_cpu, rebuild_cpu, steps_cpu
 
     config = LjConfig(cells=5)
     forces = kernels_cpu.force_kernels(config.pair_term)
     rebuild_cpu.warmup()
     kernels_cpu.warmup(forces)
-    warmed = [set(k.signatures) for k in (rebuild_cpu.rebuild_brick, forces.run_steps)]
+    steps_cpu.warmup(forces)
+    kernels = (rebuild_cpu.rebuild_brick, steps_cpu.kernel(forces))
+    warmed = [set(k.signatures) for k in kernels]
     run, _ = _run(MPI.COMM_WORLD, config, RunOptions(steps=40))
     assert run.step_mpi == "kernels" and run.rebuilds >= 3
     assert [len(w) for w in warmed] == [1, 1]
-    assert [set(k.signatures) for k in (rebuild_cpu.rebuild_brick, forces.run_steps)] == warmed
+    assert [set(k.signatures) for k in kernels] == warmed
 
 
 def _counting_batches(monkeypatch):

@@ -19,8 +19,8 @@ parallel launch), kick, drift and the displacement in one pass, the state in
 buffers kept from one rebuild to the next (two sets: a rebuild sorts from one
 into the other), the lists built by :mod:`~pympi_gpu.nbody.lj.lists_cpu`, and
 a step in one compiled call, its MPI calls included, and the steps between
-two outputs in compiled calls of many (:meth:`HostAtoms.steps`), a rebuild
-between two.  The kernels do the NumPy code's IEEE operations in its order:
+two outputs in one compiled call, their rebuilds included
+(:meth:`HostAtoms.steps`, :mod:`~pympi_gpu.nbody.lj.steps_cpu`).  The kernels do the NumPy code's IEEE operations in its order:
 the states are the same bit for bit.
 """
 
@@ -33,7 +33,7 @@ import numpy as np
 from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.blowup import finite_rows
 from pympi_gpu.nbody.lj import kernels_cpu as kc
-from pympi_gpu.nbody.lj import lists_cpu, rebuild_cpu
+from pympi_gpu.nbody.lj import lists_cpu, rebuild_cpu, steps_cpu
 from pympi_gpu.nbody.lj.domain import wrap
 from pympi_gpu.nbody.lj.halo import LOST, Halo, grown
 from pympi_gpu.nbody.lj.lists_cpu import VerletLists
@@ -108,7 +108,11 @@ class HostAtoms:
                           for refresh in (True, False) for kick in (True, False) for step in (True, False)}
         #: can :meth:`steps` take several steps in one compiled call (the whole step one piece, timed)?
         self.batched = bool(config.newton and inline and self.forces.linked)
+        self._batch = steps_cpu.kernel(self.forces)  # (compiled on first use: only where batched)
         self._times = np.zeros(64)  # their seconds
+        self._held = np.zeros(3, np.int64)  # what the rebuilds a batch made left: steps_cpu.H_*
+        self._rebuild_clock = np.zeros(1)  # and their seconds
+        self._no_rebuild = None  # a batch's rebuild arguments where no rebuild is compiled
 
     def _view(self, n_all: int) -> None:
         """``pos``, ``f``, ``gid`` (rows held), ``v``, ``ids`` (owned rows): views of the current set."""
@@ -174,37 +178,54 @@ class HostAtoms:
         self.rebuilds += 1
         self.rebuild_seconds += time.perf_counter() - t0
 
-    def _rebuild_compiled(self) -> None:
+    def _rebuild_compiled(self, done: int | None = None) -> None:
         """:meth:`rebuild` after the ranks agreed on the displacement, as one compiled call
-        (:func:`~pympi_gpu.nbody.lj.rebuild_cpu.rebuild_brick`; again after growing a short buffer)."""
+        (:func:`~pympi_gpu.nbody.lj.rebuild_cpu.rebuild_brick`; again after growing a short buffer).
+        ``done``: the code of a rebuild a batch of steps began and stopped short (:meth:`steps`),
+        to finish from where it stopped."""
         t0 = time.perf_counter()
-        halo, verlet, grid, config = self.halo, self._verlet, self.system.grid, self.config
-        brick, nbrs, tags, up0, mpi, got = halo.kernel_parts()
-        st, tally = rebuild_cpu.state(self.nlocal, self._rebuild_state), self._rebuild_tally
-        tally.fill(0.0)
-        old = (self.pos, self.v, self.f, self.ids)
+        st, tally = self._rebuild_state, self._rebuild_tally
+        if done is None:
+            rebuild_cpu.state(self.nlocal, st)
+            tally.fill(0.0)
+            self._rebuild_room()
+        args = self._rebuild_args()
+        while done != rebuild_cpu.DONE:
+            if done is not None:
+                self._grow(done, st, args[0])
+                args = self._rebuild_args()
+            done = rebuild_cpu.rebuild_brick(st, *args)
+        self._set, self._spare = self._spare, self._set
+        self._rebuilt(int(st[rebuild_cpu.ST_N]), int(st[rebuild_cpu.ST_HELD]), bool(st[rebuild_cpu.ST_CHANGED]))
+        self.rebuilds += 1
+        self.rebuild_seconds += time.perf_counter() - t0
+
+    def _rebuild_room(self) -> None:
+        """The rebuild's workspace for the atoms owned now (the migration's rows, the sort's)."""
         self._buffer("rows", (self.nlocal, 10))
         self._sorting(self.nlocal)
-        while True:
-            new = self._spare
-            leaving, plan, message, received, regions = halo.kernel_buffers()
-            done = rebuild_cpu.rebuild_brick(st, got, tally, *old, config.box, self._work["rows"], leaving, *brick,
-                                             nbrs, tags, new.pos, new.v, new.f, new.gid, *self._sort_space, grid.lo,
-                                             grid.inv, grid.ncell, grid.reach, *plan, up0, message, received,
-                                             *regions, config.cutneigh ** 2, config.cutoff ** 2, config.newton,
-                                             *verlet.kernel_buffers(), lists_cpu.SIMD, lists_cpu.BLOCK, *mpi)
-            if done == rebuild_cpu.DONE:
-                break
-            self._grow(done, st, got)
-        n, n_all = int(st[rebuild_cpu.ST_N]), int(st[rebuild_cpu.ST_HELD])
-        halo.kernel_rebuilt(tally, bool(st[rebuild_cpu.ST_CHANGED]))
-        self._set, self._spare = self._spare, self._set
+
+    def _rebuild_args(self) -> tuple:
+        """:func:`~pympi_gpu.nbody.lj.rebuild_cpu.rebuild_brick`'s arguments after ``st``: the current set
+        (the atoms), the spare (sorted into), the halo's, the grid's and the lists' buffers."""
+        halo, grid, config, new = self.halo, self.system.grid, self.config, self._spare
+        brick, nbrs, tags, up0, mpi, got = halo.kernel_parts()
+        leaving, plan, message, received, regions = halo.kernel_buffers()
+        return (got, self._rebuild_tally, self.pos, self.v, self.f, self.ids, config.box, self._work["rows"],
+                leaving, *brick, nbrs, tags, new.pos, new.v, new.f, new.gid, *self._sort_space, grid.lo, grid.inv,
+                grid.ncell, grid.reach, *plan, up0, message, received, *regions, config.cutneigh ** 2,
+                config.cutoff ** 2, config.newton, *self._verlet.kernel_buffers(), lists_cpu.SIMD, lists_cpu.BLOCK,
+                *mpi)
+
+    def _rebuilt(self, n: int, n_all: int, changed: bool) -> None:
+        """After compiled rebuilds (the current set theirs): the views, the lists, and the halo's
+        messages (``changed``: their regions) and clock."""
+        self.halo.kernel_rebuilt(self._rebuild_tally, changed)
+        self._rebuild_tally.fill(0.0)
         self.nlocal = n
         self.x0 = self._sort_space[0][:n]
         self._view(n_all)
-        self.lists = verlet.rows(n)
-        self.rebuilds += 1
-        self.rebuild_seconds += time.perf_counter() - t0
+        self.lists = self._verlet.rows(n)
 
     def _grow(self, done: int, st: np.ndarray, got: np.ndarray) -> None:
         """What a compiled rebuild that stopped with ``done`` needs before it goes on (as the Python path
@@ -429,39 +450,68 @@ class HostAtoms:
         """Up to ``most`` steps without energy sums, ``system.timestep`` moved on by those taken; collective.
 
         Only where :attr:`batched`, after the first lists: compiled calls
-        (``ForceKernels.run_steps``), each taking steps until the ranks agree on a
-        rebuild, which is made here in the step that asked for it (as :meth:`step`
-        makes it) before the next call goes on; the last step is the ``most``-th, or
-        the one that carried a stop request the ranks agreed on.  The operations of
-        :meth:`step`, in its order, one step after another.  Returns the steps'
-        seconds as the kernels timed them, a rebuild's on its step (the Python
-        around the calls is the caller's to place).
+        (:mod:`~pympi_gpu.nbody.lj.steps_cpu`), the
+        rebuilds the ranks agree on made inside where the rebuild is compiled;
+        where a rebuild needs Python (a short buffer, new messages, an atom
+        that moved too far) it is made here, in the step that asked for it (as
+        :meth:`step` makes it), and the next call goes on.  The last step is the
+        ``most``-th, or the one that carried a stop request the ranks agreed on.
+        The operations of :meth:`step`, in its order, one step after another.
+        Returns the steps' seconds as the kernels timed them, a rebuild's on its
+        step (the Python around the calls is the caller's to place).
         """
-        system, forces = self.system, self.forces
+        system = self.system
         if self._times.shape[0] < most:
             self._times = np.zeros(most + 64)
-        h, top, stop2 = 0.5 * self.config.dt, system.top, system.batch_stop2
-        (ops, _, _), = self._programs[True, True, True]
+        h, top = 0.5 * self.config.dt, system.top
         times: list[float] = []
         while True:
             top[1] = system.stop_request
-            code, taken = forces.run_steps(ops, most - len(times), self._times, h, stop2,
-                                           *(self._kept_args or self._keep_args()))
+            code, taken, done = self._run_steps(most - len(times), h)
             t1 = time.perf_counter()
             system.timestep += taken
             if code == kc.MPI_FAILED:
                 raise self._mpi_failure()
             times += self._times[:taken].tolist()
             system.agreed(*top.tolist()[2:])  # (raises where an atom moved too far: else a rebuild if it stopped)
-            if code != kc.REBUILD:
+            if code == kc.RAN:
                 break
-            self.rebuild(checked=True)
+            if code == kc.REBUILD:
+                self.rebuild(checked=True)
+            elif code == steps_cpu.REBUILDING:
+                self._rebuild_compiled(done)
             self.compute_forces(forward=False, eflag=False, kick=h)
             times[-1] += time.perf_counter() - t1
             if len(times) == most or top[3]:
                 break
         self.energy = self.virial = None
         return times
+
+    def _run_steps(self, most: int, h: float) -> tuple[int, int, int]:
+        """One call of the batch kernel (:meth:`steps`), and what its rebuilds left adopted."""
+        system, held, seconds = self.system, self._held, self._rebuild_clock
+        inside = self.halo.compiled
+        if inside:
+            self._rebuild_room()
+            s = self._set
+            rebuild = (self.ids, s.pos, s.v, s.f, s.gid, self._rebuild_state, *self._rebuild_args())
+        else:  # no compiled rebuild: arguments of its types, of no use
+            rebuild = self._no_rebuild = self._no_rebuild or steps_cpu.no_rebuild()
+        held.fill(0)
+        seconds[0] = 0.0
+        (ops, _, _), = self._programs[True, True, True]
+        (after, _, _), = self._programs[False, True, False]
+        code, taken, done = self._batch(ops, after, most, self._times, h, system.batch_stop2, system.move_limit2,
+                                        inside, held, seconds, *(self._kept_args or self._keep_args()), *rebuild)
+        rebuilt = int(held[steps_cpu.H_REBUILDS])
+        if rebuilt:
+            if rebuilt % 2:
+                self._set, self._spare = self._spare, self._set
+            self.rebuilds += rebuilt
+            if code != steps_cpu.REBUILDING:  # (else the rebuild it began adopts them when it is done)
+                self._rebuilt(int(held[steps_cpu.H_N]), int(held[steps_cpu.H_HELD]), code == steps_cpu.REBUILT)
+        self.rebuild_seconds += seconds[0]
+        return code, taken, done
 
     def start(self) -> bool:
         """Lists and (unless loaded) forces at the current positions; collective.

@@ -216,8 +216,6 @@ class ForceKernels(NamedTuple):
     one_sided: object
     #: a piece of a step's force phase with half lists, as a list of operations (:data:`OPS`)
     run_ops: object
-    #: whole steps, one program of :data:`OPS` each, in one call (see :func:`make_run_ops`)
-    run_steps: object
     #: do the kernels' MPI calls (and clock, ``MPI_Wtime``) reach the loaded libmpi (:func:`make_step_calls`)?
     linked: bool = False
 
@@ -283,8 +281,7 @@ def force_kernels(pair) -> ForceKernels:
     row = make_row(pair)
     newton = make_newton(pair)
     linked = numba_calls.link()
-    run_ops = make_run_ops(newton, linked)
-    return ForceKernels(row, newton, make_one_sided(row), run_ops, make_run_steps(run_ops, linked), linked)
+    return ForceKernels(row, newton, make_one_sided(row), make_run_ops(newton, linked), linked)
 
 
 def make_newton(pair):
@@ -454,39 +451,6 @@ def make_run_ops(newton, linked: bool):
         return RAN
 
     return keyed_by_code(run_ops)  # it closes over a kernel: see jitcache
-
-
-def make_run_steps(run_ops, linked: bool):
-    """Whole steps in one call around a step's pieces (:func:`make_run_ops`), timed with ``MPI_Wtime``
-    where ``linked`` (:func:`make_step_calls`)."""
-    wtime = numba_calls.calls(linked)[2]
-
-    @njit(nogil=True, cache=True)
-    def run_steps(ops, most, times, h, stop2, pos, f, v, n, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, pidx, poff,
-                  pshift, pstart, fsend, frecv, rsend, rrecv, soff, roff, nrecv, sums, x0, dt, top, reqs, req_at,
-                  agree, status, tally):
-        """Up to ``most`` steps of program ``ops`` (a whole step, its MPI calls in it: one piece), without
-        energy sums, in one call: ``(code, steps)``, each step's seconds (``MPI_Wtime``) in ``times``.
-
-        :data:`RAN`: ``steps`` whole steps, ``most`` or fewer where the ranks agreed on a stop request
-        (``top[3]``, the step that carried it is the last); :data:`REBUILD`: the agreement of the last of
-        ``steps`` found a displacement above ``stop2`` and that step stopped there (as :func:`run_ops`);
-        :data:`MPI_FAILED`.  The other arguments are :func:`run_ops`'s."""
-        t0 = wtime()
-        for s in range(most):
-            for k in range(4):
-                sums[k] = 0.0
-            code = run_ops(ops, h, False, stop2, pos, f, v, n, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, pidx, poff,
-                           pshift, pstart, fsend, frecv, rsend, rrecv, soff, roff, nrecv, sums, x0, dt, top, reqs,
-                           req_at, agree, status, tally)
-            t1 = wtime()
-            times[s] = t1 - t0
-            t0 = t1
-            if code != RAN or top[3] != 0.0:
-                return code, s + 1
-        return RAN, most
-
-    return keyed_by_code(run_steps)  # it closes over a kernel: see jitcache
 
 
 @njit(cache=True)
@@ -938,7 +902,6 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
                         np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(3, np.int64), sums, pos, 0.1, top,
                         no_requests, np.zeros((6, 2), np.int64), no_requests, status, tally)
                 forces.run_ops(every, 0.1, eflag, 1e300, *rest)
-            forces.run_steps(every, 1, np.zeros(1), 0.1, 1e300, *rest)
 
 
 class _Grid(NamedTuple):

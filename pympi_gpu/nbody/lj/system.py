@@ -158,9 +158,10 @@ class LjSystem:
             from mpi4py import MPI
 
             self._reduce = (cart.Allreduce, MPI.IN_PLACE, MPI.MAX)
-        self._move_limit2 = self.move_limit * self.move_limit  # beyond it an atom moved too far (moved_too_far's)
+        #: the squared displacement beyond which an atom moved too far (``moved_too_far``'s)
+        self.move_limit2 = self.move_limit * self.move_limit
         #: a displacement that ends a batch of steps (``HostAtoms.steps``): a rebuild's, or one too far
-        self.batch_stop2 = min(self.rebuild_distance2, self._move_limit2)
+        self.batch_stop2 = min(self.rebuild_distance2, self.move_limit2)
         #: do the step's kernels make its MPI calls themselves (:func:`kernels_call_mpi`)?
         self.kernels_call_mpi = kernels_call_mpi(cart, config, device)
         self._gpu = device.gpu
@@ -236,7 +237,7 @@ class LjSystem:
         """What the ranks agreed (the largest squared displacement ``d2``, the stop request ``stop``):
         rebuild?  Raises where an atom moved too far; the stop request is :meth:`advance`'s answer."""
         self._stop_agreed = int(stop)
-        if d2 > self._move_limit2 and (bad := moved_too_far(None, d2, self.move_limit, "sigma")):
+        if d2 > self.move_limit2 and (bad := moved_too_far(None, d2, self.move_limit, "sigma")):
             raise bad
         return bool(d2 > self.rebuild_distance2)
 

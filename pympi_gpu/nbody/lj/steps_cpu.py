@@ -1,0 +1,171 @@
+"""The quiet steps between two outputs as one compiled call, their rebuilds included.
+
+Between two steps at which a collective writer may be due the run loop hands
+the system a number of *quiet* steps (:meth:`LjSystem.advance_quiet
+<pympi_gpu.nbody.lj.system.LjSystem.advance_quiet>`), which
+:meth:`HostAtoms.steps <pympi_gpu.nbody.lj.host_atoms.HostAtoms.steps>` takes
+with :func:`make_run_steps`'s kernel (:func:`kernel`): step after step the step's one
+program (``ForceKernels.run_ops``: kick, drift, the displacement's
+agreement, forces, halo, closing kick), and where the ranks agree on a
+rebuild, the rebuild (:func:`~pympi_gpu.nbody.lj.rebuild_cpu.rebuild_brick`)
+and the forces after it (the program of a step right after a rebuild) in the
+same call, the atoms sorted into the other set of buffers and the step's
+arguments taken from there.  The operations, their order and their buffers
+are those of :meth:`HostAtoms.step`, so the state is the same bit for bit.
+
+The call returns to Python where a rebuild needs what only Python does:
+
+* :data:`REBUILD`: an atom moved farther than the ghosts reach (Python
+  raises), or the rebuild's workspace is short for the atoms now owned;
+  nothing of the rebuild was done;
+* :data:`REBUILDING`: the rebuild found a buffer short and stopped (its code,
+  :data:`~pympi_gpu.nbody.lj.rebuild_cpu.GROW`, is the third value returned):
+  Python grows it and finishes the rebuild from where it stopped;
+* :data:`REBUILT`: the rebuild is done but the plan's message regions changed,
+  so the persistent messages are made anew (MPI handles, in Python).
+
+Each returns with the forces of that step left to compute.  ``held``
+(``H_*``) says what the rebuilds made inside left: the owned rows and all rows
+of the current set and how many there were (the sets swapped as many times).
+
+The kernel takes up to ``most`` steps of program ``ops`` (a whole step, its
+MPI calls in it) without energy sums and returns ``(code, steps, rebuild
+code)``, each step's seconds (``MPI_Wtime``) in ``times``:
+``kernels_cpu.RAN`` after ``most`` steps or the step whose stop request the
+ranks agreed on (``top[3]``), else one of the codes above.  Where ``inside``
+(the rebuild is compiled), a rebuild whose displacement is no more than
+``limit2`` is made in the call, then the forces (program ``after``);
+``seconds[0]``: the rebuilds' seconds, added.  The arguments from ``pos`` to
+``tally`` are ``run_ops``'s (views of the current set); then the current
+set's ids and whole buffers, and ``rebuild_brick``'s arguments after ``st``
+(its atoms, the current set's when the call began, and those it shares with
+``run_ops``, as they are there).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import njit
+
+from pympi_gpu.device.jitcache import keyed_by_code, sources
+from pympi_gpu.mpi import numba_calls
+from pympi_gpu.nbody.lj import kernels_cpu as kc
+from pympi_gpu.nbody.lj import lists_cpu, rebuild_cpu
+
+__all__ = ["make_run_steps", "kernel", "warm", "warmup", "no_rebuild", "REBUILDING", "REBUILT", "H_N", "H_HELD", "H_REBUILDS"]
+
+#: what :func:`make_run_steps`'s kernel returns besides ``kernels_cpu``'s RAN, REBUILD and MPI_FAILED
+REBUILDING, REBUILT = 3, 4
+#: ``held``'s entries: the owned rows and all rows of the current set, the rebuilds made inside
+H_N, H_HELD, H_REBUILDS = range(3)
+#: the compiled rebuild the kernels call (as this module found it)
+_rebuild_brick = rebuild_cpu.rebuild_brick
+
+
+def make_run_steps(run_ops, linked: bool):
+    """Whole steps in one call, rebuilds included, around a step's program (``ForceKernels.run_ops``),
+    timed with ``MPI_Wtime`` where ``linked`` (the kernels call the loaded libmpi): the module docstring
+    says what it takes and returns."""
+    wtime = numba_calls.calls(linked)[2]
+    rebuild = _rebuild_brick
+
+    @njit(nogil=True, cache=True)
+    def run_steps(ops, after, most, times, h, stop2, limit2, inside, held, seconds,
+                  pos, f, v, n, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, pidx, poff, pshift, pstart, fsend, frecv,
+                  rsend, rrecv, soff, roff, nrecv, sums, x0, dt, top, reqs, req_at, agree, status, tally,
+                  ids, cpos, cv, cf, cgid, st, got, rtally, _x, _vel, _force, _ids, box, rows, leaving, dims, coords,
+                  remote, nbrs, tags, spos, sv, sf, sgid, sx0, order, cell, start, lo, inv, ncell, reach, below,
+                  above, plan_rows, _poff, _pstart, counts, _pshift, up0, message, received, one, regions, _soff,
+                  _roff, _nrecv, cut2, _rc2, half, lcell, ostart, gstart, orec, grec, bo, bg, near, far, lown_cnt,
+                  lown_nbr, lgh_cnt, lgh_nbr, simd, block, comm, double, requests, rsize, rstatus):
+        """(:func:`make_run_steps`)"""
+        t0, done = wtime(), rebuild_cpu.DONE
+        for s in range(most):
+            sums[:] = 0.0
+            code = run_ops(ops, h, False, stop2, pos, f, v, n, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, pidx, poff,
+                           pshift, pstart, fsend, frecv, rsend, rrecv, soff, roff, nrecv, sums, x0, dt, top, reqs,
+                           req_at, agree, status, tally)
+            if code == kc.REBUILD and inside and top[2] <= limit2 and rows.shape[0] >= n and order.shape[0] >= n:
+                t1 = wtime()
+                st[:] = 0
+                st[rebuild_cpu.ST_N] = n
+                done = rebuild(st, got, rtally, pos, v, f, ids, box, rows, leaving, dims, coords, remote, nbrs,
+                               tags, spos, sv, sf, sgid, sx0, order, cell, start, lo, inv, ncell, reach, below,
+                               above, plan_rows, poff, pstart, counts, pshift, up0, message, received, one,
+                               regions, soff, roff, nrecv, cut2, rc2, half, lcell, ostart, gstart, orec, grec, bo,
+                               bg, near, far, lown_cnt, lown_nbr, lgh_cnt, lgh_nbr, simd, block, comm, double,
+                               requests, rsize, rstatus)
+                seconds[0] += wtime() - t1
+                code = REBUILDING
+                if done == rebuild_cpu.DONE:  # the atoms are in the other set: the step's arguments from there
+                    cpos, cv, cf, cgid, spos, sv, sf, sgid = spos, sv, sf, sgid, cpos, cv, cf, cgid
+                    n, m = st[rebuild_cpu.ST_N], st[rebuild_cpu.ST_HELD]
+                    held[H_N], held[H_HELD], held[H_REBUILDS] = n, m, held[H_REBUILDS] + 1
+                    pos, f, v, ids, x0, pidx = cpos[:m], cf[:m], cv[:n], cgid[:n], sx0[:n], plan_rows[:poff[6]]
+                    own_cnt, own_nbr, gh_cnt, gh_nbr = lown_cnt[:n], lown_nbr[:n], lgh_cnt[:n], lgh_nbr[:n]
+                    code = REBUILT if st[rebuild_cpu.ST_CHANGED] else kc.RAN
+                if code == kc.RAN:
+                    sums[:] = 0.0
+                    code = run_ops(after, h, False, stop2, pos, f, v, n, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2,
+                                   pidx, poff, pshift, pstart, fsend, frecv, rsend, rrecv, soff, roff, nrecv, sums,
+                                   x0, dt, top, reqs, req_at, agree, status, tally)
+            t1 = wtime()
+            times[s] = t1 - t0
+            t0 = t1
+            if code != kc.RAN or top[3] != 0.0:
+                return code, s + 1, done
+        return kc.RAN, most, done
+
+    # it closes over kernels (see jitcache), and the rebuild's code declares the library's handle types
+    return keyed_by_code(run_steps, lambda: ("MPI handle bytes", numba_calls.handle_width()),
+                         sources(kc, lists_cpu, rebuild_cpu, numba_calls))
+
+
+@functools.cache
+def kernel(forces):
+    """The batch of steps of the force kernels ``forces`` (``kernels_cpu.force_kernels``), made once."""
+    return make_run_steps(forces.run_ops, forces.linked)
+
+
+def no_rebuild() -> tuple:
+    """The arguments of :func:`make_run_steps`'s kernel after ``run_ops``'s for a batch that makes no
+    rebuild (one that is not compiled), of the types a run gives (the set's, ``st`` and
+    ``rebuild_brick``'s after it)."""
+    f3, f4, f10, i1, i32 = np.zeros((1, 3)), np.zeros((1, 4)), np.zeros((1, 10)), np.zeros(1, np.int64), \
+        np.zeros((1, 1), np.int32)
+    b3, f1, i3 = np.zeros(3, np.bool_), np.zeros(3), np.zeros(3, np.int64)
+    rsize = numba_calls.request_size()
+    return (i1, f3, f3, f3, i1, rebuild_cpu.state(0), i3, np.zeros(3), f3, f3, f3, i1, 1.0, f10, f10, i1, i1, b3,
+            np.zeros((3, 2), np.int64), i1, f3, f3, f3, i1, f3, i1, i1, i1, f1, f1, i3, 2, f1, f1, i1, i1, i1, i1,
+            np.zeros((6, 3)), True, f4, f4, b3, i1, i1, i1, i1, 1.0, 1.0, True, i1, i1, i1, f3, f3, f3, f3, i1, i1,
+            i1, i32, i1, i32, lists_cpu.SIMD, lists_cpu.BLOCK, 0, 0, np.zeros(2 * rsize, np.uint8), rsize,
+            numba_calls.statuses(2))
+
+
+def warmup(forces) -> None:
+    """Compile (or load from numba's cache) the batch of steps of ``forces`` (:func:`kernel`) for the argument types
+    :class:`~pympi_gpu.nbody.lj.host_atoms.HostAtoms` gives it, by a call of no step, where numba can
+    call MPI (:func:`~pympi_gpu.mpi.numba_calls.link`: else no batch is taken)."""
+    if not forces.linked or not numba_calls.link():
+        return
+    f3, i1, i32, u8 = np.zeros((1, 3)), np.zeros(1, np.int64), np.zeros((1, 1), np.int32), \
+        np.zeros(2 * numba_calls.request_size(), np.uint8)
+    step = (f3, f3, f3, 1, i1, i32, i1, i32, 1.0, i1, i1, np.zeros((6, 3)), i1, f3, f3, f3, f3, i1, i1,
+            np.zeros(3, np.int64), np.zeros(4), f3, 0.1, np.zeros(4), u8, np.zeros((6, 2), np.int64), u8,
+            numba_calls.statuses(4), np.zeros(6))
+    ops = np.zeros((0, 2), np.int64)
+    kernel(forces)(ops, ops, 0, np.zeros(1), 0.1, 1.0, 1.0, True, np.zeros(3, np.int64), np.zeros(1), *step,
+                   *no_rebuild())
+
+
+def warm(pair) -> None:
+    """Compile (or load from numba's cache) every kernel a CPU run of pair term ``pair`` calls, before
+    the run: the force kernels and the rest (``kernels_cpu.warmup``), and where the kernels are to call
+    MPI (:func:`~pympi_gpu.mpi.numba_calls.wanted`) the rebuild and the batch of steps."""
+    forces = kc.force_kernels(pair)
+    kc.warmup(forces)
+    if numba_calls.wanted():
+        rebuild_cpu.warmup()
+        warmup(forces)
