@@ -383,14 +383,17 @@ def debian_cpython_source(package: str = "python3.13", suite: str = "trixie") ->
 # ---------------------------------------------------------------- recipes
 
 def oci_label_args() -> list[str]:
-    """The build line docs/containers.md gives: this checkout's revision, its origin, the time now."""
+    """The build line docs/containers.md gives: this checkout's revision, its origin, the time now, as
+    build arguments and as ``--label`` (podman's layer cache, buildah 1.28, keeps the LABEL layer of an
+    earlier build whose arguments differed: its labels too)."""
     def git(*argv: str) -> str:
         proc = subprocess.run(["git", "-C", str(ROOT), *argv], capture_output=True, text=True)
         return proc.stdout.strip() if proc.returncode == 0 else ""
-    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    source = git("remote", "get-url", "origin") or ROOT.as_uri()
-    return ["--build-arg", f"REVISION={git('rev-parse', 'HEAD') or 'unknown'}",
-            "--build-arg", f"CREATED={created}", "--build-arg", f"SOURCE={source}"]
+    values = {"REVISION": git("rev-parse", "HEAD") or "unknown",
+              "CREATED": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "SOURCE": git("remote", "get-url", "origin") or ROOT.as_uri()}
+    return [arg for key, value in values.items()
+            for arg in ("--build-arg", f"{key}={value}", "--label", f"org.opencontainers.image.{key.lower()}={value}")]
 
 
 def image_labels(tag: str) -> dict[str, str]:
