@@ -20,8 +20,9 @@ buffers kept from one rebuild to the next (two sets: a rebuild sorts from one
 into the other), the lists built by :mod:`~pympi_gpu.nbody.lj.lists_cpu`, and
 a step in one compiled call, its MPI calls included, and the steps between
 two outputs in one compiled call, their rebuilds included
-(:meth:`HostAtoms.steps`, :mod:`~pympi_gpu.nbody.lj.steps_cpu`).  The kernels do the NumPy code's IEEE operations in its order:
-the states are the same bit for bit.
+(:meth:`HostAtoms.steps`, :mod:`~pympi_gpu.nbody.lj.steps_cpu`).  The kernels
+do the NumPy code's IEEE operations in its order: the states are the same bit
+for bit.
 """
 
 from __future__ import annotations
@@ -112,7 +113,6 @@ class HostAtoms:
         self._times = np.zeros(64)  # their seconds
         self._held = np.zeros(3, np.int64)  # what the rebuilds a batch made left: steps_cpu.H_*
         self._rebuild_clock = np.zeros(1)  # and their seconds
-        self._no_rebuild = None  # a batch's rebuild arguments where no rebuild is compiled
 
     def _view(self, n_all: int) -> None:
         """``pos``, ``f``, ``gid`` (rows held), ``v``, ``ids`` (owned rows): views of the current set."""
@@ -496,7 +496,7 @@ class HostAtoms:
             s = self._set
             rebuild = (self.ids, s.pos, s.v, s.f, s.gid, self._rebuild_state, *self._rebuild_args())
         else:  # no compiled rebuild: arguments of its types, of no use
-            rebuild = self._no_rebuild = self._no_rebuild or steps_cpu.no_rebuild()
+            rebuild = steps_cpu.no_rebuild()
         held.fill(0)
         seconds[0] = 0.0
         (ops, _, _), = self._programs[True, True, True]

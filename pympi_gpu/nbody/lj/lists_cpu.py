@@ -206,8 +206,9 @@ def _gather(c, c1, ncell, reach, half, ostart, gstart, orec, grec, bo, bg):
     return nbo, nbg, bself
 
 
-def _masks(context, builder, b_ty, b_, k_, xi_, yi_, zi_, rc2_, cut2_, lanes: int):
-    """The two masks of records ``k..k+lanes-1`` of ``b`` (within ``rc``; within the skin), and ``splat``.
+def _masks(context, builder, b_ty, b_, k_, xi_, yi_, zi_, rc2_, cut2_, lim_, lanes: int):
+    """The two masks of records ``k..k+lanes-1`` of ``b`` (within ``rc``; within the skin), lanes from
+    ``lim`` on off, and ``splat``.
 
     The squared distances are the scalar loop's operations in its order
     (``(dx dx + dy dy) + dz dz``, no fused multiply-add).
@@ -225,8 +226,11 @@ def _masks(context, builder, b_ty, b_, k_, xi_, yi_, zi_, rc2_, cut2_, lanes: in
     dx, dy, dz = (builder.fsub(splat(q), w) for q, w in zip((xi_, yi_, zi_), xyz))
     d2 = builder.fadd(builder.fadd(builder.fmul(dx, dx), builder.fmul(dy, dy)), builder.fmul(dz, dz))
     r = splat(rc2_)
-    return (builder.fcmp_ordered("<", d2, r),
-            builder.and_(builder.fcmp_ordered(">=", d2, r), builder.fcmp_ordered("<", d2, splat(cut2_)))), splat
+    vl = ir.VectorType(_I64, lanes)
+    valid = builder.icmp_signed("<", ir.Constant(vl, [ir.Constant(_I64, j) for j in range(lanes)]), splat(lim_, vl))
+    near = builder.fcmp_ordered("<", d2, r)
+    far = builder.and_(builder.fcmp_ordered(">=", d2, r), builder.fcmp_ordered("<", d2, splat(cut2_)))
+    return (builder.and_(near, valid), builder.and_(far, valid)), splat
 
 
 @intrinsic
@@ -244,11 +248,8 @@ def _scan8(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lim):
 
     def codegen(context, builder, signature, args):
         b_, k_, xi_, yi_, zi_, rc2_, cut2_, near_, far_, a_, c_, lim_ = args
-        masks, splat = _masks(context, builder, signature.args[0], b_, k_, xi_, yi_, zi_, rc2_, cut2_, 8)
-        lane = ir.Constant(_V8L, [ir.Constant(_I64, j) for j in range(8)])
-        idx = builder.add(splat(k_, _V8L), lane)
-        valid = builder.icmp_signed("<", lane, splat(lim_, _V8L))
-        masks = tuple(builder.and_(m, valid) for m in masks)
+        masks, splat = _masks(context, builder, signature.args[0], b_, k_, xi_, yi_, zi_, rc2_, cut2_, lim_, 8)
+        idx = builder.add(splat(k_, _V8L), ir.Constant(_V8L, [ir.Constant(_I64, j) for j in range(8)]))
         compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V8L, [_V8L, _V8B, _V8L]),
                                                   "llvm.experimental.vector.compress.v8i64")
         popcount = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I8, [_I8]), "llvm.ctpop.i8")
@@ -270,8 +271,8 @@ _LANES4 = np.array([[j for j in range(4) if m >> j & 1] + [0] * (4 - bin(m).coun
 
 @intrinsic
 def _scan4(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lut, lim):
-    """Records ``k..k+3`` of ``b`` as :func:`_scan8` treats eight, in 4-lane vectors (AVX2), lanes from ``lim``
-    on masked off.
+    """Records ``k..k+3`` of ``b`` as :func:`_scan8` treats eight, in 4-lane vectors (AVX2), lanes from
+    ``lim`` on masked off.
 
     The kept lanes of each mask are row ``mask`` of ``lut`` (:data:`_LANES4`),
     added to ``k`` and stored whole at ``near[a]`` and ``far[c]`` (4 entries
@@ -283,9 +284,7 @@ def _scan4(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lut, lim):
     def codegen(context, builder, signature, args):
         b_, k_, xi_, yi_, zi_, rc2_, cut2_, near_, far_, a_, c_, lut_, lim_ = args
         table = context.make_array(signature.args[11])(context, builder, lut_).data
-        masks, splat = _masks(context, builder, signature.args[0], b_, k_, xi_, yi_, zi_, rc2_, cut2_, 4)
-        valid = builder.icmp_signed("<", ir.Constant(V4L, [ir.Constant(_I64, j) for j in range(4)]), splat(lim_, V4L))
-        masks = tuple(builder.and_(m, valid) for m in masks)
+        masks, splat = _masks(context, builder, signature.args[0], b_, k_, xi_, yi_, zi_, rc2_, cut2_, lim_, 4)
         base = splat(k_, V4L)
         popcount = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
         out = []

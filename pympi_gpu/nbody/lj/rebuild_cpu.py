@@ -36,8 +36,9 @@ from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj import kernels_cpu as kc
 from pympi_gpu.nbody.lj import lists_cpu
 
-__all__ = ["rebuild_brick", "warmup", "state", "DONE", "GROW", "LOST", "FAILED", "ST_N", "ST_HELD", "ST_NEED",
-           "ST_STAY", "ST_WIDTHS", "ST_D", "ST_CHANGED", "TALLY_SECONDS", "TALLY_BYTES", "TALLY_MESSAGES"]
+__all__ = ["rebuild_brick", "warmup", "idle_args", "state", "DONE", "GROW", "LOST", "FAILED", "ST_N", "ST_HELD",
+           "ST_NEED", "ST_STAY", "ST_WIDTHS", "ST_D", "ST_CHANGED", "TALLY_SECONDS", "TALLY_BYTES",
+           "TALLY_MESSAGES"]
 
 #: ``st``'s entries: where the call is (phase, dimension, a message on its way), the owned rows and the
 #: rows held, what a short buffer needs, the migration's rows staying, leaving down and up, a border
@@ -261,14 +262,20 @@ def warmup() -> None:
     buffers short), where numba can call MPI (:func:`~pympi_gpu.mpi.numba_calls.link`)."""
     if not numba_calls.link():
         return
+    rebuild_brick(*idle_args())
+
+
+def idle_args() -> tuple:
+    """:func:`rebuild_brick`'s arguments, of the types a run gives, for a call that stops at once: ``st``
+    at the lists, whose buffers hold no cell (:func:`warmup`; a batch of steps that makes no rebuild)."""
     f3, f10, f4, i1 = np.zeros((1, 3)), np.zeros((1, 10)), np.zeros((1, 4)), np.zeros(1, np.int64)
     b1, f1, i32 = np.zeros(3, np.bool_), np.zeros(3), np.zeros((1, 1), np.int32)
     st = state(0)
     st[ST_PHASE] = _LISTS
     rsize = numba_calls.request_size()
     i3, i2 = np.zeros(3, np.int64), np.zeros(2, np.int64)  # (no cells, and a cell count that is not theirs)
-    rebuild_brick(st, i3, np.zeros(3), f3, f3, f3, i1, 1.0, f10, f10, i1, i1, b1, np.zeros((3, 2), np.int64), i1, f3,
-                  f3, f3, i1, f3, i1, i1, i1, f1, f1, i3, 2, f1, f1, i1, i1, i1, i1, np.zeros((6, 3)), True, f4, f4,
-                  b1, i1, i1, i1, i1, 1.0, 1.0, True, i1, i2, i1, f3, f3, f3, f3, i1,
-                  i1, i1, i32, i1, i32, lists_cpu.SIMD, lists_cpu.BLOCK, 0, 0, np.zeros(2 * rsize, np.uint8), rsize,
-                  numba_calls.statuses(2))
+    return (st, i3, np.zeros(3), f3, f3, f3, i1, 1.0, f10, f10, i1, i1, b1, np.zeros((3, 2), np.int64), i1, f3,
+            f3, f3, i1, f3, i1, i1, i1, f1, f1, i3, 2, f1, f1, i1, i1, i1, i1, np.zeros((6, 3)), True, f4, f4,
+            b1, i1, i1, i1, i1, 1.0, 1.0, True, i1, i2, i1, f3, f3, f3, f3, i1,
+            i1, i1, i32, i1, i32, lists_cpu.SIMD, lists_cpu.BLOCK, 0, 0, np.zeros(2 * rsize, np.uint8), rsize,
+            numba_calls.statuses(2))

@@ -54,7 +54,8 @@ from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj import kernels_cpu as kc
 from pympi_gpu.nbody.lj import lists_cpu, rebuild_cpu
 
-__all__ = ["make_run_steps", "kernel", "warm", "warmup", "no_rebuild", "REBUILDING", "REBUILT", "H_N", "H_HELD", "H_REBUILDS"]
+__all__ = ["make_run_steps", "kernel", "warm", "warmup", "no_rebuild", "REBUILDING", "REBUILT", "H_N", "H_HELD",
+           "H_REBUILDS"]
 
 #: what :func:`make_run_steps`'s kernel returns besides ``kernels_cpu``'s RAN, REBUILD and MPI_FAILED
 REBUILDING, REBUILT = 3, 4
@@ -129,25 +130,19 @@ def kernel(forces):
     return make_run_steps(forces.run_ops, forces.linked)
 
 
+@functools.cache
 def no_rebuild() -> tuple:
     """The arguments of :func:`make_run_steps`'s kernel after ``run_ops``'s for a batch that makes no
-    rebuild (one that is not compiled), of the types a run gives (the set's, ``st`` and
-    ``rebuild_brick``'s after it)."""
-    f3, f4, f10, i1, i32 = np.zeros((1, 3)), np.zeros((1, 4)), np.zeros((1, 10)), np.zeros(1, np.int64), \
-        np.zeros((1, 1), np.int32)
-    b3, f1, i3 = np.zeros(3, np.bool_), np.zeros(3), np.zeros(3, np.int64)
-    rsize = numba_calls.request_size()
-    return (i1, f3, f3, f3, i1, rebuild_cpu.state(0), i3, np.zeros(3), f3, f3, f3, i1, 1.0, f10, f10, i1, i1, b3,
-            np.zeros((3, 2), np.int64), i1, f3, f3, f3, i1, f3, i1, i1, i1, f1, f1, i3, 2, f1, f1, i1, i1, i1, i1,
-            np.zeros((6, 3)), True, f4, f4, b3, i1, i1, i1, i1, 1.0, 1.0, True, i1, i1, i1, f3, f3, f3, f3, i1, i1,
-            i1, i32, i1, i32, lists_cpu.SIMD, lists_cpu.BLOCK, 0, 0, np.zeros(2 * rsize, np.uint8), rsize,
-            numba_calls.statuses(2))
+    rebuild (one that is not compiled), of the types a run gives: the set's, then ``rebuild_brick``'s
+    (``rebuild_cpu.idle_args``)."""
+    f3, i1 = np.zeros((1, 3)), np.zeros(1, np.int64)
+    return (i1, f3, f3, f3, i1, *rebuild_cpu.idle_args())
 
 
 def warmup(forces) -> None:
-    """Compile (or load from numba's cache) the batch of steps of ``forces`` (:func:`kernel`) for the argument types
-    :class:`~pympi_gpu.nbody.lj.host_atoms.HostAtoms` gives it, by a call of no step, where numba can
-    call MPI (:func:`~pympi_gpu.mpi.numba_calls.link`: else no batch is taken)."""
+    """Compile (or load from numba's cache) the batch of steps of ``forces`` (:func:`kernel`) for the
+    argument types :class:`~pympi_gpu.nbody.lj.host_atoms.HostAtoms` gives it, by a call of no step, where
+    numba can call MPI (:func:`~pympi_gpu.mpi.numba_calls.link`: else no batch is taken)."""
     if not forces.linked or not numba_calls.link():
         return
     f3, i1, i32, u8 = np.zeros((1, 3)), np.zeros(1, np.int64), np.zeros((1, 1), np.int32), \
