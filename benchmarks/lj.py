@@ -507,7 +507,9 @@ def gpu_profile(atoms: int, steps: int) -> dict:
     For full lists and for half lists with Newton's third law
     (:class:`~pympi_gpu.nbody.lj.device_atoms.DeviceAtoms`, ``config.newton``):
     ``steps`` steps timed as the command runs them (``rate``, atom-steps/s),
-    then ``steps`` more with ``profile``, the stream synchronised around each
+    ``steps`` more one at a time, the stream synchronised after each
+    (``steps_one_by_one``: the median time of a step without a rebuild and of
+    one with), then ``steps`` more with ``profile``, the stream synchronised around each
     phase (forces, list build, halo, integrate, thermo; ``other``: the rest,
     the ranks' rebuild test and Python).  Shares are of the wall time per
     step of the synchronised run.  Rank 0's dict; None elsewhere.
@@ -545,8 +547,24 @@ def gpu_profile(atoms: int, steps: int) -> dict:
                 system.dev.sync()
                 return time.perf_counter() - t0
 
+            def each(n):  # every step's time, the stream synchronised after it, and whether it rebuilt
+                times, rebuilt = [], []
+                for _ in range(n):
+                    cart.Barrier()
+                    r, t0 = system.rebuilds, time.perf_counter()
+                    system.step()
+                    system.dev.sync()
+                    times.append(time.perf_counter() - t0)
+                    rebuilt.append(system.rebuilds > r)
+                quiet = [t for t, r in zip(times, rebuilt) if not r]
+                again = [t for t, r in zip(times, rebuilt) if r]
+                return {"quiet_steps": len(quiet), "quiet_median_s": statistics.median(quiet) if quiet else None,
+                        "rebuild_steps": len(again), "rebuild_median_s": statistics.median(again) if again else None}
+
             rebuilds = system.rebuilds
             plain = cart.allreduce(timed(steps), op=MPI.MAX)
+            rebuilds = system.rebuilds - rebuilds
+            split = each(steps)
             system.phase_seconds = dict.fromkeys(PHASES, 0.0)  # from here on synchronised per phase
             wall = timed(steps)
             per = {k: v / steps for k, v in system.phase_seconds.items()}
@@ -557,7 +575,7 @@ def gpu_profile(atoms: int, steps: int) -> dict:
                     "host_copies": system.host_copies}
             ranks = cart.gather(mine, root=0)
             out[lists] = {"rate": config.atoms * steps / plain, "step_s": plain / steps,
-                          "rebuilds": system.rebuilds - rebuilds, "ranks": ranks}
+                          "rebuilds": rebuilds, "steps_one_by_one": split, "ranks": ranks}
             del system
         if cart.Get_rank() != 0:
             return None
@@ -660,6 +678,11 @@ def main() -> int:
             for lists, d in doc["lists"].items():
                 print(f"{lists} lists: {doc['atoms']:,} atoms, {doc['steps']} steps, {d['rebuilds']} rebuilds, "
                       f"{d['rate']:.4e} atom-steps/s ({1e3 * d['step_s']:.3f} ms/step)")
+                one = d["steps_one_by_one"]
+                ms = {k: "-" if one[k] is None else f"{1e3 * one[k]:.3f} ms" for k in ("quiet_median_s",
+                                                                                     "rebuild_median_s")}
+                print(f"  one by one, synchronised: {one['quiet_steps']} quiet steps, median {ms['quiet_median_s']}; "
+                      f"{one['rebuild_steps']} with a rebuild, median {ms['rebuild_median_s']}")
                 for r in d["ranks"]:
                     shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["phase_shares"].items())
                     print(f"  rank {r['rank']}: step {1e3 * r['wall_per_step_s']:.3f} ms synchronised per phase: "

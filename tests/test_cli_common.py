@@ -194,3 +194,57 @@ def test_mpi_library_is_named_alike_by_pi_and_info():
     assert pi.returncode == 0 and info.returncode == 0, pi.stderr + info.stderr
     library = json.loads(pi.stdout)["provenance"]["mpi_library"]
     assert library == json.loads(info.stdout)["mpi_library"] and "  " not in library and library
+
+
+# ------------------------------------------------------------------ stdout a terminal (Open MPI's ranks)
+
+#: numba highlights a message (as a performance warning's text is), which with colorama installed calls
+#: colorama.init(): an exit handler that writes ESC[0m to a terminal stdout; then JSON on stdout
+TERMINAL = r"""
+import sys
+from numba.core.errors import termcolor
+termcolor().highlight("numba highlighted a message")
+assert "colorama.initialise" in sys.modules
+if sys.argv[1] == "command":
+    sys.argv[1:] = ["1e4", "--json", "--backend", "numba", "--threads", "1"]
+    from pympi_gpu.cli import pi_main
+    pi_main()
+else:  # the same document printed by a plain script
+    print('{"plain": true}')
+"""
+
+
+def _on_a_terminal(*args) -> tuple[int, str]:
+    """Run the TERMINAL script with stdout on a pseudo-terminal, as Open MPI's mpiexec gives its ranks."""
+    import os
+    import pty
+    import subprocess
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", TERMINAL, *args], stdout=slave, stderr=subprocess.PIPE,
+                            env=clean_env(OMP_NUM_THREADS="1"))
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 1 << 16)
+        except OSError:  # EIO: the other end closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    proc.wait(timeout=300)
+    return proc.returncode, b"".join(chunks).decode()
+
+
+def test_json_on_a_terminal_ends_with_the_document():
+    """A command's ``--json`` on a terminal stdout is the document and nothing after it, even where numba
+    initialised colorama (whose exit handler a plain script shows writing its reset after the document)."""
+    pytest.importorskip("colorama")  # a test dependency: the GPU image has it, and so numba uses it
+    rc, out = _on_a_terminal("plain")
+    assert rc == 0 and out.rstrip().endswith("\x1b[0m"), repr(out[-40:])  # the fault, reproduced
+    rc, out = _on_a_terminal("command")
+    assert rc == 0, out[-2000:]
+    assert "\x1b[" not in out, repr(out[-40:])
+    assert json.loads(out)["results"][0]["hits"] > 0

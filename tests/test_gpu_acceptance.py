@@ -170,6 +170,10 @@ def test_parts_fit_a_device_call(tmp_path):
     setup = [s.name for s in steps if s.part == "setup"]
     assert setup == ["venv", "cuda-aware Open MPI + mpi4py", "build cuda-samples nbody",
                      "cuda-samples nbody: linked against the carry"]
+    # only the parts that run cuda-samples' nbody build it (the others carry no GL)
+    for part in acc.PARTS:
+        mine = [s.name for s in acc.part_steps(steps, part) if s.part == "setup"]
+        assert mine == (setup if part in ("setup", "bench", "sprint") else setup[:2]), (part, mine)
     # the gpu-marked tests run only the modules that hold some (the others import what is not carried)
     (tests,) = [s for s in steps if s.name == "gpu-marked tests"]
     files = [a for a in tests.argv if a.endswith(".py")]
@@ -367,3 +371,67 @@ def test_outer_venv_pth_files_run_in_the_acceptance_venv(tmp_path):
                          capture_output=True, text=True, timeout=60, env=clean_env())
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["yes", "outer", "True"]   # run, importable, behind the venv's own
+
+
+#: Nsight Compute's ``--csv --page details`` (2025.3, one kernel, two sections; shortened), the program's own
+#: output and ncu's ``==PROF==`` lines among them
+NCU_CSV = """==PROF== Connected to process 4242 (/tmp/pympi-acceptance/venv/bin/python3.12)
+==PROF== Profiling "forces_newton": 0%....50%....100% - 9 passes
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"3","4242","python3.12","127.0.0.1","cudapy::pympi_gpu::nbody::lj::kernels_cuda::_make_forces_newton::$3clocals$3e::forces_newton[abi:v1,cw51cXTLSUwv1sCUt9Uw1VEw0NRRQPKzLTg4gaGKFsG2oMQGEYakJSQB1PQBk0Bynm21OiwU1a0UoLGhDpQE8oxrNQE_3d](Array<double, 1, C, mutable, aligned>, long long)","1","7","(128, 1, 1)","(7814, 1, 1)","0","9.0","GPU Speed Of Light Throughput","Duration","us","612.35"
+"3","4242","python3.12","127.0.0.1","cudapy::pympi_gpu::nbody::lj::kernels_cuda::_make_forces_newton::$3clocals$3e::forces_newton[abi:v1,cw51cXTLSUwv1sCUt9Uw1VEw0NRRQPKzLTg4gaGKFsG2oMQGEYakJSQB1PQBk0Bynm21OiwU1a0UoLGhDpQE8oxrNQE_3d](Array<double, 1, C, mutable, aligned>, long long)","1","7","(128, 1, 1)","(7814, 1, 1)","0","9.0","GPU Speed Of Light Throughput","DRAM Frequency","Ghz","2.62"
+"3","4242","python3.12","127.0.0.1","cudapy::pympi_gpu::nbody::lj::kernels_cuda::_make_forces_newton::$3clocals$3e::forces_newton[abi:v1,cw51cXTLSUwv1sCUt9Uw1VEw0NRRQPKzLTg4gaGKFsG2oMQGEYakJSQB1PQBk0Bynm21OiwU1a0UoLGhDpQE8oxrNQE_3d](Array<double, 1, C, mutable, aligned>, long long)","1","7","(128, 1, 1)","(7814, 1, 1)","0","9.0","Occupancy","Achieved Occupancy","%","61.07"
+{"schema": "pympi_gpu.nbody.lj/1", "rate": 1.0}
+==PROF== Disconnected from process 4242
+"""
+
+
+def test_ncu_figures_parsed(tmp_path):
+    """The profile part keeps, per kernel launch, the figures the issue asks a profile for, by the kernel's
+    own name; a log with no kernel in it fails the step."""
+    assert acc.parse_ncu(NCU_CSV) == {"3 forces_newton": {"Duration": "612.35 us", "Achieved Occupancy": "61.07 %"}}
+    steps = acc.plan(tmp_path / "carry", tmp_path / "mpi", tmp_path / "venv", tmp_path)
+    profile = [s for s in steps if s.part == "profile"]
+    assert [s.name for s in profile] == ["ncu pi", "ncu lj step", "ncu lj list build"]
+    for s in profile:
+        log = Path(s.argv[s.argv.index("--log-file") + 1])
+        log.write_text(NCU_CSV)
+        acc.judge(s, 0, "", "")
+        assert s.status == "passed" and s.figures["3 forces_newton"]["Duration"] == "612.35 us"
+        log.write_text("==PROF== No kernels were profiled.\n")
+        acc.judge(s, 0, "", "")
+        assert s.status == "failed" and "profiled no kernel" in s.detail
+
+
+def test_a_check_whose_reference_was_left_out_is_skipped(tmp_path):
+    """``--only`` may run a group's GPU step without the numba run it is compared with (the H100 call that
+    reran only the device transport): the check is skipped with the reason, and nothing raises."""
+    steps = acc.plan(tmp_path / "carry", tmp_path / "mpi", tmp_path / "venv", tmp_path)
+    (gpu,) = [s for s in steps if s.name == f"lj gpu device 2 rank(s) {acc.LJ_CHECK_ATOMS}"]
+    gpu.status, gpu.figures = "passed", {"backend": "gpu", "transport": "device", "thermo": {"temp": 1.0}}
+    (check,) = acc.compare([gpu], tmp_path)
+    assert check["status"] == "skipped" and "not all run in this call" in check["detail"], check
+
+
+FINAL_STATE = r"""
+import sys
+from pathlib import Path
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]  # no installed package
+try:
+    import pympi_gpu
+    raise SystemExit("the package is importable: the test proves nothing")
+except ImportError:
+    pass
+sys.path.insert(0, sys.argv[1])
+import gpu_acceptance as acc
+print(acc.final_state(Path(sys.argv[2]))["status"])
+"""
+
+
+def test_final_state_check_runs_where_the_package_is_not_installed(tmp_path):
+    """The harness runs under the GPU image's own Python, where the package is installed only in the venv it
+    makes: the final-state check still reads the checkpoints (here: none, so it fails, without a traceback)."""
+    out = run([sys.executable, "-c", FINAL_STATE, str(ROOT / "benchmarks"), str(tmp_path)], cwd=tmp_path,
+              timeout=120, env=clean_env())
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "failed"

@@ -260,3 +260,69 @@ def test_half_lists_with_newton_on_the_device(ranks, cells, transport):
         assert r["pairs"][0] == r["pairs"][1] and r["rebuilds"] >= 5
         assert r["sums"][0] == pytest.approx(r["sums"][1], rel=1e-12, abs=1e-12)
         assert r["copies"]["atoms"] == 0 and (r["copies"]["message"] > 0) == (transport == "host")
+
+
+# ------------------------------------------------------------------ the warm-up before the clock
+
+WARM = r"""
+import json, sys
+import numpy as np
+from mpi4py import MPI
+from pympi_gpu.device.device import Device
+from pympi_gpu.nbody.lj import kernels_cuda as kg
+from pympi_gpu.nbody.lj.domain import brick_of, make_cart
+from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
+
+simulated, newton = sys.argv[1] == "sim", sys.argv[2] == "half"
+config = LjConfig(cells=4, temperature=3.0, newton=newton)
+cart = make_cart(MPI.COMM_WORLD)
+brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+atoms = LjSystem(cart, config, *initial_arrays(config, brick),
+                 device=Device(backend="gpu", transport="host", simulated=simulated)).atoms
+atoms.start()  # warms on a GPU
+host = lambda a: atoms.dev.to_host(a, "atoms")
+out = {}
+if simulated:  # the warm-up changes no row (the ghosts refreshed from the owners they were copied from)
+    before = [host(a).copy() for a in (atoms.pos, atoms.v, atoms.f)]
+    atoms._warm()
+    out["same"] = all(np.array_equal(a, host(b)) for a, b in zip(before, (atoms.pos, atoms.v, atoms.f)))
+else:  # on a GPU: the steps, a rebuild among them, compile nothing the start did not
+    kernels = {"integrate": kg.integrate, "kick": kg.kick, "gather_rows": kg.gather_rows, "add_rows": kg.add_rows,
+               "chain_rows": kg.chain_rows, "build_lists": kg.build_lists,
+               **{k: getattr(atoms._kernels, k) for k in atoms._kernels._fields}}
+    seen = {k: len(d.overloads) for k, d in kernels.items()}
+    for k in range(4):
+        atoms.step(force_rebuild=k == 2, eflag=k == 3)
+    atoms.local_sums()
+    out["compiled_in_steps"] = {k: len(d.overloads) - seen[k] for k, d in kernels.items()
+                                if len(d.overloads) != seen[k]}
+ranks = cart.gather(out, root=0)
+print(json.dumps(ranks) if ranks is not None else "", end="")
+cart.Free()
+from pympi_gpu.cli.common import no_terminal_reset_at_exit
+no_terminal_reset_at_exit()  # as the commands do: numba's colorama would end stdout in ESC[0m under Open MPI
+"""
+
+
+@pytest.mark.parametrize("lists", ["full", "half"])
+def test_the_warmup_changes_no_row(lists):
+    """What :meth:`DeviceAtoms._warm` launches before the clock (the step's kernels over no atom, the halo's
+    forward pass, half lists' zero reverse pass) leaves positions, ghosts, velocities and forces bit for bit."""
+    out = run(mpiexec_argv(2) + [sys.executable, "-c", WARM, "sim", lists], env=SIM, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout) == [{"same": True}] * 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lists", ["full", "half"])
+def test_the_warmup_compiles_what_a_step_launches(lists):
+    """On a GPU, numba.cuda compiles a kernel at its first launch: after :meth:`DeviceAtoms.start` (which warms)
+    four steps, a rebuild and thermo among them, compile no kernel (none is paid for in the timed steps)."""
+    from pympi_gpu.device.gpu import gpu_usable
+
+    ok, why = gpu_usable()
+    if not ok:
+        pytest.skip(why)
+    out = run(mpiexec_argv(2) + [sys.executable, "-c", WARM, "gpu", lists], env=clean_env(), timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout) == [{"compiled_in_steps": {}}] * 2

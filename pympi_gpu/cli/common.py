@@ -10,6 +10,7 @@ the start-up agreement of :func:`mpi_world` and :func:`refuse_together`.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import traceback
@@ -327,6 +328,23 @@ def run_command(command: click.Command, prog_name: str | None = None,
             _start_mpi()  # so that MPI_Abort ends the ranks waiting for this one in MPI_Init
         _abort(1)
         sys.exit(1)
+    finally:
+        no_terminal_reset_at_exit()
+
+
+def no_terminal_reset_at_exit() -> None:
+    """Keep colorama from writing a terminal reset to stdout when Python exits.
+
+    numba highlights its warnings through colorama where colorama is installed (the GPU image has
+    it): its ``init()`` registers an exit handler that writes ``ESC[0m`` to stdout when stdout is a
+    terminal, and under Open MPI's ``mpiexec`` a rank's stdout is a pseudo-terminal, so a ``--json``
+    document ended in those bytes, after the closing brace (``json.loads`` refused it; from the
+    second rank's exit, before the document).  Called once the command is done; a no-op where
+    numba never highlighted anything.
+    """
+    init = sys.modules.get("colorama.initialise")
+    if init is not None:
+        atexit.unregister(init.reset_all)
 
 
 def _error_line(prog: str, rank: int, exc: Exception) -> str:

@@ -79,8 +79,7 @@ def run_lj(ctx, args) -> None:
             _need_cupy(comm)
         nthreads = configure_threads(comm, args.threads)
         # one list kind for all: each rank's thread count is its node's (numba caps it at the cpuset)
-        config = dataclasses.replace(config, newton=half_lists(device.gpu, config.atoms, comm.Get_size(),
-                                                               largest(comm, nthreads)))
+        config = dataclasses.replace(config, newton=half_lists(device.gpu, largest(comm, nthreads)))
         outputs = _claim(cart, args, config)
         system = _system(cart, config, device, restart)
         from pympi_gpu.run.provenance import collect

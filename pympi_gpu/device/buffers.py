@@ -37,7 +37,7 @@ __all__ = ["DeviceBuffers", "DeviceArrays", "array_namespace", "mpi_buffer", "CO
 
 #: numba.cuda's warning at every launch of fewer than 128 blocks (its text since numba 0.57; numba-cuda
 #: starts it with a terminal's bold escape, and a warnings filter matches from the message's start)
-SMALL_GRID_WARNING = r"(?:\x1b\[1m)?Grid size \d+ will likely result in GPU under-utilization due to low occupancy"
+SMALL_GRID_WARNING = r"(?:\x1b\[1m)*Grid size \d+ will likely result in GPU under-utilization due to low occupancy"
 
 
 def quiet_small_grids() -> None:

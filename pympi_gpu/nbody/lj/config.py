@@ -10,26 +10,23 @@ import dataclasses
 
 from pympi_gpu.nbody.lj import pairs
 
-__all__ = ["LjConfig", "DEFAULT_SEED", "GPU_HALF_LISTS_FROM", "half_lists"]
+__all__ = ["LjConfig", "DEFAULT_SEED", "half_lists"]
 
 #: the seed of ``velocity all create 1.44 87287`` in LAMMPS's bench/in.lj
 DEFAULT_SEED = 87287
 
-#: atoms per rank from which the GPU path takes half lists: on an H200 full lists were 1.44x as
-#: fast at 32,000 atoms and half lists 1.90x at 1,000,188 (``benchmarks/lj.py --mode gpu-profile``,
-#: benchmarks/results/gpu-acceptance-nvidia-h200.json); the threshold lies between the two
-GPU_HALF_LISTS_FROM = 200_000
 
-
-def half_lists(gpu: bool, atoms: int, ranks: int, threads: int) -> bool:
-    """Which lists a run takes (``LjConfig.newton``), the same on every rank (from global figures).
+def half_lists(gpu: bool, threads: int) -> bool:
+    """Which lists a run takes (``LjConfig.newton``), the same on every rank.
 
     CPU: half lists with one thread per rank, full lists with more (threads then write only their
-    own atoms' forces).  GPU: half lists from :data:`GPU_HALF_LISTS_FROM` atoms per rank, where
-    each pair once outweighs the atomic adds of the reactions; full lists below.
+    own atoms' forces).  GPU: full lists at every size: on an H100 they were 1.32x as fast as half
+    lists at 1,000,188 atoms (a quiet step 0.74 ms against 1.51: the half lists' atomic adds of the
+    reactions cost more than the pairs they save), and on an H200 1.44x at 32,000
+    (``benchmarks/lj.py --mode gpu-profile``; benchmarks/results/gpu-h100/lj-lists-1000188.json).
     """
     if gpu:
-        return atoms / ranks >= GPU_HALF_LISTS_FROM
+        return False
     return threads == 1
 
 

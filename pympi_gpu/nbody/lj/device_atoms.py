@@ -423,7 +423,35 @@ class DeviceAtoms:
         if had:  # a restart: keep the checkpoint's forces (bit-identical continuation)
             self.f = keep
             self._bind()
+        if not self.dev.simulated:  # nothing to compile: the simulator runs the kernels' Python
+            self._warm()
         return had
+
+    def _warm(self) -> None:
+        """Compile, before the clock starts, the kernels a step launches that the start did not; collective.
+
+        numba.cuda compiles a kernel at its first launch (a fraction of a second each on the host):
+        without this the first timed step would pay for the integration's, the second kick's and
+        the halo's.  Each is launched here with the arguments of a real step, over no atom (``n``
+        0: no thread touches an array but the scratch slots of the displacement), and the halo's
+        forward pass refreshes the ghosts from the owners they were just copied from (the same
+        rows, bit for bit); half lists send zero forces back.  The loop resets its clocks and
+        the call counts after :meth:`start`, so none of this is counted as a step's.
+        """
+        dev, xp = self.dev, self.dev.xp
+        v, f, x, x0, _ = self._step_views
+        h = 0.5 * self.config.dt
+        dev.launch(kg.integrate, 1, kg.BLOCK, v, f, x, x0, h, self.config.dt, 0, dev.view(xp.zeros(2, np.float64)), 0)
+        pos, fv, e, w, _, _, gh_cnt, gh_nbr = self._views
+        if self.config.newton:
+            dev.launch(kg.kick, 1, kg.BLOCK, v, f, h, 0)
+        else:
+            dev.launch(self._kernels.forces_kick, 1, kg.BLOCK, pos, fv, e, w, v, h, 0, gh_cnt, gh_nbr,
+                       self.config.cutoff ** 2)
+        self.halo.forward(self.pos)
+        if self.config.newton:
+            self.halo.reverse(xp.zeros_like(self.f))
+        dev.sync()
 
     def wrap(self) -> None:
         """Fold the owned positions into the box on the device (the reference positions move with them)."""
