@@ -477,7 +477,9 @@ def judge(step: Step, rc: int, stdout: str, stderr: str) -> None:
                             **{f"{k}_atom_steps_per_s": v["rate"] for k, v in doc["lists"].items()},
                             **{f"{k}_step_s": v["step_s"] for k, v in doc["lists"].items()},
                             **{f"{k}_phase_shares": v["ranks"][0]["phase_shares"] for k, v in doc["lists"].items()},
-                            **{f"{k}_host_copies": v["ranks"][0]["host_copies"] for k, v in doc["lists"].items()}}
+                            **{f"{k}_host_copies": v["ranks"][0]["host_copies"] for k, v in doc["lists"].items()},
+                            **{f"{k}_steps_one_by_one": v.get("steps_one_by_one") for k, v in doc["lists"].items()},
+                            **{f"{k}_rebuild_us": v["ranks"][0].get("rebuild_us") for k, v in doc["lists"].items()}}
         elif step.check == "cuda-samples":
             step.figures = parse_cuda_samples(stdout)
         elif step.check == "ncu":

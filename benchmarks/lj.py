@@ -501,6 +501,51 @@ def print_profile(doc: dict) -> None:
                   "a batch of steps, inside its call)")
 
 
+def _time_rebuild_parts(atoms) -> dict:
+    """Time the parts of each GPU rebuild from here on, the stream synchronised around each.
+
+    Wraps (on this instance only) :meth:`DeviceAtoms.rebuild`, its halo's ``migrate`` and
+    ``borders``, and its ``_lists`` and ``_cells`` (the Verlet kernel's call, and the sort by cell
+    inside it); returns the dict of seconds they fill, by part.
+    """
+    import time
+
+    seconds: dict[str, float] = {}
+
+    def wrap(owner, name: str, part: str) -> None:
+        inner = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            atoms.dev.sync()
+            t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                atoms.dev.sync()
+                seconds[part] = seconds.get(part, 0.0) + time.perf_counter() - t0
+
+        setattr(owner, name, timed)
+
+    for owner, name, part in ((atoms, "rebuild", "rebuild"), (atoms.halo, "migrate", "migration"),
+                              (atoms.halo, "borders", "ghosts (borders)"), (atoms, "_lists", "lists"),
+                              (atoms, "_cells", "cell sort")):
+        wrap(owner, name, part)
+    return seconds
+
+
+def _rebuild_split(seconds: dict, rebuilds: int) -> dict:
+    """Microseconds per rebuild by part (:func:`_time_rebuild_parts`): the list kernel is the lists less their
+    cell sort; "the rest" is the rebuild less its timed parts (the sort by (cell, id), copies, sums)."""
+    if not rebuilds:
+        return {}
+    us = {k: 1e6 * v / rebuilds for k, v in seconds.items()}
+    out = {"rebuild": us.get("rebuild", 0.0), "migration": us.get("migration", 0.0),
+           "ghosts (borders)": us.get("ghosts (borders)", 0.0), "cell sort": us.get("cell sort", 0.0),
+           "list kernel": us.get("lists", 0.0) - us.get("cell sort", 0.0)}
+    out["the rest"] = out["rebuild"] - sum(v for k, v in out.items() if k != "rebuild")
+    return out
+
+
 def gpu_profile(atoms: int, steps: int) -> dict:
     """Both kinds of GPU lists on this process's ranks: rate, and seconds per step in each phase.
 
@@ -511,7 +556,9 @@ def gpu_profile(atoms: int, steps: int) -> dict:
     (``steps_one_by_one``: the median time of a step without a rebuild and of
     one with), then ``steps`` more with ``profile``, the stream synchronised around each
     phase (forces, list build, halo, integrate, thermo; ``other``: the rest,
-    the ranks' rebuild test and Python).  Shares are of the wall time per
+    the ranks' rebuild test and Python), each rebuild of that pass split into
+    its parts (``rebuild_us``: migration, ghosts, cell sort, list kernel, the
+    rest; microseconds a rebuild).  Shares are of the wall time per
     step of the synchronised run.  Rank 0's dict; None elsewhere.
     """
     import time
@@ -566,13 +613,15 @@ def gpu_profile(atoms: int, steps: int) -> dict:
             rebuilds = system.rebuilds - rebuilds
             split = each(steps)
             system.phase_seconds = dict.fromkeys(PHASES, 0.0)  # from here on synchronised per phase
+            parts, first = _time_rebuild_parts(system), system.rebuilds
             wall = timed(steps)
             per = {k: v / steps for k, v in system.phase_seconds.items()}
             per["other"] = max(0.0, wall / steps - sum(per.values()))
             mine = {"rank": cart.Get_rank(), "atoms_owned": system.nlocal, "ghosts": system.halo.ghosts,
                     "wall_per_step_s": wall / steps, "phases_per_step_s": per,
                     "phase_shares": {k: v * steps / wall for k, v in per.items()},
-                    "host_copies": system.host_copies}
+                    "host_copies": system.host_copies,
+                    "rebuild_us": _rebuild_split(parts, system.rebuilds - first)}
             ranks = cart.gather(mine, root=0)
             out[lists] = {"rate": config.atoms * steps / plain, "step_s": plain / steps,
                           "rebuilds": rebuilds, "steps_one_by_one": split, "ranks": ranks}
@@ -687,6 +736,8 @@ def main() -> int:
                     shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["phase_shares"].items())
                     print(f"  rank {r['rank']}: step {1e3 * r['wall_per_step_s']:.3f} ms synchronised per phase: "
                           f"{shares}")
+                    if r["rebuild_us"]:
+                        print("    a rebuild, us: " + ", ".join(f"{k} {v:.0f}" for k, v in r["rebuild_us"].items()))
             print(f"faster: {doc['faster']} lists")
             if args.out:
                 Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")

@@ -326,3 +326,42 @@ def test_the_warmup_compiles_what_a_step_launches(lists):
     out = run(mpiexec_argv(2) + [sys.executable, "-c", WARM, "gpu", lists], env=clean_env(), timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout) == [{"compiled_in_steps": {}}] * 2
+
+
+NARROW = r"""
+import json, sys
+import numpy as np
+from mpi4py import MPI
+from pympi_gpu.device.device import Device
+from pympi_gpu.nbody.lj.domain import brick_of, make_cart
+from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
+
+config = LjConfig(cells=4, temperature=3.0, newton=sys.argv[1] == "half")
+cart = make_cart(MPI.COMM_WORLD)
+brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+init = initial_arrays(config, brick)
+gpu = LjSystem(cart, config, *init, device=Device(backend="gpu", transport="host", simulated=True)).atoms
+cpu = LjSystem(cart, config, *init).atoms
+gpu.cap = [3, 2]  # far too narrow: every row overflows, the build is retried wider
+gpu.start()
+cpu.start()
+n = cpu.nlocal
+rows = all(np.array_equal(gpu.lists[k + 1][i, :cpu.lists[k][i]], cpu.lists[k + 1][i, :cpu.lists[k][i]])
+           for k in (0, 2) for i in range(n))
+counts = all(np.array_equal(gpu.lists[k], cpu.lists[k]) for k in (0, 2))
+skin = int(sum(np.sum(np.sum((cpu.pos[cpu.lists[k + 1][i, :cpu.lists[k][i]]] - cpu.pos[i]) ** 2, axis=1)
+                      >= config.cutoff ** 2) for k in (0, 2) for i in range(n)))
+print(json.dumps({"rows": rows, "counts": counts, "cap": gpu.cap, "skin_entries": skin}))
+"""
+
+
+@pytest.mark.parametrize("lists", ["full", "half"])
+def test_overflowing_rows_are_built_again_wider_as_the_cpu_lists_them(lists):
+    """The one-pass list kernel writes a row's skin neighbours from its end: with rows too narrow for every
+    atom the counts still come out right, the build is retried wider, and the rows are the CPU's, the pairs
+    within the cutoff first, then the skin's, each in the order found."""
+    out = run([sys.executable, "-c", NARROW, lists], env=SIM, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads(out.stdout)
+    assert doc["rows"] and doc["counts"] and doc["cap"][0] > 3 and doc["cap"][1] > 2, doc
+    assert doc["skin_entries"] > 0, doc  # rows that hold both kinds, the order under test

@@ -422,9 +422,24 @@ def _make_forces_newton(pair):
     return forces_newton
 
 
-@cuda.jit
+@cuda.jit(device=True, inline=True)
+def _skin_behind(nbr, i, near, far, cap):
+    """Row i's ``far`` skin entries, written from its last slot down, put behind its ``near`` ones in the order
+    they were found: turned in place, then moved up (``near + far <= cap``, so the move reads ahead of it)."""
+    for k in range(far // 2):
+        a = cap - far + k
+        b = cap - 1 - k
+        t = nbr[i, a]
+        nbr[i, a] = nbr[i, b]
+        nbr[i, b] = t
+    if near + far < cap:
+        for k in range(far):
+            nbr[i, near + k] = nbr[i, cap - far + k]
+
+
+@cuda.jit(**_launch_bounds(7))  # 72 registers, no spill: the occupancy of the two-pass kernel (74 unbounded)
 def build_lists(pos, n, cell, start, atoms, nx, ny, nz, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr):
-    """Verlet lists of the owned atoms [0, n), one thread per atom.
+    """Verlet lists of the owned atoms [0, n), one thread per atom, in one pass over the candidates.
 
     Full lists, or with ``half`` each pair once: owned neighbours j > i, and
     every ghost (the halo's half shell holds each pair between bricks on one
@@ -434,9 +449,12 @@ def build_lists(pos, n, cell, start, atoms, nx, ny, nz, reach, cut2, rc2, half, 
     index; the cells within ``reach`` of atom i's are searched, a z-row of
     cells as one run of ``atoms``.  Row i lists its neighbours within ``rc2``
     (at these positions) first, then those in the skin (within ``cut2``), in
-    the order of the search: the CPU's lists, row for row.  Counts go
-    beyond the capacity (the rows' width) when it is short; only what fits is
-    written, and the caller retries wider.
+    the order of the search: the CPU's lists, row for row.  Each candidate is
+    tested once: those within ``rc2`` are written from the row's front, those
+    in the skin from its back (last slot first), and the skin's are then
+    turned and moved up behind the others (:func:`_skin_behind`).  Counts go
+    beyond the capacity (the rows' width) when it is short; the rows are then
+    not valid, and the caller retries wider.
     """
     i = cuda.grid(1)
     if i >= n:
@@ -450,32 +468,42 @@ def build_lists(pos, n, cell, start, atoms, nx, ny, nz, reach, cut2, rc2, half, 
     xi = pos[i, 0]
     yi = pos[i, 1]
     zi = pos[i, 2]
-    no = 0
-    ng = 0
-    for inside in range(2):  # pass 0: within rc; pass 1: in the skin
-        for ax in range(max(cx - reach, 0), min(cx + reach + 1, nx)):
-            for ay in range(max(cy - reach, 0), min(cy + reach + 1, ny)):
-                base = (ax * ny + ay) * nz
-                k0 = start[base + max(cz - reach, 0)]
-                k1 = start[base + min(cz + reach + 1, nz)]
-                for k in range(k0, k1):
-                    j = atoms[k]
-                    dx = xi - pos[j, 0]
-                    dy = yi - pos[j, 1]
-                    dz = zi - pos[j, 2]
-                    r2 = dx * dx + dy * dy + dz * dz
-                    if half:
-                        keep = j > i or j >= n
+    no = 0   # owned neighbours within rc, and (fo) in the skin
+    fo = 0
+    ng = 0   # ghosts likewise
+    fg = 0
+    for ax in range(max(cx - reach, 0), min(cx + reach + 1, nx)):
+        for ay in range(max(cy - reach, 0), min(cy + reach + 1, ny)):
+            base = (ax * ny + ay) * nz
+            k0 = start[base + max(cz - reach, 0)]
+            k1 = start[base + min(cz + reach + 1, nz)]
+            for k in range(k0, k1):
+                j = atoms[k]
+                dx = xi - pos[j, 0]
+                dy = yi - pos[j, 1]
+                dz = zi - pos[j, 2]
+                r2 = dx * dx + dy * dy + dz * dz
+                if half:
+                    keep = j > i or j >= n
+                else:
+                    keep = j != i
+                if keep and r2 < cut2:
+                    near = r2 < rc2
+                    if j < n:
+                        slot = no if near else cap_own - 1 - fo
+                        if no + fo < cap_own:
+                            own_nbr[i, slot] = j
+                        no += near
+                        fo += not near
                     else:
-                        keep = j != i
-                    if keep and r2 < cut2 and (r2 < rc2) == (inside == 0):
-                        if j < n:
-                            if no < cap_own:
-                                own_nbr[i, no] = j
-                            no += 1
-                        else:
-                            if ng < cap_gh:
-                                gh_nbr[i, ng] = j
-                            ng += 1
-    own_cnt[i] = no
-    gh_cnt[i] = ng
+                        slot = ng if near else cap_gh - 1 - fg
+                        if ng + fg < cap_gh:
+                            gh_nbr[i, slot] = j
+                        ng += near
+                        fg += not near
+    if no + fo <= cap_own:
+        _skin_behind(own_nbr, i, no, fo, cap_own)
+    if ng + fg <= cap_gh:
+        _skin_behind(gh_nbr, i, ng, fg, cap_gh)
+    own_cnt[i] = no + fo
+    gh_cnt[i] = ng + fg
