@@ -407,10 +407,13 @@ def test_a_check_whose_reference_was_left_out_is_skipped(tmp_path):
     """``--only`` may run a group's GPU step without the numba run it is compared with (the H100 call that
     reran only the device transport): the check is skipped with the reason, and nothing raises."""
     steps = acc.plan(tmp_path / "carry", tmp_path / "mpi", tmp_path / "venv", tmp_path)
-    (gpu,) = [s for s in steps if s.name == f"lj gpu device 2 rank(s) {acc.LJ_CHECK_ATOMS}"]
+    mine, incomplete = acc.only_steps(acc.part_steps(steps, "lj"), rf"gpu device 2 rank\(s\) {acc.LJ_CHECK_ATOMS}")
+    (gpu,) = [s for s in mine if s.part != "setup"]
+    assert gpu.name == f"lj gpu device 2 rank(s) {acc.LJ_CHECK_ATOMS}" and gpu.group in incomplete
     gpu.status, gpu.figures = "passed", {"backend": "gpu", "transport": "device", "thermo": {"temp": 1.0}}
-    (check,) = acc.compare([gpu], tmp_path)
+    (check,) = acc.compare([gpu], tmp_path, incomplete)
     assert check["status"] == "skipped" and "not all run in this call" in check["detail"], check
+    assert acc.only_steps(steps, None) == (steps, frozenset())
 
 
 FINAL_STATE = r"""
