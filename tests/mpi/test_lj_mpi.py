@@ -270,6 +270,34 @@ def test_quiet_steps_in_one_call_are_the_steps_one_at_a_time(one_at_a_time, monk
         assert sum(taken) >= 100 and calls <= batched.rebuilds + 4 and max(taken) > 1, (calls, taken)
 
 
+def test_rebuilds_keep_the_halo_messages_and_the_batch_goes_on(monkeypatch):
+    """A rebuild whose rows fit the halo's message regions keeps its persistent requests, whatever the
+    layout: one message each way where a stage's two neighbours are one rank (2 ranks), two where they
+    are two ranks (3 ranks, each message its own region).  So the plans make the requests a few times in
+    a run of many rebuilds, and a batch of quiet steps goes on through its rebuilds instead of returning
+    to Python for new ones (with regions of the rows exactly, 3 ranks made them at nearly every rebuild)."""
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody import loop
+    from pympi_gpu.nbody.lj import halo
+
+    comm = MPI.COMM_WORLD
+    made, init = [], halo._Stage.__init__
+
+    def counted(self, *args, **kwargs):
+        made.append(args[1])
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(halo._Stage, "__init__", counted)
+    taken = _counting_batches(monkeypatch)
+    monkeypatch.setattr(loop, "BATCH_SECONDS", 60.0)
+    run, _ = _run(comm, LjConfig(cells=5), RunOptions(steps=300, thermo_every=300))
+    stages = len(set(made))  # the remote stages (each made by the first plan)
+    assert stages >= 1 and run.rebuilds >= 25
+    assert len(made) <= 3 * stages, (len(made), run.rebuilds)
+    assert len(taken) <= 8, (len(taken), run.rebuilds)
+
+
 def test_a_stop_request_ends_a_batch_on_every_rank_at_the_same_step(monkeypatch):
     """One rank's stop request (from step 37 on) travels in the agreement of the first step after it is
     seen, batched or not: every rank stops after that step, within a batch of the request, with the state

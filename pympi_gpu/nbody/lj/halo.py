@@ -40,13 +40,13 @@ What a step costs when the bricks are small (a few hundred atoms): the rows
 are packed and added by numba kernels over a flat copy of the plan, the stages
 of a brick's own images together in one call; between rebuilds the messages
 are persistent requests (``Send_init``/``Recv_init``, one ``Startall`` and one
-``Waitall`` a stage), made once per plan; and where the lower and the upper
-neighbour are the same rank (two bricks along a dimension) a stage's two
-messages each way travel as one, the rows of both in the order the receiver
-keeps them, in a region a little longer than the rows, which outlives the
-plan while they fit it: so do its persistent requests, and most rebuilds make
-none.  The migration and the ghosts' first messages of a rebuild travel as
-one message each way there too.
+``Waitall`` a stage); each message is a region a little longer than its
+rows, which outlives the plan while they fit it: so do the persistent
+requests, and most rebuilds make none (the padding rows travel with the
+rows).  Where the lower and the upper neighbour are the same rank (two bricks
+along a dimension) a stage's two messages each way travel as one, the rows of
+both in the order the receiver keeps them; the migration and the ghosts'
+first messages of a rebuild travel as one message each way there too.
 """
 
 from __future__ import annotations
@@ -169,18 +169,16 @@ def _with_room(into, at: int, rows: int, width: int) -> np.ndarray:
 class _Stage:
     """The persistent messages of one stage whose neighbours are other ranks.
 
-    ``fsend`` holds the rows this rank sends (its two entries' rows, one after
-    the other), ``frecv`` the ghost rows it receives, in the order of its plan;
-    ``rsend``/``rrecv`` the same backwards (ghost forces home): views of the
-    halo's flat buffers, each the stage's region (:meth:`Halo._messages`).
-    ``s0``, ``r0``: the rows of entry 2d, sent and received (where the
-    neighbours are two ranks, whose regions are the rows exactly);
-    ``ghosts``: the rows received in the region (:meth:`count`).
+    ``fsend`` holds the rows this rank sends (its two entries' rows), ``frecv``
+    the ghost rows it receives, in the order of its plan; ``rsend``/``rrecv``
+    the same backwards (ghost forces home): views of the halo's flat buffers,
+    each the stage's region (:meth:`Halo._messages`).  ``s0``, ``r0``: where
+    the second entry's rows begin in them, sent and received (where the
+    neighbours are two ranks, its message's first row).
     """
 
     def __init__(self, cart, d: int, lower: int, upper: int, s0: int, r0: int, fsend, frecv, rsend, rrecv):
         self.fsend, self.frecv, self.rsend, self.rrecv = fsend, frecv, rsend, rrecv
-        self.ghosts = frecv.shape[0]
         if lower == upper:  # two bricks along d: both entries to and from the one neighbour, as one message
             self.fwd = [cart.Recv_init(frecv, upper, _TAG_FORWARD + 2 * d),
                         cart.Send_init(fsend, lower, _TAG_FORWARD + 2 * d)]
@@ -201,10 +199,6 @@ class _Stage:
         from mpi4py import MPI
 
         self.startall, self.waitall = MPI.Prequest.Startall, MPI.Request.Waitall  # once a step each: looked up once
-
-    def count(self, ghosts: int) -> None:
-        """The plan's ghost rows of this stage: the first ``ghosts`` rows of its region."""
-        self.ghosts = ghosts
 
     def free(self) -> None:
         for r in self.fwd + self.rev:
@@ -273,9 +267,9 @@ class Halo:
         self._above = np.array([brick.hi[d] - cutneigh for d in range(3)])
         # kept buffers: border rows, migrants (grown on first use), messages
         self._msg, self._leaving, self._flat = np.empty((0, 4)), np.empty((0, 10)), None
-        #: the message regions of the last plan (:meth:`_messages`; -1: none), and where they start
-        self._regions = np.full(6, -1, np.int64)
-        self.soff, self.roff = np.zeros(4, np.int64), np.zeros(4, np.int64)
+        #: the message regions of the last plan (:meth:`_messages`; -1: none), and where each entry's start
+        self._regions = np.full(12, -1, np.int64)
+        self.soff, self.roff = np.zeros(7, np.int64), np.zeros(7, np.int64)
         self._one = np.array([self.nbrs[d][0] == self.nbrs[d][1] for d in range(3)])
         self._remote = np.array(self.remote)
         self._parts = None  # what a compiled rebuild takes that stays (:meth:`kernel_parts`)
@@ -415,36 +409,32 @@ class Halo:
         """The flat message buffers of the plan, and the persistent messages of its remote stages.
 
         ``fsend``/``rrecv`` hold the rows each remote stage sends (and gets
-        back), stage d's from row ``soff[d]``; ``frecv``/``rsend`` its ghosts,
-        from ``roff[d]``, ``nrecv[d]`` of them.  A stage whose two neighbours
-        are one rank sends one message each way, so its region may be longer
-        than its rows: the region is kept, rows of padding and all, while the
-        rows fit it with at most two paddings to spare
+        back), entry e's from row ``soff[e]``; ``frecv``/``rsend`` its ghosts,
+        from ``roff[e]``, stage d's ``nrecv[d]`` of them.  Each message is a
+        region a little longer than its rows, kept, rows of padding and all,
+        while the rows fit it with at most two paddings to spare
         (:func:`~pympi_gpu.nbody.lj.kernels_cpu.message_regions`; both ranks
         see the same counts, the sender's rows being the receiver's ghosts, so
-        they agree on it), and with it the persistent messages.  ``changed``:
-        the regions already worked out (a compiled rebuild), and whether they changed.
+        they agree on it), and with it the persistent messages: most rebuilds
+        make none.  ``changed``: the regions already worked out (a compiled
+        rebuild), and whether they changed.
         """
         if changed is None:
             changed = kc.message_regions(self.poff, self.counts, self._remote, self._one, self._regions, self.soff,
                                          self.roff, self.nrecv)
         if not changed and self._stages:  # the same regions of the same buffer: the messages stand
-            for d, stage in self._stages.items():
-                stage.count(int(self.nrecv[d]))
             return
-        soff, roff, counts = self.soff.tolist(), self.roff.tolist(), self.counts.tolist()
-        ns, nr = soff[3], roff[3]
+        soff, roff = self.soff.tolist(), self.roff.tolist()
+        ns, nr = soff[6], roff[6]
         flat = self._flat = _rows_for(self._flat, 2 * (ns + nr), 3)  # one kept buffer, four views
         self.fsend, self.rrecv = flat[:ns], flat[ns:2 * ns]
         self.frecv, self.rsend = flat[2 * ns:2 * ns + nr], flat[2 * ns + nr:2 * (ns + nr)]
         _free_stages(self._stages)
         for d in range(3):
             if self.remote[d]:
-                s0, s1, r0, r1 = soff[d], soff[d + 1], roff[d], roff[d + 1]
-                self._stages[d] = _Stage(self.cart, d, *self.nbrs[d], int(self.poff[2 * d + 1] - self.poff[2 * d]),
-                                         counts[2 * d], self.fsend[s0:s1], self.frecv[r0:r1], self.rsend[r0:r1],
-                                         self.rrecv[s0:s1])
-                self._stages[d].count(int(self.nrecv[d]))
+                s0, s1, r0, r1 = soff[2 * d], soff[2 * d + 2], roff[2 * d], roff[2 * d + 2]
+                self._stages[d] = _Stage(self.cart, d, *self.nbrs[d], soff[2 * d + 1] - s0, roff[2 * d + 1] - r0,
+                                         self.fsend[s0:s1], self.frecv[r0:r1], self.rsend[r0:r1], self.rrecv[s0:s1])
         self._handles()
 
     # -- the rebuild as one compiled call (:mod:`~pympi_gpu.nbody.lj.rebuild_cpu`) -------------------------
@@ -559,9 +549,10 @@ class Halo:
         for d in range(3):
             stage = self._stages.get(d)
             if stage is None:
-                kc.forward_stages(pos, self.pidx, self.poff, self.pshift, self.pstart, d, d + 1, _NONE)
+                kc.forward_stages(pos, self.pidx, self.poff, self.pshift, self.pstart, d, d + 1, _NONE, 0)
             else:
-                kc.forward_stages(pos, self.pidx, self.poff, self.pshift, self.pstart, d, d + 1, stage.fsend)
+                kc.forward_stages(pos, self.pidx, self.poff, self.pshift, self.pstart, d, d + 1,
+                                  *kc.stage_region(self.fsend, self.soff, d))
                 MPI.Prequest.Startall(stage.fwd)
                 self.clock.sent(stage.fsend.nbytes, stage.messages)
             if work is not None:
@@ -572,7 +563,7 @@ class Halo:
                 tw = time.perf_counter()
                 MPI.Request.Waitall(stage.fwd)
                 waited += time.perf_counter() - tw
-                kc.put_rows(pos, self.pstart[2 * d], stage.ghosts, stage.frecv)
+                kc.ghosts_in(pos, self.pstart, self.nrecv, d, self.frecv, self.roff, False)
         self.comm_time += time.perf_counter() - t0 - busy
         self.clock.add("waiting", waited)
         self.clock.add("communication", time.perf_counter() - t0 - busy - waited)
@@ -594,17 +585,18 @@ class Halo:
             if stage is None:
                 continue
             if d + 1 < d1:  # the brick's own images above this stage, together
-                kc.reverse_stages(f, self.pidx, self.poff, self.pstart, d + 1, d1, _NONE)
-            kc.copy_rows(f, self.pstart[2 * d], stage.ghosts, stage.rsend)
+                kc.reverse_stages(f, self.pidx, self.poff, self.pstart, d + 1, d1, _NONE, 0)
+            kc.ghosts_in(f, self.pstart, self.nrecv, d, self.rsend, self.roff, True)
             MPI.Prequest.Startall(stage.rev)
             self.clock.sent(stage.rsend.nbytes, stage.messages)
             tw = time.perf_counter()
             MPI.Request.Waitall(stage.rev)
             waited += time.perf_counter() - tw
-            kc.reverse_stages(f, self.pidx, self.poff, self.pstart, d, d + 1, stage.rrecv)
+            kc.reverse_stages(f, self.pidx, self.poff, self.pstart, d, d + 1,
+                              *kc.stage_region(self.rrecv, self.soff, d))
             d1 = d
         if d1 > 0:
-            kc.reverse_stages(f, self.pidx, self.poff, self.pstart, 0, d1, _NONE)
+            kc.reverse_stages(f, self.pidx, self.poff, self.pstart, 0, d1, _NONE, 0)
         self.comm_time += time.perf_counter() - t0
         self.clock.add("waiting", waited)
         self.clock.add("communication", time.perf_counter() - t0 - waited)

@@ -46,7 +46,7 @@ __all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "jita
            "pack_migrants", "wrap_rows", "leaving_rows", "cell_order", "sort_migrants", "border_plan", "border_pack",
            "local_stages",
            "border_rows", "unpack_ghosts", "message_regions", "forward_stages", "reverse_stages", "copy_rows",
-           "put_rows"]
+           "put_rows", "stage_region", "ghosts_in"]
 
 
 @njit(nogil=True, cache=True)
@@ -370,7 +370,7 @@ def make_step_calls(linked: bool):
             t0 = wtime()
             rc = start_all(reqs, req_at[2 * d, 0], req_at[2 * d, 1])
             tally[TALLY_POSTING] += wtime() - t0
-            tally[TALLY_BYTES] += 24.0 * (soff[d + 1] - soff[d])
+            tally[TALLY_BYTES] += 24.0 * (soff[2 * d + 2] - soff[2 * d])
             tally[TALLY_MESSAGES] += req_at[2 * d, 1] // 2
         elif op == OP_WAIT:
             t0 = wtime()
@@ -384,7 +384,7 @@ def make_step_calls(linked: bool):
                 rc = wait_all(reqs, req_at[2 * d + 1, 0], req_at[2 * d + 1, 1], status)
             tally[TALLY_POSTING] += t1 - t0
             tally[TALLY_WAITING] += wtime() - t1
-            tally[TALLY_BYTES] += 24.0 * (roff[d + 1] - roff[d])
+            tally[TALLY_BYTES] += 24.0 * (roff[2 * d + 2] - roff[2 * d])
             tally[TALLY_MESSAGES] += req_at[2 * d + 1, 1] // 2
         return rc
 
@@ -404,14 +404,14 @@ def make_run_ops(newton, linked: bool):
 
         The arguments that change from step to step first (the kick ``h``, ``eflag``, ``rebuild2``).
         ``ops`` ``(k, 2)``: opcode and argument (a stage, a third of the owned atoms), in order; the ghost
-        plan flat (``pidx``, ...); stage d's messages in ``fsend``/``frecv`` (forward), ``rsend``/``rrecv``
-        (reverse) from row ``soff[d]`` or ``roff[d]`` (``nrecv[d]`` ghosts); ``sums``: the owned pairs'
-        energy and virial (``[0]``, ``[1]``), the ghost pairs' (``[2]``, ``[3]``).  Persistent requests as
-        bytes (:func:`~pympi_gpu.mpi.numba_calls.handles`): the halo's ``reqs``, stage d's forward ones
+        plan flat (``pidx``, ...); messages in ``fsend``/``frecv``, ``rsend``/``rrecv`` (back), entry e's from
+        ``soff[e]``/``roff[e]`` (:func:`message_regions`); ``sums``: the owned pairs' energy and virial
+        (``[0]``, ``[1]``), the ghost pairs' (``[2]``, ``[3]``).  Persistent requests as bytes
+        (:func:`~pympi_gpu.mpi.numba_calls.handles`): the halo's ``reqs``, stage d's forward ones
         ``req_at[2d] = (first byte, count)``, reverse ``req_at[2d + 1]``; ``agree``, the reduction (MAX)
         of ``top[:2]`` (the largest squared displacement since ``x0``, the stop request) into ``top[2:]``
-        (empty on one rank: a copy), after which a displacement above ``rebuild2`` stops the piece;
-        ``tally``: seconds, bytes and messages of the calls, added (``TALLY_*``)."""
+        (empty on one rank: a copy), after which a displacement above ``rebuild2`` stops the piece; ``tally``:
+        seconds, bytes and messages of the calls, added (``TALLY_*``)."""
         for q in range(ops.shape[0]):
             op = ops[q, 0]
             d = ops[q, 1]
@@ -429,10 +429,10 @@ def make_run_ops(newton, linked: bool):
                 if op == OP_AGREE and top[2] > rebuild2:
                     return REBUILD
             elif op == OP_FORWARD or op == OP_PACK:  # in place (an empty message) or into the message
-                forward_stages(pos, pidx, poff, pshift, pstart, d, d + 1,
-                               fsend[:0] if op == OP_FORWARD else fsend[soff[d]:soff[d + 1]])
+                out, gap = stage_region(fsend[:0] if op == OP_FORWARD else fsend, soff, d)
+                forward_stages(pos, pidx, poff, pshift, pstart, d, d + 1, out, gap)
             elif op == OP_PUT:
-                put_rows(pos, pstart[2 * d], nrecv[d], frecv[roff[d]:roff[d + 1]])
+                ghosts_in(pos, pstart, nrecv, d, frecv, roff, False)
             elif op == OP_OWNED:
                 e, w = newton(pos, f, (d * n) // 3, ((d + 1) * n) // 3, own_cnt, own_nbr, rc2, eflag)
                 sums[0] += e
@@ -442,10 +442,10 @@ def make_run_ops(newton, linked: bool):
                 sums[2] = e
                 sums[3] = w
             elif op == OP_REVERSE or op == OP_ADD_BACK:  # in place, or from the message that came home
-                reverse_stages(f, pidx, poff, pstart, d, d + 1,
-                               rsend[:0] if op == OP_REVERSE else rrecv[soff[d]:soff[d + 1]])
+                buf, gap = stage_region(rsend[:0] if op == OP_REVERSE else rrecv, soff, d)
+                reverse_stages(f, pidx, poff, pstart, d, d + 1, buf, gap)
             elif op == OP_PACK_BACK:
-                copy_rows(f, pstart[2 * d], nrecv[d], rsend[roff[d]:roff[d + 1]])
+                ghosts_in(f, pstart, nrecv, d, rsend, roff, True)
             elif op == OP_KICK:
                 kick_serial(v, f, h, n)
         return RAN
@@ -741,22 +741,41 @@ def _region(rows, kept):
 def message_regions(poff, counts, remote, one, regions, soff, roff, nrecv):
     """The message regions of the plan's stages whose neighbours are other ranks; did they change?
 
-    Stage d sends ``poff[2d + 2] - poff[2d]`` rows and receives ``nrecv[d]``
-    (set here); its regions in the flat buffers hold ``regions[d]`` and
-    ``regions[3 + d]`` rows from ``soff[d]`` and ``roff[d]`` (set here): the
-    rows exactly, or where the two neighbours are one rank (``one[d]``) a
-    region kept while the rows fit it (:func:`_region`; -1: none yet).
+    Entry e's rows sent are ``fsend[soff[e]:soff[e + 1]]`` (``poff[e + 1] -
+    poff[e]`` of them first, then padding) and its ghosts received
+    ``frecv[roff[e]:roff[e + 1]]`` (``counts[e]`` first); stage d's
+    ``nrecv[d]`` ghosts (both entries') and messages from ``soff[2d]``
+    and ``roff[2d]`` to ``soff[2d + 2]`` and ``roff[2d + 2]``.  Each message
+    is a region of rows kept while they fit it (:func:`_region`;
+    ``regions[4d:4d + 4]``: to the lower neighbour, to the upper, from the
+    upper, from the lower; -1: none yet).  Both sides of a message see the
+    same rows, the sender's being the receiver's ghosts, so they agree on its
+    region.  Where the two neighbours are one rank (``one[d]``) a stage's two
+    entries travel as one message each way, the first region of each pair
+    (the second entry's rows right after the first's).
     """
     changed = False
     for d in range(3):
-        ns = poff[2 * d + 2] - poff[2 * d] if remote[d] else 0
-        nr = counts[2 * d] + counts[2 * d + 1] if remote[d] else 0
-        nrecv[d] = nr
-        if remote[d] and one[d]:
-            ns, nr = _region(ns, regions[d]), _region(nr, regions[3 + d])
-        changed |= ns != regions[d] or nr != regions[3 + d]
-        regions[d], regions[3 + d] = ns, nr
-        soff[d + 1], roff[d + 1] = soff[d] + ns, roff[d] + nr
+        e = 2 * d
+        k = 4 * d
+        lo_rows, hi_rows = (poff[e + 1] - poff[e], poff[e + 2] - poff[e + 1]) if remote[d] else (0, 0)
+        lo_ghosts, hi_ghosts = (counts[e], counts[e + 1]) if remote[d] else (0, 0)
+        nrecv[d] = lo_ghosts + hi_ghosts
+        if not remote[d]:
+            sizes = (0, 0, 0, 0)
+            gaps = (0, 0)
+        elif one[d]:
+            sizes = (_region(lo_rows + hi_rows, regions[k]), 0, _region(lo_ghosts + hi_ghosts, regions[k + 2]), 0)
+            gaps = (lo_rows, lo_ghosts)
+        else:
+            sizes = (_region(lo_rows, regions[k]), _region(hi_rows, regions[k + 1]),
+                     _region(lo_ghosts, regions[k + 2]), _region(hi_ghosts, regions[k + 3]))
+            gaps = (sizes[0], sizes[2])
+        for q in range(4):
+            changed |= sizes[q] != regions[k + q]
+            regions[k + q] = sizes[q]
+        soff[e + 1], soff[e + 2] = soff[e] + gaps[0], soff[e] + sizes[0] + sizes[1]
+        roff[e + 1], roff[e + 2] = roff[e] + gaps[1], roff[e] + sizes[2] + sizes[3]
     return changed
 
 
@@ -770,19 +789,20 @@ def unpack_ghosts(rows, m, pos, gid, at):
 
 
 @njit(cache=True)
-def forward_stages(pos, pidx, poff, pshift, pstart, d0, d1, out):
+def forward_stages(pos, pidx, poff, pshift, pstart, d0, d1, out, gap):
     """Stages ``d0..d1-1`` of the ghost plan (entries ``2d, 2d + 1`` each): their rows refreshed and shifted.
 
     With ``out`` of no rows, into the ghost rows (a brick's own image);
-    otherwise packed into ``out`` one entry after the other (a message).
+    otherwise packed into ``out`` (a message region: one stage), the first
+    entry's rows from its row 0, the second's from row ``gap``.
     The plan is flat: entry e's rows are ``pidx[poff[e]:poff[e + 1]]``,
     shifted by ``pshift[e]``, its ghosts from row ``pstart[e]`` on.
     """
     to_self = out.shape[0] == 0
-    w = 0
     for e in range(2 * d0, 2 * d1):
         s0 = poff[e]
         base = pstart[e] - s0
+        w = gap if e % 2 else 0
         for k in range(s0, poff[e + 1]):
             j = pidx[k]
             for d in range(3):
@@ -795,24 +815,46 @@ def forward_stages(pos, pidx, poff, pshift, pstart, d0, d1, out):
 
 
 @njit(cache=True)
-def reverse_stages(f, pidx, poff, pstart, d0, d1, buf):
+def reverse_stages(f, pidx, poff, pstart, d0, d1, buf, gap):
     """Stages ``d1-1`` down to ``d0`` backwards: forces added into the rows their ghosts came from.
 
     With ``buf`` of no rows, from the ghost rows themselves (a brick's own
-    image); otherwise from ``buf``, one stage's entries' rows one after the
-    other (a message).  Entries in order within a stage, as :meth:`Halo.reverse`.
+    image); otherwise from ``buf``, one stage's message region (the first
+    entry's rows from its row 0, the second's from row ``gap``).  Entries in
+    order within a stage, as :meth:`Halo.reverse`.
     """
     from_self = buf.shape[0] == 0
-    w = 0
     for d in range(d1 - 1, d0 - 1, -1):
         for e in range(2 * d, 2 * d + 2):
             s0 = poff[e]
             base = pstart[e] - s0
+            w = gap if e % 2 else 0
             for k in range(s0, poff[e + 1]):
                 j = pidx[k]
                 for c in range(3):
                     f[j, c] += f[base + k, c] if from_self else buf[w, c]
                 w += 1
+
+
+@njit(cache=True, inline="always")
+def stage_region(buf, off, d):
+    """Stage d's message region in ``buf`` (``off``: ``soff`` or ``roff`` of :func:`message_regions`) and
+    the row in it where the stage's second entry begins."""
+    return buf[off[2 * d]:off[2 * d + 2]], off[2 * d + 1] - off[2 * d]
+
+
+@njit(cache=True, inline="always")
+def ghosts_in(rows, pstart, nrecv, d, region, roff, back):
+    """Stage d's ghost rows and the message region of its ghosts (``roff``: :func:`message_regions`), the
+    first entry's ghosts at the region's start, the second's at its second message: put in place from it
+    (``back`` False) or, ``back``, packed into it (the ghosts' forces going home)."""
+    r0 = roff[2 * d]
+    first = pstart[2 * d + 1] - pstart[2 * d]
+    for e, at, m in ((2 * d, r0, first), (2 * d + 1, roff[2 * d + 1], nrecv[d] - first)):
+        if back:
+            copy_rows(rows, pstart[e], m, region[at:])
+        else:
+            put_rows(rows, pstart[e], m, region[at:])
 
 
 @njit(cache=True)
@@ -886,8 +928,8 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
                  0, pshift, np.zeros(6, np.int64), np.zeros(6, np.int64))
     pidx, poff, pstart = np.zeros(0, np.int64), np.zeros(7, np.int64), np.full(6, n, np.int64)
     none = np.empty((0, 3))
-    forward_stages(x, pidx, poff, pshift, pstart, 0, 3, none)
-    reverse_stages(f, pidx, poff, pstart, 0, 3, none)
+    forward_stages(x, pidx, poff, pshift, pstart, 0, 3, none, 0)
+    reverse_stages(f, pidx, poff, pstart, 0, 3, none, 0)
     sums = np.zeros(4)
     # every operation but those that call MPI (compiled all the same), on one rank's empty plan
     every = np.array([[op, 0] for op in range(len(OPS)) if op not in (OP_POST, OP_WAIT, OP_SEND_BACK)], np.int64)
@@ -899,7 +941,7 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
         if half:
             for eflag in (True, False):
                 rest = (x, f, v, n, *lists, 1.0, pidx, poff, pshift, pstart, none, none, none, none,
-                        np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(3, np.int64), sums, pos, 0.1, top,
+                        np.zeros(7, np.int64), np.zeros(7, np.int64), np.zeros(3, np.int64), sums, pos, 0.1, top,
                         no_requests, np.zeros((6, 2), np.int64), no_requests, status, tally)
                 forces.run_ops(every, 0.1, eflag, 1e300, *rest)
 
