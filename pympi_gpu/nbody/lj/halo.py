@@ -267,7 +267,7 @@ class Halo:
         self._above = np.array([brick.hi[d] - cutneigh for d in range(3)])
         # kept buffers: border rows, migrants (grown on first use), messages
         self._msg, self._leaving, self._flat = np.empty((0, 4)), np.empty((0, 10)), None
-        #: the message regions of the last plan (:meth:`_messages`; -1: none), and where each entry's start
+        #: the message regions of the last plan (:meth:`_messages`; -1: none), and where each entry's rows start
         self._regions = np.full(12, -1, np.int64)
         self.soff, self.roff = np.zeros(7, np.int64), np.zeros(7, np.int64)
         self._one = np.array([self.nbrs[d][0] == self.nbrs[d][1] for d in range(3)])
