@@ -114,12 +114,12 @@ def test_neighbor_lists_match_brute_force(half):
 
 @pytest.mark.parametrize("half", [True, False])
 @pytest.mark.parametrize("box", [7.0, 9.3])
-@pytest.mark.parametrize("simd", [8, 4, 1])
+@pytest.mark.parametrize("simd", [16, 8, 4])
 @pytest.mark.parametrize("block", [1, 2, 4])
 def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, block, monkeypatch):
     """The one-thread engine's build (lists_cpu) lists the same neighbours in the same order, row for
-    row, as neighbor_lists (the GPU's build is held to the latter), with each scan (eight lanes and a
-    compress, four lanes and a table, one at a time: LLVM compiles the vector code for any CPU), and
+    row, as neighbor_lists (the GPU's build is held to the latter), with each scan (sixteen lanes and a
+    compress, eight or four lanes and a table: LLVM compiles the vector code for any CPU), and
     whatever the cells a gather serves (1, or blocks of 2 or 4 that do not divide a column's 9 or 10
     cells); a row too long for the first widths is built again wider, not cut."""
     from pympi_gpu.nbody.lj import lists_cpu
@@ -147,12 +147,54 @@ def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, bloc
     assert lists.widths[0] >= got[0].max() > 4 and lists.widths[1] >= got[2].max() > 4
 
 
+@pytest.mark.parametrize("simd", [16, 8, 4])
+@pytest.mark.parametrize("flown", [False, True])
+def test_serial_lists_decide_a_hair_from_either_radius_in_double(simd, flown, monkeypatch):
+    """Pairs a hair (1e-9 relative, or nothing) inside and outside rc and the list radius, which the
+    single-precision scan cannot tell apart, are listed as the double build lists them (the test
+    checks that single precision alone would list some wrongly); with an atom flown a long way off
+    (``flown``: a margin of no use) every candidate is tested in double, and the rows still agree."""
+    from pympi_gpu.nbody.lj import lists_cpu
+    from pympi_gpu.nbody.lj.lists_cpu import VerletLists
+    from pympi_gpu.nbody.lj.system import CellGrid
+
+    monkeypatch.setattr(lists_cpu, "SIMD", simd)
+    box, cut, rc = 7.0, 2.8, 2.5
+    rng = np.random.default_rng(5)
+    centres = (np.stack(np.meshgrid(*[np.arange(4)] * 3, indexing="ij"), -1).reshape(-1, 3) + 0.5) * box / 4
+    unit = rng.normal(size=centres.shape)
+    unit /= np.linalg.norm(unit, axis=1)[:, None]
+    radii = np.array([r * (1 + e) for r in (rc, cut) for e in (-1e-9, 0.0, 1e-9)])
+    partners = centres + unit * radii[np.arange(len(centres)) % len(radii), None]
+    own = np.vstack([centres, partners]) % box
+    ncell = np.full(3, int(2 * (box + 2 * cut) / cut), np.int64)
+    c = np.minimum(((own + cut) * (ncell / (box + 2 * cut))).astype(int), ncell - 1)
+    own = own[np.lexsort((c[:, 2], c[:, 1], c[:, 0]))]
+    shifts = [(np.array(s) - 1) * box for s in np.ndindex(3, 3, 3) if s != (1, 1, 1)]
+    pos = np.vstack([own] + [own + s for s in shifts] + ([np.array([[1e9, 3.0, 3.0]])] if flown else []))
+    n = len(own)
+    lo = np.full(3, -cut)
+    grid = CellGrid(lo=lo, inv=ncell / (box + 2 * cut), ncell=ncell, reach=2, capacity=(4, 4))
+    d64 = ((pos[:n, None, :] - pos[None, :, :]) ** 2).sum(-1)
+    rel = (pos - lo).astype(np.float32)
+    d32 = ((rel[:n, None, :] - rel[None, :, :]) ** 2).sum(-1, dtype=np.float32)
+    assert np.any((d32 < rc * rc) != (d64 < rc * rc)) and np.any((d32 < cut * cut) != (d64 < cut * cut))
+    cell_of, start, atoms = kc.bin_atoms(pos, len(pos), grid.lo, grid.inv, grid.ncell)
+    for half in (True, False):
+        ref = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, rc * rc, half, 300, 300)
+        got = VerletLists((4, 4)).build(pos, n, grid, cut * cut, rc * rc, half)
+        assert np.array_equal(got[0], ref[0]) and np.array_equal(got[2], ref[2])
+        for i in range(n):
+            assert np.array_equal(got[1][i, :got[0][i]], ref[1][i, :ref[0][i]])
+            assert np.array_equal(got[3][i, :got[2][i]], ref[3][i, :ref[2][i]])
+
+
 @pytest.mark.parametrize("name, features, lanes", [
-    (None, "+avx512f,+avx2,+fma", 8), (None, "+avx2,+fma,-avx512f", 4), (None, "+sse4.2,+neon", 1),
-    ("generic", None, 1), ("znver3", None, 1)])
+    (None, "+avx512f,+avx2,+fma", 16), (None, "+avx2,+fma,-avx512f", 8), (None, "+sse4.2,+neon", 4),
+    ("generic", None, 4), ("znver3", None, 4)])
 def test_the_scan_lanes_follow_the_cpu_numba_compiles_for(name, features, lanes, monkeypatch):
-    """Eight lanes where numba is told AVX-512, four where AVX2, else one; a CPU named without its
-    features counts as having none (the code must run on every CPU the name covers)."""
+    """Sixteen lanes where numba is told AVX-512, eight where AVX2, else four; a CPU named without
+    its features counts as having none (the code must run on every CPU the name covers)."""
     from numba.core import config
 
     from pympi_gpu.nbody.lj import lists_cpu
@@ -164,9 +206,10 @@ def test_the_scan_lanes_follow_the_cpu_numba_compiles_for(name, features, lanes,
 
 def test_serial_lists_without_avx512_compress(tmp_path):
     """Where numba compiles for a CPU named without features (``NUMBA_CPU_NAME=generic``: an image
-    built for any x86-64) the scan takes one candidate at a time, and the module, its vector code
-    included, still compiles there: the rows are still the parallel build's, row for row (the test
-    above, run again in a process compiling for that CPU, with a cache of its own)."""
+    built for any x86-64) the scan takes four candidates at a time (SSE2's vectors), and the module,
+    its 16- and 8-lane code included, still compiles there: the rows are still the parallel build's,
+    row for row (the tests above, run again in a process compiling for that CPU, with a cache of its
+    own)."""
     import sys
 
     from conftest import ROOT, clean_env, run
@@ -175,10 +218,11 @@ def test_serial_lists_without_avx512_compress(tmp_path):
     env.pop("NUMBA_CPU_FEATURES", None)
     probe = run([sys.executable, "-c", "from pympi_gpu.nbody.lj import lists_cpu as m; print(m.SIMD)"],
                 env=env, cwd=ROOT)
-    assert probe.stdout.split() == ["1"], probe.stderr
+    assert probe.stdout.split() == ["4"], probe.stderr
     out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::"
-               "test_serial_lists_equal_the_parallel_build_row_for_row"], env=env, cwd=ROOT, timeout=600)
-    assert out.returncode == 0 and "36 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+               "test_serial_lists_equal_the_parallel_build_row_for_row", f"{__file__}::"
+               "test_serial_lists_decide_a_hair_from_either_radius_in_double"], env=env, cwd=ROOT, timeout=600)
+    assert out.returncode == 0 and "42 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
 
 
 def test_engine_kernels_do_the_numpy_operations():

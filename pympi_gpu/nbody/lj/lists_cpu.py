@@ -8,9 +8,11 @@ out, the stencil's rows of cells (x, then y) scanned in order and each row's
 cells along z; a row lists the pairs within ``rc`` first, then the skin's.
 
 The owned rows and the ghost rows are each put in cell order once, as
-records ``(x, y, z, row)`` stored by field (four rows of one array: every
-record's x, then every y, z and row), so that a vector of candidates'
-coordinates is three loads, with no shuffle.  Then, for a block of cells of one column along
+records ``(x, y, z, row)`` stored by field (four rows of one float32 array:
+every record's x, then every y, z, and the rows as int32), the coordinates
+less the grid's origin in single precision, so that a vector of candidates'
+coordinates is three loads, with no shuffle, and holds twice the candidates
+double precision would.  Then, for a block of cells of one column along
 z (:data:`BLOCK`), the records of the block's whole stencil are copied into
 two contiguous buffers (owned, ghosts), one block copy per row of cells, and
 each of the block's atoms scans them in one pass: memory read in a few long
@@ -20,14 +22,24 @@ stencil in the block's other cells; they are more than the list radius away
 (cells are at least half of it wide) and are never listed, so the rows are
 the same as one cell's stencil at a time gives, in the same order.  A copy
 serves more atoms and costs less than the candidates it adds (copies of a
-few records each are what the search spent its time on).  The scan has
-no branch: every candidate tested is written to two index lists (within
+few records each are what the search spent its time on).
+
+The scan tests single-precision distances, and decides by them wherever a
+candidate is farther than a margin from both radii (:func:`_margin`: the
+most the rounding of the coordinates and of the arithmetic can move a
+squared distance); a vector of candidates with one within the margin is
+tested again in double precision, from ``pos``, as the parallel build tests
+it (:func:`_exact`), so the rows are the double build's, entry for entry.
+(At 500 atoms on 2 ranks a few candidates a build are.)  Otherwise the scan
+has no branch: every candidate tested is written to two index lists (within
 ``rc``, within ``rc + skin``), whose lengths grow by the test's outcome.
-On AVX-512 it takes eight candidates at a time with vector code, the kept
-ones compressed into a register (one ``vpcompressq``) and stored whole;
-on AVX2, which has no compress, four at a time, the kept lanes' positions
-read from a table of the sixteen masks' compressions (:data:`_LANES4`)
-and stored whole; elsewhere one at a time.  The half
+On AVX-512 it takes sixteen candidates at a time with vector code, the kept
+ones compressed into a register (one ``vpcompressd``) and stored whole;
+on AVX2, which has no compress, eight at a time, the kept lanes' positions
+read from a table of the 256 masks' compressions (:data:`_LANES8`)
+and stored whole; elsewhere one at a time.  (Against the double scan of
+eight lanes, AVX-512, 500 atoms on 2 ranks: a build 0.82x, a rebuild 0.82x.)
+The half
 lists' rule for owned pairs (``j > i``, the atoms sorted by (cell, id)) is
 where the scan starts, and every ghost within reach is listed: with half
 lists the halo is a half shell (:class:`~pympi_gpu.nbody.lj.halo.Halo`),
@@ -62,8 +74,9 @@ def cell_index(pos, i, lo, inv, ncell):
 
 
 def _vector_lanes() -> int:
-    """The candidates the scan tests at a time on the CPU numba compiles for: 8 with AVX-512 (where
-    :func:`_scan8`'s compress is one instruction), 4 with AVX2 (:func:`_scan4`), else 1.
+    """The candidates the scan tests at a time on the CPU numba compiles for: 16 with AVX-512 (where
+    :func:`_scan16`'s compress is one instruction), 8 with AVX2 (:func:`_scan8`), else 4 (:func:`_scan4`:
+    SSE2's single-precision vectors, which every x86-64 has, or NEON's).
 
     The features numba is told (``NUMBA_CPU_FEATURES``, as ``jitcache.tune_cpu``
     sets them) or, for the host CPU, the host's; a CPU named without features
@@ -75,24 +88,26 @@ def _vector_lanes() -> int:
     if config.CPU_FEATURES is not None:
         features = config.CPU_FEATURES
     elif config.CPU_NAME not in (None, "host"):
-        return 1
+        return 4
     else:
         features = ll.get_host_cpu_features().flatten()
     features = features.split(",")
-    return 8 if "+avx512f" in features else 4 if "+avx2" in features else 1
+    return 16 if "+avx512f" in features else 8 if "+avx2" in features else 4
 
 
-#: the candidates the scan tests at a time (the same lists whatever it is): 8 on AVX-512, 4 on AVX2 (measured
-#: on Zen 3: a build 0.69-0.74x the scalar scan's at 250 and 2,000 atoms a rank), else 1
+#: the candidates the scan tests at a time (the same lists whatever it is): 16 on AVX-512, 8 on AVX2, else 4
 SIMD = _vector_lanes()
-#: cells of a column along z whose atoms share one gather of their stencils' candidates (measured: with
-#: eight lanes the more candidates cost less than the gathers saved; with four, 2 and 4 were level at 250
-#: atoms a rank and 2 ahead at 2,000; one at a time pays more for them)
-BLOCK = 4 if SIMD == 8 else 2
+#: cells of a column along z whose atoms share one gather of their stencils' candidates (measured with sixteen
+#: lanes at 250 and 2,000 atoms a rank: 4 ahead of 1, 2, 6 and 8, the more candidates costing less than the gathers
+#: saved; with four double lanes on AVX2, 2 and 4 were level at 250 atoms a rank and 2 ahead at 2,000)
+BLOCK = 4 if SIMD == 16 else 2
+#: single precision's unit roundoff
+_EPS32 = 2.0 ** -24
 
 
-_F64, _I64, _I32, _I8, _I1 = ir.DoubleType(), ir.IntType(64), ir.IntType(32), ir.IntType(8), ir.IntType(1)
-_V8D, _V8L, _V8B = ir.VectorType(_F64, 8), ir.VectorType(_I64, 8), ir.VectorType(_I1, 8)
+_F32, _I64, _I32, _I16, _I8, _I1 = (ir.FloatType(), ir.IntType(64), ir.IntType(32), ir.IntType(16), ir.IntType(8),
+                                    ir.IntType(1))
+_V8L = ir.VectorType(_I64, 8)
 
 
 def _lanes(*items) -> ir.Constant:
@@ -101,12 +116,16 @@ def _lanes(*items) -> ir.Constant:
 
 @njit(nogil=True, cache=True)
 def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, grec):
-    """Owned rows and ghost rows each in cell order (stable) as records ``(x, y, z, row)``.
+    """Owned rows and ghost rows each in cell order (stable) as records ``(x, y, z, row)``; returns the
+    largest distance of a coordinate from ``lo``.
 
-    ``orec``/``grec`` ``(4, m)``: field f of record r is ``rec[f, r]``;
-    ``ostart``/``gstart`` (``ncells + 1``) are the cells' first records.
+    ``orec``/``grec`` ``(4, m)`` float32: field f of record r is ``rec[f, r]``,
+    the coordinates less ``lo`` in single precision, the row's int32 in field 3
+    (``rec.view(np.int32)[3, r]``); ``ostart``/``gstart`` (``ncells + 1``) are the
+    cells' first records.
     """
     ncells = ncell[0] * ncell[1] * ncell[2]
+    oid, gid = orec.view(np.int32), grec.view(np.int32)
     for c in range(ncells + 1):
         ostart[c] = 0
         gstart[c] = 0
@@ -120,38 +139,58 @@ def _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, gre
     for c in range(ncells):
         ostart[c + 1] += ostart[c]
         gstart[c + 1] += gstart[c]
+    far = 0.0
     for i in range(n_all):  # ostart[c], gstart[c] advance to the next cell's start, then step back
         c = cell[i]
         if i < nlocal:
             r = u64(ostart[c])
             ostart[c] += 1
-            rec = orec
+            rec, rid = orec, oid
         else:
             r = u64(gstart[c])
             gstart[c] += 1
-            rec = grec
-        rec[0, r] = pos[i, 0]
-        rec[1, r] = pos[i, 1]
-        rec[2, r] = pos[i, 2]
-        rec[3, r] = i
+            rec, rid = grec, gid
+        for f in range(3):
+            x = pos[i, f] - lo[f]
+            far = max(far, abs(x))
+            rec[f, r] = np.float32(x)
+        rid[3, r] = i
     for c in range(ncells, 0, -1):
         ostart[c] = ostart[c - 1]
         gstart[c] = gstart[c - 1]
     ostart[0] = 0
     gstart[0] = 0
+    return far
+
+
+@njit(cache=True, inline="always")
+def _margin(far, cut2):
+    """How far a squared distance in single precision can be from the double one the lists are built
+    by, for records at most ``far`` from the origin and distances up to the list radius (+1); inf where
+    that bound is no use (a flown-off atom), so that every candidate is tested again in double.
+
+    Each stored coordinate is off by at most ``far eps``, a difference of two
+    by ``e = (2 far + rl + 1) eps`` with its rounding (``|dx| <= rl + 1``);
+    its square by ``e (2 |dx| + e)``, three of them, and five roundings of
+    values below ``rl^2 + 1``: doubled.
+    """
+    rl = np.sqrt(cut2)
+    e = (2.0 * far + 2.0 * rl + 2.0) * _EPS32
+    tol = 2.0 * (3.0 * e * (2.0 * rl + 2.0 + e) + 8.0 * (cut2 + 1.0) * _EPS32)
+    return tol if tol < 0.25 else np.inf
 
 
 @intrinsic
-def _copy8(typingctx, src, s, dst, d):
-    """``dst.flat[d:d + 8] = src.flat[s:s + 8]`` (C-contiguous arrays): one unaligned 64-byte load and
-    store, no bounds check."""
+def _copy64(typingctx, src, s, dst, d):
+    """``dst.flat[d:d + k] = src.flat[s:s + k]`` for the ``k`` values of 64 bytes (C-contiguous arrays):
+    one unaligned 64-byte load and store, no bounds check."""
     sig = types.void(src, s, dst, d)
 
     def codegen(context, builder, signature, args):
         src_, s_, dst_, d_ = args
-        ptr = [builder.bitcast(builder.gep(context.make_array(ty)(context, builder, a).data, [i]), _V8D.as_pointer())
+        ptr = [builder.bitcast(builder.gep(context.make_array(ty)(context, builder, a).data, [i]), _V8L.as_pointer())
                for ty, a, i in ((signature.args[0], src_, s_), (signature.args[2], dst_, d_))]
-        builder.store(builder.load(ptr[0], align=8), ptr[1], align=8)
+        builder.store(builder.load(ptr[0], align=4), ptr[1], align=4)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -161,16 +200,16 @@ def _copy8(typingctx, src, s, dst, d):
 def _copy(k0, k1, nb, src, dst):
     """Records ``[k0, k1)`` of ``src`` appended to ``dst`` after its first ``nb``; the new count.
 
-    Eight values of a field a move: each field of ``src`` and ``dst`` needs
-    eight values of room past its last record (which hold no candidate: the
+    Sixteen values of a field a move: each field of ``src`` and ``dst`` needs
+    sixteen values of room past its last record (which hold no candidate: the
     count says where they end).
     """
     ms, md = u64(src.shape[1]), u64(dst.shape[1])
     for f in range(4):
         o = u64(f) * md + u64(nb)
-        for k in range(u64(f) * ms + u64(k0), u64(f) * ms + u64(k1), u64(8)):
-            _copy8(src, k, dst, o)
-            o += u64(8)
+        for k in range(u64(f) * ms + u64(k0), u64(f) * ms + u64(k1), u64(16)):
+            _copy64(src, k, dst, o)
+            o += u64(16)
     return nb + (k1 - k0)
 
 
@@ -206,18 +245,19 @@ def _gather(c, c1, ncell, reach, half, ostart, gstart, orec, grec, bo, bg):
     return nbo, nbg, bself
 
 
-def _masks(context, builder, b_ty, b_, k_, xi_, yi_, zi_, rc2_, cut2_, lim_, lanes: int):
-    """The two masks of records ``k..k+lanes-1`` of ``b`` (within ``rc``; within the skin), lanes from
-    ``lim`` on off, and ``splat``.
+def _classify(context, builder, b_ty, b_, k_, xi_, yi_, zi_, bounds, lim_, lanes: int):
+    """The masks of records ``k..k+lanes-1`` of ``b`` (within rc; within the skin; within the margin of
+    either radius), lanes from ``lim`` on off, and ``splat``.
 
-    The squared distances are the scalar loop's operations in its order
-    (``(dx dx + dy dy) + dz dz``, no fused multiply-add).
+    ``bounds``: rc^2 less and plus the margin, then the list radius's square
+    less and plus it, single precision.  Where no lane is within the margin,
+    the first two masks are the double build's.
     """
     b = context.make_array(b_ty)(context, builder, b_)
     row = builder.extract_value(b.shape, 1)  # the values of a field
-    vt = ir.VectorType(_F64, lanes)
+    vt = ir.VectorType(_F32, lanes)
     xyz = [builder.load(builder.bitcast(builder.gep(b.data, [builder.add(builder.mul(row, ir.Constant(_I64, f)), k_)]),
-                                        vt.as_pointer()), align=8) for f in range(3)]
+                                        vt.as_pointer()), align=4) for f in range(3)]
 
     def splat(value, ty=vt):
         one = builder.insert_element(ir.Constant(ty, ir.Undefined), value, ir.Constant(_I32, 0))
@@ -225,112 +265,116 @@ def _masks(context, builder, b_ty, b_, k_, xi_, yi_, zi_, rc2_, cut2_, lim_, lan
 
     dx, dy, dz = (builder.fsub(splat(q), w) for q, w in zip((xi_, yi_, zi_), xyz))
     d2 = builder.fadd(builder.fadd(builder.fmul(dx, dx), builder.fmul(dy, dy)), builder.fmul(dz, dz))
-    r = splat(rc2_)
-    vl = ir.VectorType(_I64, lanes)
-    valid = builder.icmp_signed("<", ir.Constant(vl, [ir.Constant(_I64, j) for j in range(lanes)]), splat(lim_, vl))
-    near = builder.fcmp_ordered("<", d2, r)
-    far = builder.and_(builder.fcmp_ordered(">=", d2, r), builder.fcmp_ordered("<", d2, splat(cut2_)))
-    return (builder.and_(near, valid), builder.and_(far, valid)), splat
+    below = [builder.fcmp_ordered("<", d2, splat(t)) for t in bounds]
+    vi = ir.VectorType(_I32, lanes)
+    valid = builder.icmp_signed("<", ir.Constant(vi, [ir.Constant(_I32, j) for j in range(lanes)]),
+                                splat(builder.trunc(lim_, _I32), vi))
+    near = builder.and_(below[0], valid)
+    far = builder.and_(builder.xor(below[2], below[0]), valid)  # [rc, rl): no lane is within a margin
+    bits = [builder.bitcast(m, ir.IntType(lanes)) for m in below]
+    odd = builder.or_(builder.xor(bits[0], bits[1]), builder.xor(bits[2], bits[3]))  # any lane within one
+    return (near, far, odd), splat
+
+
+def _scan_signature(b, k, xi, yi, zi, r0, r1, c0, c1, near, far, a, c, lim, *more):
+    return types.UniTuple(types.int64, 3)(b, k, xi, yi, zi, r0, r1, c0, c1, near, far, a, c, lim, *more)
 
 
 @intrinsic
-def _scan8(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lim):
-    """Records ``k..k+7`` of ``b`` as :func:`_scan` treats them, in 8-lane vectors: ``(a, c)`` advanced.
-    Lanes from ``lim`` on are not candidates (the last few of a buffer).
+def _scan16(typingctx, b, k, xi, yi, zi, r0, r1, c0, c1, near, far, a, c, lim):
+    """Records ``k..k+15`` of ``b`` as :func:`_scan` treats them, in 16-lane single-precision vectors:
+    ``(a, c, odd)``, ``(a, c)`` advanced, ``odd`` not 0 where a lane is within the margin of a radius (then
+    the double test decides, and what this stored is written over).  Lanes from ``lim`` on are not
+    candidates (the last few of a buffer).
 
     The squared distances are the scalar loop's operations in its order
     (``(dx dx + dy dy) + dz dz``, no fused multiply-add); the indices kept
     are compressed into a vector (``llvm.experimental.vector.compress``: one
-    ``vpcompressq`` to a register on AVX-512) stored whole at ``near[a]`` and
-    ``far[c]``, so both need 8 entries of room past their counts.
+    ``vpcompressd`` to a register on AVX-512) stored whole at ``near[a]`` and
+    ``far[c]``, so both need 16 entries of room past their counts.
     """
-    sig = types.UniTuple(types.int64, 2)(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lim)
+    sig = _scan_signature(b, k, xi, yi, zi, r0, r1, c0, c1, near, far, a, c, lim)
 
     def codegen(context, builder, signature, args):
-        b_, k_, xi_, yi_, zi_, rc2_, cut2_, near_, far_, a_, c_, lim_ = args
-        masks, splat = _masks(context, builder, signature.args[0], b_, k_, xi_, yi_, zi_, rc2_, cut2_, lim_, 8)
-        idx = builder.add(splat(k_, _V8L), ir.Constant(_V8L, [ir.Constant(_I64, j) for j in range(8)]))
-        compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V8L, [_V8L, _V8B, _V8L]),
-                                                  "llvm.experimental.vector.compress.v8i64")
-        popcount = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I8, [_I8]), "llvm.ctpop.i8")
+        b_, k_, xi_, yi_, zi_, r0_, r1_, c0_, c1_, near_, far_, a_, c_, lim_ = args
+        masks, splat = _classify(context, builder, signature.args[0], b_, k_, xi_, yi_, zi_, (r0_, r1_, c0_, c1_),
+                                 lim_, 16)
+        v16i, v16b = ir.VectorType(_I32, 16), ir.VectorType(_I1, 16)
+        idx = builder.add(splat(builder.trunc(k_, _I32), v16i), ir.Constant(v16i, [ir.Constant(_I32, j)
+                                                                                  for j in range(16)]))
+        compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16i, [v16i, v16b, v16i]),
+                                                  "llvm.experimental.vector.compress.v16i32")
+        popcount = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I16, [_I16]), "llvm.ctpop.i16")
         out = []
-        for arr, ty, count, mask in ((near_, signature.args[7], a_, masks[0]), (far_, signature.args[8], c_, masks[1])):
+        for arr, ty, count, mask in ((near_, signature.args[9], a_, masks[0]), (far_, signature.args[10], c_, masks[1])):
             dst = builder.gep(context.make_array(ty)(context, builder, arr).data, [count])
-            builder.store(builder.call(compress, [idx, mask, ir.Constant(_V8L, ir.Undefined)]),
-                          builder.bitcast(dst, _V8L.as_pointer()), align=8)
-            out.append(builder.add(count, builder.zext(builder.call(popcount, [builder.bitcast(mask, _I8)]), _I64)))
+            builder.store(builder.call(compress, [idx, mask, ir.Constant(v16i, ir.Undefined)]),
+                          builder.bitcast(dst, v16i.as_pointer()), align=4)
+            out.append(builder.add(count, builder.zext(builder.call(popcount, [builder.bitcast(mask, _I16)]), _I64)))
+        out.append(builder.zext(masks[2], _I64))
         return context.make_tuple(builder, signature.return_type, out)
 
     return sig, codegen
 
 
-#: AVX2's compress as a table: row m holds the lanes set in the 4-lane mask m, in order (then zeros)
-_LANES4 = np.array([[j for j in range(4) if m >> j & 1] + [0] * (4 - bin(m).count("1")) for m in range(16)],
-                   np.int64)
+def _compressions(lanes: int) -> np.ndarray:
+    """A compress as a table: row m holds the lanes set in the mask m, in order (then zeros)."""
+    return np.array([[j for j in range(lanes) if m >> j & 1] + [0] * (lanes - bin(m).count("1"))
+                     for m in range(1 << lanes)], np.int32)
 
 
-@intrinsic
-def _scan4(typingctx, b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lut, lim):
-    """Records ``k..k+3`` of ``b`` as :func:`_scan8` treats eight, in 4-lane vectors (AVX2), lanes from
-    ``lim`` on masked off.
+#: the compressions of 8 and 4 lanes' masks (:func:`_scan8`, :func:`_scan4`)
+_LANES8, _LANES4 = _compressions(8), _compressions(4)
 
-    The kept lanes of each mask are row ``mask`` of ``lut`` (:data:`_LANES4`),
-    added to ``k`` and stored whole at ``near[a]`` and ``far[c]`` (4 entries
-    of room past their counts).
-    """
-    sig = types.UniTuple(types.int64, 2)(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, lut, lim)
-    V4L, I4 = ir.VectorType(_I64, 4), ir.IntType(4)
 
-    def codegen(context, builder, signature, args):
-        b_, k_, xi_, yi_, zi_, rc2_, cut2_, near_, far_, a_, c_, lut_, lim_ = args
-        table = context.make_array(signature.args[11])(context, builder, lut_).data
-        masks, splat = _masks(context, builder, signature.args[0], b_, k_, xi_, yi_, zi_, rc2_, cut2_, lim_, 4)
-        base = splat(k_, V4L)
-        popcount = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
-        out = []
-        for arr, ty, count, mask in ((near_, signature.args[7], a_, masks[0]), (far_, signature.args[8], c_, masks[1])):
-            bits = builder.zext(builder.bitcast(mask, I4), _I64)
-            lanes = builder.load(builder.bitcast(builder.gep(table, [builder.mul(bits, ir.Constant(_I64, 4))]),
-                                                 V4L.as_pointer()), align=8)
-            dst = builder.gep(context.make_array(ty)(context, builder, arr).data, [count])
-            builder.store(builder.add(base, lanes), builder.bitcast(dst, V4L.as_pointer()), align=8)
-            out.append(builder.add(count, builder.call(popcount, [bits])))
-        return context.make_tuple(builder, signature.return_type, out)
+def _table_scan(lanes: int):
+    """The scan of ``lanes`` candidates for a CPU with no compress instruction: records
+    ``k..k+lanes-1`` of ``b`` as :func:`_scan16` treats sixteen, lanes from ``lim`` on masked off; the kept
+    lanes of each mask are row ``mask`` of ``lut`` (:func:`_compressions`), added to ``k`` and stored whole
+    at ``near[a]`` and ``far[c]`` (``lanes`` entries of room past their counts)."""
 
-    return sig, codegen
+    @intrinsic
+    def scan(typingctx, b, k, xi, yi, zi, r0, r1, c0, c1, near, far, a, c, lim, lut):
+        sig = _scan_signature(b, k, xi, yi, zi, r0, r1, c0, c1, near, far, a, c, lim, lut)
+        vi, mask_ty = ir.VectorType(_I32, lanes), ir.IntType(lanes)
+
+        def codegen(context, builder, signature, args):
+            b_, k_, xi_, yi_, zi_, r0_, r1_, c0_, c1_, near_, far_, a_, c_, lim_, lut_ = args
+            table = context.make_array(signature.args[14])(context, builder, lut_).data
+            masks, splat = _classify(context, builder, signature.args[0], b_, k_, xi_, yi_, zi_,
+                                     (r0_, r1_, c0_, c1_), lim_, lanes)
+            base = splat(builder.trunc(k_, _I32), vi)
+            popcount = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
+            out = []
+            for arr, ty, count, mask in ((near_, signature.args[9], a_, masks[0]),
+                                         (far_, signature.args[10], c_, masks[1])):
+                bits = builder.zext(builder.bitcast(mask, mask_ty), _I64)
+                kept = builder.load(builder.bitcast(builder.gep(table, [builder.mul(bits, ir.Constant(_I64, lanes))]),
+                                                    vi.as_pointer()), align=4)
+                dst = builder.gep(context.make_array(ty)(context, builder, arr).data, [count])
+                builder.store(builder.add(base, kept), builder.bitcast(dst, vi.as_pointer()), align=4)
+                out.append(builder.add(count, builder.call(popcount, [bits])))
+            out.append(builder.zext(masks[2], _I64))
+            return context.make_tuple(builder, signature.return_type, out)
+
+        return sig, codegen
+
+    return scan
+
+
+#: AVX2's scan (8 lanes), and that of any other CPU (4 lanes: SSE2's vectors, NEON's)
+_scan8, _scan4 = _table_scan(8), _table_scan(4)
 
 
 @njit(cache=True, inline="always")
-def _scan(xi, yi, zi, b0, b1, b, cut2, rc2, near, far, a, c, simd):
-    """Candidates ``[b0, b1)`` of the buffer ``b``: those within rc to ``near[a:]``, the skin's to ``far[c:]``.
-
-    Every candidate is written to both lists and each list's length grows
-    by its test's outcome: no branch.  ``simd`` (:data:`SIMD`) candidates
-    at a time (:func:`_scan8`, :func:`_scan4`), the last fewer than ``simd``
-    in one more vector whose lanes past ``b1`` are masked off (the buffers
-    hold room past their last record); one by one where ``simd`` is 1.
-    (The masked vector, against the last ones one by one: a build 0.93-0.97x
-    at 500 and 4,000 atoms with eight lanes, 0.92-0.99x with four.)
-    """
-    k = b0
-    if simd == 8:
-        while k + 8 <= b1:
-            a, c = _scan8(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, 8)
-            k += 8
-        if k < b1:  # the last few in one masked vector
-            a, c = _scan8(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, b1 - k)
-            k = b1
-    elif simd == 4:
-        while k + 4 <= b1:
-            a, c = _scan4(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, _LANES4, 4)
-            k += 4
-        if k < b1:
-            a, c = _scan4(b, k, xi, yi, zi, rc2, cut2, near, far, a, c, _LANES4, b1 - k)
-            k = b1
-    for q in range(u64(k), u64(b1)):
-        dx = xi - b[0, q]
-        dy = yi - b[1, q]
-        dz = zi - b[2, q]
+def _exact(xi, yi, zi, q0, q1, ids, pos, cut2, rc2, near, far, a, c):
+    """Candidates ``[q0, q1)`` tested in double precision, from their rows of ``pos``: the lists' own
+    test, ``(dx dx + dy dy) + dz dz`` against rc^2 and the list radius's square."""
+    for q in range(u64(q0), u64(q1)):
+        j = ids[3, q]
+        dx = xi - pos[j, 0]
+        dy = yi - pos[j, 1]
+        dz = zi - pos[j, 2]
         d2 = dx * dx + dy * dy + dz * dz
         near[u64(a)] = q
         far[u64(c)] = q
@@ -340,7 +384,41 @@ def _scan(xi, yi, zi, b0, b1, b, cut2, rc2, near, far, a, c, simd):
 
 
 @njit(cache=True, inline="always")
-def _row(i, a, c, near, far, b, nbr):
+def _scan(i, xi, yi, zi, bounds, b0, b1, b, ids, pos, cut2, rc2, near, far, a, c, simd):
+    """Candidates ``[b0, b1)`` of the buffer ``b`` (atom i at ``(xi, yi, zi)``, single precision, less the
+    records' origin): those within rc to ``near[a:]``, the skin's to ``far[c:]``; ``(a, c)`` advanced.
+
+    Single precision decides wherever a candidate is farther than ``bounds``'
+    margin from both radii; a vector with a candidate within it is tested
+    again in double precision (:func:`_exact`), so the lists are the double
+    build's.  Every candidate is written to both lists and each list's length
+    grows by its test's outcome: no branch but that.  ``simd``
+    (:data:`SIMD`) candidates at a time (:func:`_scan16`, :func:`_scan8`,
+    :func:`_scan4`), the last fewer than ``simd`` in one more vector whose
+    lanes past ``b1`` are masked off (the buffers hold room past their last
+    record).
+    """
+    r0, r1, c0, c1 = bounds
+    xd, yd, zd = pos[i, 0], pos[i, 1], pos[i, 2]
+    k = b0
+    while k < b1:
+        lim = min(b1 - k, simd)
+        if simd == 16:
+            a1, c1_, odd = _scan16(b, k, xi, yi, zi, r0, r1, c0, c1, near, far, a, c, lim)
+        elif simd == 8:
+            a1, c1_, odd = _scan8(b, k, xi, yi, zi, r0, r1, c0, c1, near, far, a, c, lim, _LANES8)
+        else:
+            a1, c1_, odd = _scan4(b, k, xi, yi, zi, r0, r1, c0, c1, near, far, a, c, lim, _LANES4)
+        if odd:
+            a, c = _exact(xd, yd, zd, k, k + lim, ids, pos, cut2, rc2, near, far, a, c)
+        else:
+            a, c = a1, c1_
+        k += lim
+    return a, c
+
+
+@njit(cache=True, inline="always")
+def _row(i, a, c, near, far, ids, nbr):
     """Row i of ``nbr``: the near candidates' rows, then the skin's; returns the row's length.
 
     Entries past the row's capacity are not kept (the last column is
@@ -349,18 +427,22 @@ def _row(i, a, c, near, far, b, nbr):
     last = u64(nbr.shape[1] - 1)
     ii = u64(i)
     for q in range(u64(a)):
-        nbr[ii, min(q, last)] = np.int64(b[3, near[q]])
+        nbr[ii, min(q, last)] = ids[3, near[q]]
     for q in range(u64(c)):
-        nbr[ii, min(u64(a) + q, last)] = np.int64(b[3, far[q]])
+        nbr[ii, min(u64(a) + q, last)] = ids[3, far[q]]
     return a + c
 
 
 @njit(nogil=True, cache=True)
-def _search(ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ostart, gstart, orec, grec, bo, bg,
-            near, far, simd, block):
-    """Every owned atom's two rows, cell by cell; returns the longest owned and ghost rows."""
+def _search(pos, far_, ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ostart, gstart, orec, grec,
+            bo, bg, near, far, simd, block):
+    """Every owned atom's two rows, cell by cell; returns the longest owned and ghost rows.  ``far_``:
+    the records' largest coordinate (:func:`_records`)."""
     ncells = ostart.size - 1
     n2 = ncell[2]
+    tol = _margin(far_, cut2)
+    bounds = (np.float32(rc2 - tol), np.float32(rc2 + tol), np.float32(cut2 - tol), np.float32(cut2 + tol))
+    oid, bio, big = orec.view(np.int32), bo.view(np.int32), bg.view(np.int32)
     most_own = 0
     most_gh = 0
     c1 = 0
@@ -372,20 +454,20 @@ def _search(ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ost
         m1 = ostart[c1]
         nbo, nbg, bself = _gather(c, c1, ncell, reach, half, ostart, gstart, orec, grec, bo, bg)
         for m in range(m0, m1):
-            i = np.int64(orec[3, m])
+            i = np.int64(oid[3, m])
             xi = orec[0, m]
             yi = orec[1, m]
             zi = orec[2, m]
             # skip the atom itself (full lists), or with half lists its cell's atoms up to itself (j > i)
             e1 = bself + (m - m0) + 1
             e0 = bself if half else e1 - 1
-            a, f = _scan(xi, yi, zi, 0, e0, bo, cut2, rc2, near, far, 0, 0, simd)
-            a, f = _scan(xi, yi, zi, e1, nbo, bo, cut2, rc2, near, far, a, f, simd)
-            n = _row(i, a, f, near, far, bo, own_nbr)
+            a, f = _scan(i, xi, yi, zi, bounds, 0, e0, bo, bio, pos, cut2, rc2, near, far, 0, 0, simd)
+            a, f = _scan(i, xi, yi, zi, bounds, e1, nbo, bo, bio, pos, cut2, rc2, near, far, a, f, simd)
+            n = _row(i, a, f, near, far, bio, own_nbr)
             own_cnt[u64(i)] = n
             most_own = max(most_own, n)
-            a, f = _scan(xi, yi, zi, 0, nbg, bg, cut2, rc2, near, far, 0, 0, simd)
-            n = _row(i, a, f, near, far, bg, gh_nbr)
+            a, f = _scan(i, xi, yi, zi, bounds, 0, nbg, bg, big, pos, cut2, rc2, near, far, 0, 0, simd)
+            n = _row(i, a, f, near, far, big, gh_nbr)
             gh_cnt[u64(i)] = n
             most_gh = max(most_gh, n)
     return most_own, most_gh
@@ -395,9 +477,9 @@ def _search(ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ost
 def _build(pos, nlocal, n_all, lo, inv, ncell, reach, cut2, rc2, half, cell, ostart, gstart, orec, grec, bo, bg,
            near, far, own_cnt, own_nbr, gh_cnt, gh_nbr, simd, block):
     """:func:`_records` then :func:`_search`, one compiled call: the longest owned and ghost rows."""
-    _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, grec)
-    return _search(ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ostart, gstart, orec, grec, bo, bg,
-                   near, far, simd, block)
+    extent = _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, grec)
+    return _search(pos, extent, ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ostart, gstart, orec,
+                   grec, bo, bg, near, far, simd, block)
 
 
 class VerletLists:
@@ -421,9 +503,9 @@ class VerletLists:
         self.cell = np.empty(o + g, np.int64)
         # records by field, and the stencils' copies (a block's stencil holds no more than all): eight values of
         # room past the last in each field for _copy, and eight candidates' for the vector scan
-        self.orec, self.bo = np.empty((4, o + 8)), np.empty((4, o + 16))
-        self.grec, self.bg = np.empty((4, g + 8)), np.empty((4, g + 16))
-        self.near, self.far = np.empty(max(o, g) + 8, np.int64), np.empty(max(o, g) + 8, np.int64)
+        self.orec, self.bo = np.empty((4, o + 16), np.float32), np.empty((4, o + 32), np.float32)
+        self.grec, self.bg = np.empty((4, g + 16), np.float32), np.empty((4, g + 32), np.float32)
+        self.near, self.far = np.empty(max(o, g) + 16, np.int32), np.empty(max(o, g) + 16, np.int32)
         self.own_cnt, self.gh_cnt = np.empty(o, np.int64), np.empty(o, np.int64)
         self.own_nbr = np.empty((o, self.widths[0] + 1), np.int32)
         self.gh_nbr = np.empty((o, self.widths[1] + 1), np.int32)

@@ -274,8 +274,9 @@ def idle_args() -> tuple:
     st[ST_PHASE] = _LISTS
     rsize = numba_calls.request_size()
     i3, i2 = np.zeros(3, np.int64), np.zeros(2, np.int64)  # (no cells, and a cell count that is not theirs)
+    r32, n32 = np.zeros((4, 1), np.float32), np.zeros(1, np.int32)  # the lists' records and candidates
     return (st, i3, np.zeros(3), f3, f3, f3, i1, 1.0, f10, f10, i1, i1, b1, np.zeros((3, 2), np.int64), i1, f3,
             f3, f3, i1, f3, i1, i1, i1, f1, f1, i3, 2, f1, f1, i1, i1, i1, i1, np.zeros((6, 3)), True, f4, f4,
-            b1, i1, i1, i1, i1, 1.0, 1.0, True, i1, i2, i1, f3, f3, f3, f3, i1,
-            i1, i1, i32, i1, i32, lists_cpu.SIMD, lists_cpu.BLOCK, 0, 0, np.zeros(2 * rsize, np.uint8), rsize,
+            b1, i1, i1, i1, i1, 1.0, 1.0, True, i1, i2, i1, r32, r32, r32, r32, n32,
+            n32, i1, i32, i1, i32, lists_cpu.SIMD, lists_cpu.BLOCK, 0, 0, np.zeros(2 * rsize, np.uint8), rsize,
             numba_calls.statuses(2))
