@@ -196,6 +196,10 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = 
                                  "per_core": statistics.median(r["rate"] for r in rs) / ranks,
                                  "step_s": statistics.median(r["step_s"] for r in rs),
                                  "median_step_s": _median(r.get("median_step_s") for r in rs),
+                                 # each run's mean over its own median (the medians of the two above may
+                                 # come from runs in different states of a shared host)
+                                 "mean_over_median": _median(r["step_s"] / r["median_step_s"] for r in rs
+                                                             if r.get("median_step_s")),
                                  "per_rebuild_s": _median(r.get("per_rebuild_s") for r in rs),
                                  "timed_rebuilds": rs[0]["rebuilds"] if code != "pympi" else None,
                                  "runs": [r["rate"] for r in rs], "thermo_first": first, "thermo_last": last,
@@ -684,6 +688,10 @@ def table(rows: list[dict]) -> str:
                  "times in us")
     lines.append("* pympi over the fastest LAMMPS variant at that size and rank count per CPU-second (w: by the wall "
                  "clock)")
+    ratios = [f"{r['atoms']:,} atoms on {r['ranks']}: {r['mean_over_median']:.3f}" for r in rows
+              if r.get("mean_over_median")]
+    if ratios:
+        lines.append("pympi's mean step over its median, the median of the runs' own ratios: " + "; ".join(ratios))
     return "\n".join(lines)
 
 
