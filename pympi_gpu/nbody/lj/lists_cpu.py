@@ -36,10 +36,11 @@ has no branch: every candidate tested is written to two index lists (within
 On AVX-512 it takes sixteen candidates at a time with vector code, the kept
 ones compressed into a register (one ``vpcompressd``) and stored whole;
 on AVX2, which has no compress, eight at a time, the kept lanes' positions
-read from a table of the 256 masks' compressions (:data:`_LANES8`)
-and stored whole; elsewhere one at a time.  (Against the double scan of
-eight lanes, AVX-512, 500 atoms on 2 ranks: a build 0.82x, a rebuild 0.82x.)
-The half
+read from a table of the 256 masks' compressions (:func:`_compressions`)
+and stored whole; elsewhere four at a time the same way (SSE2's vectors).
+(Against the double scan of eight lanes on AVX-512: a build 0.82-0.89x at
+500 atoms on 2 ranks and 0.75-0.84x at 4,000, a rebuild 0.78-0.82x at 500;
+on AVX2's code 0.88-0.90x, on generic code 0.79-0.81x.)  The half
 lists' rule for owned pairs (``j > i``, the atoms sorted by (cell, id)) is
 where the scan starts, and every ghost within reach is listed: with half
 lists the halo is a half shell (:class:`~pympi_gpu.nbody.lj.halo.Halo`),
@@ -501,8 +502,8 @@ class VerletLists:
         o, g = nlocal + nlocal // 8 + 16, ng + ng // 8 + 16
         self.ostart, self.gstart = np.empty(ncells + 1, np.int64), np.empty(ncells + 1, np.int64)
         self.cell = np.empty(o + g, np.int64)
-        # records by field, and the stencils' copies (a block's stencil holds no more than all): eight values of
-        # room past the last in each field for _copy, and eight candidates' for the vector scan
+        # records by field, and the stencils' copies (a block's stencil holds no more than all): sixteen values
+        # of room past the last in each field for _copy, sixteen more in a copy for the vector scan's last vector
         self.orec, self.bo = np.empty((4, o + 16), np.float32), np.empty((4, o + 32), np.float32)
         self.grec, self.bg = np.empty((4, g + 16), np.float32), np.empty((4, g + 32), np.float32)
         self.near, self.far = np.empty(max(o, g) + 16, np.int32), np.empty(max(o, g) + 16, np.int32)
