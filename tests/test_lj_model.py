@@ -112,6 +112,14 @@ def test_neighbor_lists_match_brute_force(half):
             assert not np.any(near[1:] & ~near[:-1])
 
 
+def _same_rows(got, ref, n):
+    """The lists ``got`` (``(own_cnt, own_nbr, gh_cnt, gh_nbr)``) hold ``ref``'s n rows, entry for entry."""
+    assert np.array_equal(got[0], ref[0]) and np.array_equal(got[2], ref[2])
+    for i in range(n):
+        assert np.array_equal(got[1][i, :got[0][i]], ref[1][i, :ref[0][i]])
+        assert np.array_equal(got[3][i, :got[2][i]], ref[3][i, :ref[2][i]])
+
+
 @pytest.mark.parametrize("half", [True, False])
 @pytest.mark.parametrize("box", [7.0, 9.3])
 @pytest.mark.parametrize("simd", [16, 8, 4])
@@ -140,10 +148,7 @@ def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, bloc
     lists = VerletLists((4, 4))
     for _ in range(2):  # the second build reuses the buffers the first grew
         got = lists.build(pos, n, grid, cut * cut, 2.5 ** 2, half)
-        assert np.array_equal(got[0], ref[0]) and np.array_equal(got[2], ref[2])
-        for i in range(n):
-            assert np.array_equal(got[1][i, :got[0][i]], ref[1][i, :ref[0][i]])
-            assert np.array_equal(got[3][i, :got[2][i]], ref[3][i, :ref[2][i]])
+        _same_rows(got, ref, n)
     assert lists.widths[0] >= got[0].max() > 4 and lists.widths[1] >= got[2].max() > 4
 
 
@@ -182,11 +187,7 @@ def test_serial_lists_decide_a_hair_from_either_radius_in_double(simd, flown, mo
     cell_of, start, atoms = kc.bin_atoms(pos, len(pos), grid.lo, grid.inv, grid.ncell)
     for half in (True, False):
         ref = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, rc * rc, half, 300, 300)
-        got = VerletLists((4, 4)).build(pos, n, grid, cut * cut, rc * rc, half)
-        assert np.array_equal(got[0], ref[0]) and np.array_equal(got[2], ref[2])
-        for i in range(n):
-            assert np.array_equal(got[1][i, :got[0][i]], ref[1][i, :ref[0][i]])
-            assert np.array_equal(got[3][i, :got[2][i]], ref[3][i, :ref[2][i]])
+        _same_rows(VerletLists((4, 4)).build(pos, n, grid, cut * cut, rc * rc, half), ref, n)
 
 
 @pytest.mark.parametrize("name, features, lanes", [

@@ -758,19 +758,21 @@ def message_regions(poff, counts, remote, one, regions, soff, roff, nrecv):
     for d in range(3):
         e = 2 * d
         k = 4 * d
-        lo_rows, hi_rows = (poff[e + 1] - poff[e], poff[e + 2] - poff[e + 1]) if remote[d] else (0, 0)
-        lo_ghosts, hi_ghosts = (counts[e], counts[e + 1]) if remote[d] else (0, 0)
-        nrecv[d] = lo_ghosts + hi_ghosts
         if not remote[d]:
+            nrecv[d] = 0
             sizes = (0, 0, 0, 0)
             gaps = (0, 0)
-        elif one[d]:
-            sizes = (_region(lo_rows + hi_rows, regions[k]), 0, _region(lo_ghosts + hi_ghosts, regions[k + 2]), 0)
-            gaps = (lo_rows, lo_ghosts)
         else:
-            sizes = (_region(lo_rows, regions[k]), _region(hi_rows, regions[k + 1]),
-                     _region(lo_ghosts, regions[k + 2]), _region(hi_ghosts, regions[k + 3]))
-            gaps = (sizes[0], sizes[2])
+            lo_rows, hi_rows = poff[e + 1] - poff[e], poff[e + 2] - poff[e + 1]
+            lo_ghosts, hi_ghosts = counts[e], counts[e + 1]
+            nrecv[d] = lo_ghosts + hi_ghosts
+            if one[d]:
+                sizes = (_region(lo_rows + hi_rows, regions[k]), 0, _region(lo_ghosts + hi_ghosts, regions[k + 2]), 0)
+                gaps = (lo_rows, lo_ghosts)
+            else:
+                sizes = (_region(lo_rows, regions[k]), _region(hi_rows, regions[k + 1]),
+                         _region(lo_ghosts, regions[k + 2]), _region(hi_ghosts, regions[k + 3]))
+                gaps = (sizes[0], sizes[2])
         for q in range(4):
             changed |= sizes[q] != regions[k + q]
             regions[k + q] = sizes[q]

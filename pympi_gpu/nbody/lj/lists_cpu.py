@@ -106,8 +106,7 @@ BLOCK = 4 if SIMD == 16 else 2
 _EPS32 = 2.0 ** -24
 
 
-_F32, _I64, _I32, _I16, _I8, _I1 = (ir.FloatType(), ir.IntType(64), ir.IntType(32), ir.IntType(16), ir.IntType(8),
-                                    ir.IntType(1))
+_F32, _I64, _I32, _I16, _I1 = ir.FloatType(), ir.IntType(64), ir.IntType(32), ir.IntType(16), ir.IntType(1)
 _V8L = ir.VectorType(_I64, 8)
 
 
