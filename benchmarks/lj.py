@@ -537,6 +537,40 @@ def _time_rebuild_parts(atoms) -> dict:
     return seconds
 
 
+def _rebuild_ops(atoms, rebuilds: int = 3) -> dict:
+    """Microseconds a GPU rebuild by place: ``rebuilds`` rebuilds forced after the timed passes, each block of
+    CuPy operations and each kernel launch timed with the stream drained around it
+    (:attr:`~pympi_gpu.device.buffers.DeviceArrays.op_seconds`: ``module.function:line`` of the block,
+    ``kernel NAME``), largest first; ``the rest``: the rebuild's time outside them (Python, MPI, the
+    waits for small copies)."""
+    import time
+
+    ops: dict[str, float] = {}
+    whole = 0.0
+    inner = atoms.rebuild
+
+    def profiled():
+        nonlocal whole
+        atoms.dev.sync()
+        atoms.dev.op_seconds, t0 = ops, time.perf_counter()
+        try:
+            return inner()
+        finally:
+            atoms.dev.sync()
+            whole += time.perf_counter() - t0
+            atoms.dev.op_seconds = None
+
+    atoms.rebuild = profiled
+    try:
+        for _ in range(rebuilds):
+            atoms.step(force_rebuild=True)
+    finally:
+        del atoms.rebuild  # the class's method again (and no other wrapper: the timed passes are over)
+    by_place = {k: 1e6 * v / rebuilds for k, v in sorted(ops.items(), key=lambda kv: -kv[1])}
+    by_place["the rest"] = max(0.0, 1e6 * whole / rebuilds - sum(by_place.values()))
+    return {"rebuilds": rebuilds, "rebuild_us": 1e6 * whole / rebuilds, "by_place_us": by_place}
+
+
 def _rebuild_split(seconds: dict, rebuilds: int) -> dict:
     """Microseconds per rebuild by part (:func:`_time_rebuild_parts`): the list kernel is the lists less their
     cell sort; "the rest" is the rebuild less its timed parts (the sort by (cell, id), copies, sums)."""
@@ -562,7 +596,9 @@ def gpu_profile(atoms: int, steps: int) -> dict:
     phase (forces, list build, halo, integrate, thermo; ``other``: the rest,
     the ranks' rebuild test and Python), each rebuild of that pass split into
     its parts (``rebuild_us``: migration, ghosts, cell sort, list kernel, the
-    rest; microseconds a rebuild).  Shares are of the wall time per
+    rest; microseconds a rebuild); last three rebuilds forced and timed op by
+    op (``rebuild_ops``: :func:`_rebuild_ops`, what a rebuild's CuPy blocks
+    and kernels each cost).  Shares are of the wall time per
     step of the synchronised run.  Rank 0's dict; None elsewhere.
     """
     import time
@@ -626,6 +662,7 @@ def gpu_profile(atoms: int, steps: int) -> dict:
                     "phase_shares": {k: v * steps / wall for k, v in per.items()},
                     "host_copies": system.host_copies,
                     "rebuild_us": _rebuild_split(parts, system.rebuilds - first)}
+            mine["rebuild_ops"] = _rebuild_ops(system)
             ranks = cart.gather(mine, root=0)
             out[lists] = {"rate": config.atoms * steps / plain, "step_s": plain / steps,
                           "rebuilds": rebuilds, "steps_one_by_one": split, "ranks": ranks}
@@ -746,6 +783,10 @@ def main() -> int:
                           f"{shares}")
                     if r["rebuild_us"]:
                         print("    a rebuild, us: " + ", ".join(f"{k} {v:.0f}" for k, v in r["rebuild_us"].items()))
+                    ops = r["rebuild_ops"]
+                    top = ", ".join(f"{k} {v:.0f}" for k, v in list(ops["by_place_us"].items())[:12])
+                    print(f"    a forced rebuild op by op ({ops['rebuilds']}, the stream drained around each), "
+                          f"{ops['rebuild_us']:.0f} us: {top}")
             print(f"faster: {doc['faster']} lists")
             if args.out:
                 Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")

@@ -347,6 +347,17 @@ def test_lj_lists_judged_from_a_real_profile(tmp_path):
     assert f["full_atom_steps_per_s"] > 0 and f["half_atom_steps_per_s"] > 0
     assert set(f["half_phase_shares"]) == {"forces", "list build", "halo", "integrate", "thermo", "other"}
     assert f["full_host_copies"] == f["half_host_copies"] == 0
+    # three rebuilds forced after the passes, op by op: the places of the rebuild's blocks and kernels
+    for lists in ("full", "half"):
+        ops = json.loads(out.read_text())["lists"][lists]["ranks"][0]["rebuild_ops"]
+        places = ops["by_place_us"]
+        assert ops["rebuilds"] == 3 and ops["rebuild_us"] > 0
+        assert {"kernel build_lists", "the rest"} <= set(places)
+        assert any(k.startswith("halo_device.fold:") for k in places)  # the migration's, on one rank
+        assert any(k.startswith("halo_device.borders:") for k in places)
+        assert any(k.startswith("device_atoms._cells:") for k in places)
+        assert not any(k.startswith(("kernel forces", "kernel integrate")) for k in places)  # the step's own
+        assert abs(sum(places.values()) - ops["rebuild_us"]) <= 1e-6 * ops["rebuild_us"] + 1.0
 
 
 def test_outer_venv_pth_files_run_in_the_acceptance_venv(tmp_path):

@@ -12,6 +12,8 @@ module imports numba.cuda: import it on GPU paths (or under the simulator) only.
 from __future__ import annotations
 
 import contextlib
+import sys
+import time
 
 import numpy as np
 
@@ -178,6 +180,10 @@ class DeviceArrays:
         self.calls: dict[str, list[int]] = {}
         #: the phase the next calls are counted under (the caller's: ``DeviceAtoms`` names its phases)
         self.phase = "other"
+        #: a profile, where set to a dict: the seconds of each :meth:`ops` block (by its place,
+        #: ``module.function:line``) and each :meth:`launch` (``kernel NAME``), the stream waited for before
+        #: and after each (waits that :attr:`calls` does not count); None, the default: nothing timed, no waits
+        self.op_seconds: dict[str, float] | None = None
 
     def count(self, launches: int = 0, syncs: int = 0, uploads: int = 0) -> None:
         """Add to the current phase's :attr:`calls`."""
@@ -197,12 +203,34 @@ class DeviceArrays:
         indexing, ``nonzero``, ``bincount``: CuPy reads a count back before it allocates).
         """
         self.count(launches, syncs)
-        yield
+        if self.op_seconds is None:
+            yield
+            return
+        caller = sys._getframe(2)  # past contextlib's __enter__: the block's own frame
+        module = caller.f_globals.get("__name__", "?").rpartition(".")[2]
+        with self._timed(f"{module}.{caller.f_code.co_name}:{caller.f_lineno}"):
+            yield
 
     def launch(self, kernel, blocks: int, threads: int, *args) -> None:
         """``kernel[blocks, threads]`` on the stream, counted; ``args`` as the kernel takes them (see :meth:`view`)."""
         self.count(launches=1)
-        kernel[blocks, threads, self.stream](*args)
+        if self.op_seconds is None:
+            kernel[blocks, threads, self.stream](*args)
+            return
+        name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "py_func", None), "__name__", "?")
+        with self._timed(f"kernel {name}"):
+            kernel[blocks, threads, self.stream](*args)
+
+    @contextlib.contextmanager
+    def _timed(self, place: str):
+        """Add the block's time to ``op_seconds[place]``, the stream drained before and after it."""
+        self._wait()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._wait()
+            self.op_seconds[place] = self.op_seconds.get(place, 0.0) + time.perf_counter() - t0
 
     def view(self, a):
         """``a`` as a numba.cuda kernel argument (no copy)."""
@@ -215,6 +243,10 @@ class DeviceArrays:
     def sync(self) -> None:
         """Wait for the stream: before MPI reads or writes a device buffer, and before host timers."""
         self.count(syncs=1)
+        self._wait()
+
+    def _wait(self) -> None:
+        """Wait for the stream (not counted: :meth:`sync` counts its waits)."""
         if self.simulated:
             self.stream.synchronize()
         else:
