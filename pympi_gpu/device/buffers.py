@@ -206,7 +206,9 @@ class DeviceArrays:
         if self.op_seconds is None:
             yield
             return
-        caller = sys._getframe(2)  # past contextlib's __enter__: the block's own frame
+        caller = sys._getframe(1)  # out past contextlib and any ops() wrapping this one: the block's own frame
+        while caller.f_code.co_filename == contextlib.__file__ or caller.f_code.co_name == "ops":
+            caller = caller.f_back
         module = caller.f_globals.get("__name__", "?").rpartition(".")[2]
         with self._timed(f"{module}.{caller.f_code.co_name}:{caller.f_lineno}"):
             yield
