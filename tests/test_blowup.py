@@ -53,13 +53,15 @@ def test_lj_too_hot_stops_with_exit_3_and_one_message(ranks):
 
 @pytest.mark.parametrize("ranks", [1, 3])
 def test_lj_blowup_keeps_the_previous_checkpoint_byte_identical(tmp_path, ranks):
-    """`--temperature 1e3 --checkpoint good.npz` used to overwrite good.npz with NaN positions."""
+    """`--temperature 1e3 --checkpoint good.npz` used to overwrite good.npz with NaN positions.  (Another
+    run's checkpoint is replaced only with --overwrite: then by the new run's first good state, never a
+    broken one.)"""
     good = tmp_path / "good.npz"
     first = nbody(ranks, "4000", "--model", "lj", "--steps", "20", "--checkpoint", str(good))
     assert first.returncode == 0, first.stderr
     before = good.read_bytes()
     proc = nbody(ranks, "4000", "--model", "lj", "--temperature", "1e3", "--steps", "60",
-                 "--checkpoint", str(good), "--checkpoint-every", "20")
+                 "--checkpoint", str(good), "--checkpoint-every", "20", "--overwrite")
     blew_up(proc, "reduce --dt or --temperature")
     assert good.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.npz"]  # no temporaries, no blow-up file
@@ -88,7 +90,7 @@ def test_gravity_overflow_stops_with_exit_3_and_keeps_the_checkpoint(tmp_path, r
     assert first.returncode == 0, first.stderr
     before = good.read_bytes()
     proc = nbody(ranks, "1000", "--dt", "1e30", "--steps", "20", "--checkpoint", str(good),
-                 "--checkpoint-every", "5")
+                 "--checkpoint-every", "5", "--overwrite")
     blew_up(proc, "reduce --dt (now 1e+30)")
     assert "non-finite positions or velocities" in proc.stderr
     assert good.read_bytes() == before

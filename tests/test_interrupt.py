@@ -103,7 +103,8 @@ def test_second_ctrl_c_ends_at_once_and_keeps_the_checkpoint(tmp_path, model):
                                       "-q"], timeout=300, env=env())
     assert good.returncode == 0, good.stderr
     before = path.read_bytes()
-    argv = mpiexec_argv(RANKS) + [NBODY, *LONG_STEPS[model], "--threads", "1", "--checkpoint", str(path), "-q"]
+    argv = mpiexec_argv(RANKS) + [NBODY, *LONG_STEPS[model], "--threads", "1", "--checkpoint", str(path), "-q",
+                                  "--overwrite"]  # another run's checkpoint: replaced only when asked
     with job(argv) as proc:
         wait_busy(wait_for_rank(proc.pid, 0), cpu=4.0)
         interrupt_twice(proc)

@@ -61,7 +61,41 @@ def test_what_cannot_be_drawn_is_refused_with_one_message(tmp_path):
     (tmp_path / "a.txt").write_text("x")
     one_message(run([PLOT, str(tmp_path / "a.txt")], timeout=60, env=env()), "not a thermo log")
     (tmp_path / "e.csv").write_text("")
-    one_message(run([PLOT, str(tmp_path / "e.csv")], timeout=60, env=env()), "cannot be drawn")
+    one_message(run([PLOT, str(tmp_path / "e.csv")], timeout=60, env=env()), "e.csv' is empty")
     (tmp_path / "t.extxyz").write_text("garbage\n")
     one_message(run([PLOT, str(tmp_path / "t.extxyz")], timeout=60, env=env()), "holds no frame")
     one_message(run([PLOT, str(tmp_path / "missing.csv")], timeout=60, env=env()), "does not exist")
+
+
+@pytest.mark.parametrize("name, data, words", [
+    ("bad.gsd", b"GSD but not one", "is not a readable GSD trajectory (damaged, or another kind of file)"),
+    ("bad.yaml", b"---\nkeywords: [Step\n  - [1, 2", "is not a readable YAML thermo log (damaged, or another "
+                                                    "kind of file): expected ',' or ']', but got '[' (line 3"),
+    ("bad.csv", b"Step,Temp\n0,hot\n", "is not a readable CSV thermo log"),
+    ("bad.extxyz", b"2\nstep=0\nX a b c d e f g\nX 1 2\n", "is not a readable extended XYZ trajectory"),
+    ("utf.extxyz", b"\xff\xfe\x00", "is not a readable extended XYZ trajectory"),
+])
+def test_a_damaged_input_is_refused_with_one_message(tmp_path, name, data, words):
+    """(was: 'RuntimeError: Not a GSD file', a YAML parser's traceback, exit 1)"""
+    (tmp_path / name).write_bytes(data)
+    one_message(run([PLOT, str(tmp_path / name)], timeout=60, env=env()), words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no picture, no temporary
+
+
+@pytest.mark.parametrize("name", ["lj.extxyz", "g.gsd"])
+@pytest.mark.parametrize("frame", ["7", "-8"])
+def test_a_frame_out_of_range_says_which_there_are(outputs, name, frame):
+    """(was: 'list index out of range')"""
+    p = run([PLOT, str(outputs / name), "--frame", frame], timeout=60, env=env())
+    one_message(p, f"holds 4 frame(s): there is no frame {frame} (0 to 3, or -4 to -1 from the end)")
+
+
+def test_an_unwritable_or_foreign_picture_is_refused(outputs, tmp_path):
+    log = outputs / "g.csv"
+    one_message(run([PLOT, str(log), "-o", str(log)], timeout=60, env=env()), "itself: choose another PNG")
+    notes = tmp_path / "notes.png"
+    notes.write_text("my notes\n")
+    one_message(run([PLOT, str(log), "-o", str(notes)], timeout=60, env=env()), "exists and is not a PNG")
+    assert notes.read_text() == "my notes\n"
+    one_message(run([PLOT, str(log), "-o", str(tmp_path / "no" / "x.png")], timeout=60, env=env()),
+                "the directory of")

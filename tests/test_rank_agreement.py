@@ -191,6 +191,32 @@ def test_an_error_before_mpi_on_one_rank_ends_the_job():
     assert took < WITHIN
 
 
+# ---------------------------------------------------------------- --help and --version on some ranks
+
+EAGER_APPS = {"pi": [PI, "1e3"], "nbody": [NBODY, "100", "--backend", "numpy"]}
+
+
+@pytest.mark.parametrize("ranks", [(1, 1), (2, 1), (1, 2)], ids=["2 ranks", "3 ranks, 2 given it", "3 ranks, 1"])
+@pytest.mark.parametrize("option", ["--version", "--help"])
+@pytest.mark.parametrize("app", sorted(EAGER_APPS))
+def test_help_or_version_on_some_ranks_ends_the_launch(app, option, ranks):
+    """(issue 53; was: the ranks given it answered and left, the others waited in MPI_Init for good)"""
+    argv = EAGER_APPS[app]
+    p, took = timed(mpmd([*argv, option], argv, ranks=ranks))
+    refused_once(p, took, f"{option} was given to some ranks only (they answer it and leave): give every rank "
+                          "the same command line (rank 0 of ")
+    p, took = timed(mpmd(argv, [*argv, option], ranks=ranks))  # the others first: rank 0 runs, refuses too
+    refused_once(p, took, f"{option} was given to some ranks only")
+    assert f"(rank {ranks[0]} of {sum(ranks)})" in p.stderr
+
+
+@pytest.mark.parametrize("option, says", [("--version", "pympi_gpu "), ("--help", "Usage: pympi-pi")])
+def test_help_or_version_on_every_rank_is_answered_once(option, says):
+    p, took = timed(mpiexec_argv(3) + [PI, option])
+    assert p.returncode == 0 and took < WITHIN, p.stdout + p.stderr
+    assert p.stdout.count(says) == 1 and not p.stderr, p.stdout + p.stderr
+
+
 # ---------------------------------------------------------------- a refusal reached by one rank only
 
 def test_a_refusal_on_one_rank_after_start_ends_the_job():
@@ -261,6 +287,13 @@ def test_under_open_mpi_a_bad_value_on_one_rank_only_is_refused_by_all(openmpi):
     pi = [openmpi.python, "-m", "pympi_gpu", "pi"]
     p, took = timed(mpmd([*pi, "1e3"], [*pi, "1.5"], launcher=launcher), env=openmpi.env(), cwd=ROOT)
     refused_once(p, took, "'1.5' is not a whole number (rank 1 of 2)")
+
+
+def test_under_open_mpi_version_on_one_rank_only_ends_the_launch(openmpi):
+    launcher = [str(openmpi.prefix / "bin" / "mpirun"), *openmpi.mpi.launcher_flags]
+    pi = [openmpi.python, "-m", "pympi_gpu", "pi", "1e3"]
+    p, took = timed(mpmd(pi, [*pi, "--version"], launcher=launcher), env=openmpi.env(), cwd=ROOT)
+    refused_once(p, took, "--version was given to some ranks only")
 
 
 def test_a_yes_forced_on_one_rank_only_gives_every_rank_the_same_verdict():

@@ -124,6 +124,7 @@ def mpi_command(command: click.Command) -> click.Command:
     import functools
 
     command.starts_mpi = True
+    _agree_on_eager_options(command)
     callback = command.callback
 
     @functools.wraps(callback)
@@ -137,6 +138,68 @@ def mpi_command(command: click.Command) -> click.Command:
 
 
 _in_mpi_command = False
+
+
+def _agree_on_eager_options(command: click.Command) -> None:
+    """``--help`` and ``--version`` of an MPI command answer only once every rank of the launch was given them.
+
+    click answers them before the command runs, so a rank given one alone
+    would leave while the others wait for it in ``MPI_Init``.  Under a launcher
+    of several ranks the answering rank first joins the start-up agreement
+    (:func:`_eager_at_start`).
+    """
+    def wrap(param: click.Parameter) -> None:
+        if getattr(param, "_pympi_agreed", False) or param.callback is None:
+            return
+        answer = param.callback
+
+        def callback(ctx, p, value):
+            if value and not ctx.resilient_parsing:
+                _eager_at_start(ctx, p.opts[-1])
+            return answer(ctx, p, value)
+
+        param.callback, param._pympi_agreed = callback, True
+
+    for param in command.params:
+        if param.is_eager and param.name == "version":
+            wrap(param)
+    help_option = command.get_help_option
+
+    def get_help_option(ctx):
+        option = help_option(ctx)
+        if option is not None:
+            wrap(option)
+        return option
+
+    command.get_help_option = get_help_option
+
+
+def _eager_at_start(ctx: click.Context, option: str) -> None:
+    """Before this rank answers ``option`` (``--help``) and leaves: the start-up agreement, where the
+    launch has several ranks.  Given to every rank, rank 0 answers and the others leave quietly (exit
+    status 0); given to some only, every rank refuses the run (exit status 2), none left waiting."""
+    if not _expected_many():
+        return
+    MPI = _start_mpi()
+    if MPI is None:
+        return
+    marker = (f"{option} was given to some ranks only (they answer it and leave): give every rank the same "
+              "command line")
+    try:
+        agree_at_start(MPI.COMM_WORLD, marker, None)
+    except Refusal as exc:
+        if exc.format_message() != marker:  # not every rank: the others were given a run to do
+            raise
+        if MPI.COMM_WORLD.Get_rank() != 0:
+            ctx.exit(0)  # rank 0 answers for the job
+
+
+def _expected_many() -> bool:
+    """Whether the launcher says this process is one of several ranks."""
+    from pympi_gpu.mpi.environment import expected_world_size
+
+    size = expected_world_size(scheduler=False)[0]
+    return bool(size and size > 1)
 
 
 def mpi_world(check: bool = True):
@@ -310,6 +373,7 @@ def run_command(command: click.Command, prog_name: str | None = None,
         code = command.main(args=args, prog_name=prog, standalone_mode=False, **extra)
         if isinstance(code, int) and code:
             sys.exit(code)
+        _exit_if_output_closed()
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
@@ -330,6 +394,13 @@ def run_command(command: click.Command, prog_name: str | None = None,
         sys.exit(1)
     finally:
         no_terminal_reset_at_exit()
+
+
+def _exit_if_output_closed() -> None:
+    """A command whose stdout or stderr closed on the way did not say all it had to: exit status 141."""
+    signals = sys.modules.get("pympi_gpu.cli.signals")
+    if signals is not None and signals.CLOSED_STREAMS:
+        sys.exit(signals.exit_status(signals.CLOSED_OUTPUT))
 
 
 def no_terminal_reset_at_exit() -> None:
@@ -386,12 +457,7 @@ def _joins_the_others(exc: click.ClickException | None) -> bool:
     starts MPI, launched as one of several ranks (by the launcher's word, not an allocation's)."""
     ctx = getattr(exc, "ctx", None)
     starts = _in_mpi_command or getattr(getattr(ctx, "command", None), "starts_mpi", False)
-    if not starts:
-        return False
-    from pympi_gpu.mpi.environment import expected_world_size
-
-    size = expected_world_size(scheduler=False)[0]
-    return bool(size and size > 1)
+    return bool(starts) and _expected_many()
 
 
 def _start_mpi():

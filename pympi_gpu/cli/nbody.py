@@ -141,7 +141,9 @@ def check_model_options(ctx, model: str) -> None:
               help="Relative energy drift that --verify accepts  [default: 1e-3 gravity, 1e-2 lj]")
 @click.option("--benchmark", is_flag=True, help="Time the steps only: skip energy diagnostics (unless --verify).")
 @click.option("--checkpoint", "checkpoint", type=str, default=None, metavar="PATH",
-              help="Write the state here at the end (and every K steps, on SIGTERM).")
+              help="Write the state here at the end (and every K steps, on SIGTERM); a checkpoint already "
+                   "there is continued only by --restart of its run, replaced only with --overwrite.  "
+                   "Without it a stop writes pympi-nbody-N.ckpt.npz (or -1, -2...: never an existing file).")
 @click.option("--checkpoint-every", type=_Count(minimum=1, maximum=10**12), default=None, metavar="K",
               help="Also write a checkpoint every K steps.")
 @click.option("--restart", type=str, default=None, metavar="PATH", help="Continue from this checkpoint.")
@@ -160,8 +162,8 @@ def check_model_options(ctx, model: str) -> None:
 @click.option("--dump-every", type=_Count(minimum=1, maximum=10**12), default=None, metavar="K",
               help="Steps between trajectory frames  [default: 100]")
 @click.option("--overwrite", is_flag=True,
-              help="Replace a --dump or --thermo-file that holds another run's output (else refused, unless "
-                   "--restart continues the run that wrote it); never a file of another kind.")
+              help="Replace a --checkpoint, --dump or --thermo-file that holds another run's output (else "
+                   "refused, unless --restart continues the run that wrote it); never a file of another kind.")
 @click.option("--threads", type=IntRange(1, 4096), default=None,
               help="numba threads per rank [default: this node's CPUs / its ranks].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its schema: docs/nbody.md; "

@@ -83,35 +83,39 @@ def run_gravity(ctx, args, simd_note: str) -> None:
 
 def _config(args) -> NbodyConfig:
     """The system the command line asks for (a restart may replace it); refusals before MPI starts."""
+    if args.bodies < 2:
+        fail(f"BODIES ({args.bodies}) must be at least 2: a lone body feels no force, and its virial ratio "
+             "-2K/U has no potential energy to divide by")
+    if why := _softening_problem(args.softening, args.precision):
+        fail(why)
+    return NbodyConfig(bodies=args.bodies, dt=NbodyConfig.dt if args.dt is None else args.dt,
+                       softening=args.softening, precision=args.precision, init=args.init,
+                       seed=NbodyConfig.seed if args.seed is None else args.seed)
+
+
+def _softening_problem(softening: float, precision: str) -> str | None:
+    """Why the kernels cannot take ``softening`` in ``precision`` (None: they can)."""
     import math
 
     import numpy as np
 
     from pympi_gpu.nbody.gravity.precision import PRECISIONS
 
-    if args.bodies < 2:
-        fail(f"BODIES ({args.bodies}) must be at least 2: a lone body feels no force, and its virial ratio "
-             "-2K/U has no potential energy to divide by")
-    if args.softening < MIN_SOFTENING:
-        fail(f"--softening {args.softening:g} is below {MIN_SOFTENING:g}")
+    if softening < MIN_SOFTENING:
+        return f"--softening {softening:g} is below {MIN_SOFTENING:g}"
     # the kernels add eps^2 to r^2 in the run's precision: it must stay finite there
-    largest = math.sqrt(float(np.finfo(PRECISIONS[args.precision]).max)) / 4
-    if args.softening > largest:
-        fail(f"--softening {args.softening:g} is above {largest:.3g}, where eps^2 overflows {args.precision}")
-    return NbodyConfig(bodies=args.bodies, dt=NbodyConfig.dt if args.dt is None else args.dt,
-                       softening=args.softening, precision=args.precision, init=args.init,
-                       seed=NbodyConfig.seed if args.seed is None else args.seed)
+    largest = math.sqrt(float(np.finfo(PRECISIONS[precision]).max)) / 4
+    if softening > largest:
+        return f"--softening {softening:g} is above {largest:.3g}, where eps^2 overflows {precision}"
+    return None
 
 
 def _claim(comm, args, config: NbodyConfig):
     """Lock the checkpoint, claim --dump and --thermo-file for this run (refusals on every rank)."""
     from pympi_gpu.cli.simulation import claim_outputs
     from pympi_gpu.nbody.gravity import thermo as gravity_thermo
-    from pympi_gpu.run.outputs import RunIdentity
 
-    identity = RunIdentity.of("gravity", config.bodies, None, config.seed, init=config.init,
-                              precision=config.precision, dt=config.dt, softening=config.softening)
-    return claim_outputs(comm, args, identity, thermo_module=gravity_thermo, box=None)
+    return claim_outputs(comm, args, config.identity(), thermo_module=gravity_thermo, box=None)
 
 
 def _check_size(comm, config: NbodyConfig) -> None:
@@ -129,8 +133,15 @@ def _check_size(comm, config: NbodyConfig) -> None:
 
 
 def _restart(ctx, comm, args, config: NbodyConfig):
-    """``(config, meta, local)`` of ``--restart`` (each rank's block), or None; refusals on every rank."""
+    """``(config, meta, local, initial)`` of ``--restart`` (each rank's block), or None; refusals on every rank.
+
+    Every parameter the checkpoint records is judged by the command line's
+    rules (:func:`~pympi_gpu.cli.simulation.recorded_values`); one given on the
+    command line must be the recorded one.
+    """
+    from pympi_gpu.cli.simulation import recorded_row, unusable
     from pympi_gpu.nbody.gravity import checkpoint as ckpt
+    from pympi_gpu.nbody.gravity.record import Diagnostics
 
     if not args.restart:
         return None
@@ -142,9 +153,12 @@ def _restart(ctx, comm, args, config: NbodyConfig):
     if meta["bodies"] != config.bodies:
         fail(f"--restart: {path!r} holds {meta['bodies']} bodies, but BODIES is {config.bodies}")
     fixed = restart_values(ctx, path, meta, {name: getattr(config, name) for name in _FROM_FILE})
+    if why := _softening_problem(fixed["softening"], fixed["precision"]):
+        unusable(path, why)
+    initial = recorded_row(path, meta, Diagnostics)
     if meta["step"] > args.steps:
         fail(f"--restart: {path!r} is at step {meta['step']}, beyond --steps {args.steps}")
-    return dataclasses.replace(config, **fixed), meta, local
+    return dataclasses.replace(config, **fixed), meta, local, initial
 
 
 def _system(comm, config: NbodyConfig, args, device, restart):
@@ -156,7 +170,11 @@ def _system(comm, config: NbodyConfig, args, device, restart):
     backend = make_backend(device, config.precision)
     backend.warmup()
     exchange = make_exchange(comm, backend, config.bodies, args.exchange, device.transport)
-    state = state_from_arrays(backend, restart[2], restart[1]) if restart else initial_state(comm, backend, config)
+    if restart:
+        _, meta, local, initial = restart
+        state = state_from_arrays(backend, local, meta["step"], initial)
+    else:
+        state = initial_state(comm, backend, config)
     return GravitySystem(comm, config, backend, exchange, state)
 
 

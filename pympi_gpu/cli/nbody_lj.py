@@ -98,8 +98,6 @@ def run_lj(ctx, args) -> None:
 
 def _config(args) -> LjConfig:
     """The system the command line asks for (a restart may replace it); refusals before MPI starts."""
-    import math
-
     from pympi_gpu.nbody.lj.lattice import cells_for
 
     if args.bodies < 4:
@@ -108,19 +106,29 @@ def _config(args) -> LjConfig:
                       cutoff=args.cutoff, skin=args.skin, dt=LjConfig.dt if args.dt is None else args.dt,
                       seed=LjConfig.seed if args.seed is None else args.seed, pair=args.pair,
                       pair_coeffs=tuple(args.pair_coeff))
-    try:
-        config.coefficients
-    except ValueError as exc:
-        fail(f"--pair-coeff: {exc}")
+    if not args.restart:  # a restart's coefficients are judged against its checkpoint's style (_restart_pair)
+        try:
+            config.coefficients
+        except ValueError as exc:
+            fail(f"--pair-coeff: {exc}")
+    if why := _too_large(config):
+        fail(why)
+    return config
+
+
+def _too_large(config: LjConfig) -> str | None:
+    """Why the box or the neighbour search of ``config`` cannot be held in floating point (None: they can)."""
+    import math
+
     if not math.isfinite(config.box):  # 4 / density overflows: the box would be infinite
-        fail(f"--density {args.density:g} is too small: the fcc cell edge (4 / density)^(1/3) overflows")
+        return f"--density {config.density:g} is too small: the fcc cell edge (4 / density)^(1/3) overflows"
     try:  # the neighbour lists are sized from this count
         neighbours = config.cutneigh ** 3 * config.density
     except OverflowError:
         neighbours = math.inf
     if not math.isfinite(neighbours):
-        fail(f"--cutoff {args.cutoff:g} + --skin {args.skin:g} is too large: the neighbour count overflows")
-    return config
+        return f"--cutoff {config.cutoff:g} + --skin {config.skin:g} is too large: the neighbour count overflows"
+    return None
 
 
 def _check_memory(cart, config: LjConfig, backend: str) -> None:
@@ -138,17 +146,21 @@ def _claim(cart, args, config: LjConfig):
     """Lock the checkpoint, claim --dump and --thermo-file for this run (refusals on every rank)."""
     from pympi_gpu.cli.simulation import claim_outputs
     from pympi_gpu.nbody.lj import thermo as lj_thermo
-    from pympi_gpu.run.outputs import RunIdentity
 
-    identity = RunIdentity.of("lj", config.atoms, config.box, config.seed, temperature=config.temperature,
-                              dt=config.dt, cutoff=config.cutoff, skin=config.skin, pair=config.pair,
-                              **{f"pair_{k}": v for k, v in config.coefficients.items()})
-    return claim_outputs(cart, args, identity, thermo_module=lj_thermo, box=config.box)
+    return claim_outputs(cart, args, config.identity(), thermo_module=lj_thermo, box=config.box)
 
 
 def _restart(ctx, cart, args, config: LjConfig):
-    """``(config, meta, local)`` of ``--restart`` (each rank's atoms), or None; refusals on every rank."""
+    """``(config, meta, local, initial)`` of ``--restart`` (each rank's atoms), or None; refusals on every rank.
+
+    Every parameter the checkpoint records is judged by the command line's
+    rules (:func:`~pympi_gpu.cli.simulation.recorded_values`); one given on the
+    command line must be the recorded one, and one that does not apply to the
+    recorded run (another pair style's coefficient) is refused.
+    """
+    from pympi_gpu.cli.simulation import recorded_row, unusable
     from pympi_gpu.nbody.lj import checkpoint as ckpt
+    from pympi_gpu.nbody.lj.record import Thermo
 
     if not args.restart:
         return None
@@ -162,21 +174,48 @@ def _restart(ctx, cart, args, config: LjConfig):
         fail(f"--restart: {path!r} holds {meta['atoms']} atoms, but ATOMS is {args.bodies}")
     fixed = restart_values(ctx, path, meta, {name: getattr(config, name) for name in _FROM_FILE})
     fixed.update(_restart_pair(ctx, path, meta, config))
+    restarted = dataclasses.replace(config, **fixed)
+    if why := _too_large(restarted):
+        unusable(path, why)
+    initial = recorded_row(path, meta, Thermo)
     if meta["step"] > args.steps:
         fail(f"--restart: {path!r} is at step {meta['step']}, beyond --steps {args.steps}")
-    return dataclasses.replace(config, **fixed), meta, local
+    return restarted, meta, local, initial
 
 
 def _restart_pair(ctx, path: str, meta: dict, config: LjConfig) -> dict:
-    """The pair style and coefficients a checkpoint fixes (one written before styles: lj/cut's defaults)."""
-    pair = meta.get("pair", "lj/cut")
+    """The pair style and coefficients a checkpoint fixes (one written before styles: lj/cut's defaults).
+
+    ``--pair`` and ``--pair-coeff`` given must be the recorded ones; a
+    coefficient the recorded style does not have is refused, not dropped.
+    """
+    from pympi_gpu.cli.simulation import recorded_values, unusable
+
+    pair = recorded_values(ctx, path, {"pair": meta.get("pair", "lj/cut")}, ["pair"])["pair"]
     coeffs = meta.get("pair_coeffs") or {}
+    numbers = isinstance(coeffs, dict) and all(
+        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in coeffs.items())
+    style = pairs.style(pair)
+    try:
+        if not numbers:
+            raise ValueError(f"not a record of {style.name}'s coefficients by name: {coeffs!r}")
+        recorded = style.values(coeffs)
+    except ValueError as exc:
+        unusable(path, f"its pair coefficients: {exc}")
     if given(ctx, "pair") and config.pair != pair:
         fail(f"--restart: {path!r} was run with --pair {pair}, not {config.pair}")
-    if given(ctx, "pair_coeff") and config.pair == pair and config.coefficients != \
-            dataclasses.replace(config, pair_coeffs=tuple(coeffs.items())).coefficients:
-        fail(f"--restart: {path!r} was run with the {pair} coefficients {coeffs}, not {config.coefficients}")
-    return {"pair": pair, "pair_coeffs": tuple(coeffs.items())}
+    if given(ctx, "pair_coeff"):
+        asked = dict(config.pair_coeffs)
+        foreign = sorted(set(asked) - set(recorded))
+        if foreign:
+            fail(f"--restart: {path!r} was run with --pair {pair}, whose coefficients are "
+                 f"{', '.join(recorded)}: --pair-coeff {', '.join(foreign)} does not apply to it")
+        different = {k: v for k, v in asked.items() if v != recorded[k]}
+        if different:
+            fail(f"--restart: {path!r} was run with the {pair} coefficients "
+                 f"{', '.join(f'{k}={recorded[k]:g}' for k in different)}, not "
+                 f"{', '.join(f'{k}={v:g}' for k, v in different.items())}")
+    return {"pair": pair, "pair_coeffs": tuple(recorded.items())}
 
 
 def _check_grid(cart, config: LjConfig, bodies: int) -> None:
@@ -208,13 +247,9 @@ def _system(cart, config: LjConfig, device, restart):
     if restart is None:
         brick = brick_of(config.box, tuple(cart.Get_topo()[0]), cart.Get_coords(cart.Get_rank()))
         return LjSystem(cart, config, *initial_arrays(config, brick, cart), device=device)
-    _, meta, local = restart
-    from pympi_gpu.nbody.lj.record import Thermo
-
-    initial = meta.get("initial")
+    _, meta, local, initial = restart
     return LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"], device=device,
-                    timestep=meta["step"],
-                    initial=Thermo(**{**initial, "momentum": tuple(initial["momentum"])}) if initial else None)
+                    timestep=meta["step"], initial=initial)
 
 
 def _execute(cart, system, config: LjConfig, args, device, provenance, stop, outputs=None):

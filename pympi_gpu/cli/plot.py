@@ -28,17 +28,45 @@ def plot(path, out, frame):
     if not Path(path).is_file():
         fail(f"{path!r} does not exist or is not a file")
     suffix = Path(path).suffix.lower()
+    if suffix not in thermolog.FORMATS and suffix not in dump.FORMATS:
+        fail(f"{path!r}: not a thermo log ({', '.join(sorted(thermolog.FORMATS))}) or a trajectory "
+             f"({', '.join(sorted(dump.FORMATS))})")
     out = out or str(Path(path).with_suffix(".png"))
+    _check_out(path, out)
     try:
         if suffix in thermolog.FORMATS:
             written = pictures.plot_thermo(path, out)
-        elif suffix in dump.FORMATS:
-            written = pictures.plot_frame(path, out, frame)
         else:
-            fail(f"{path!r}: not a thermo log ({', '.join(sorted(thermolog.FORMATS))}) or a trajectory "
-                 f"({', '.join(sorted(dump.FORMATS))})")
+            written = pictures.plot_frame(path, out, frame)
     except ImportError as exc:
         fail(str(exc))
-    except (ValueError, IndexError, KeyError) as exc:
-        fail(f"{path!r}: cannot be drawn: {exc}")
+    except PermissionError:
+        fail(f"{path!r} cannot be read: permission denied")
+    except pictures.PictureError as exc:  # the PNG could not be written (a full disk): the old one is kept
+        fail(str(exc))
+    except (ValueError, IndexError, KeyError) as exc:  # the readers' messages name the file
+        fail(str(exc) if repr(path) in str(exc) else f"{path!r}: cannot be drawn: {exc}")
     click.echo(f"written: {written}")
+
+
+def _check_out(path: str, out: str) -> None:
+    """Refuse a PNG target that is the input, a directory, or a file that is no PNG (never overwritten)."""
+    import os
+
+    from pympi_gpu.run.claims import file_key
+
+    if file_key(out) == file_key(path):
+        fail(f"--out {out!r} is {path!r} itself: choose another PNG")
+    if os.path.isdir(out):
+        fail(f"--out {out!r} is a directory")
+    if not os.path.isdir(os.path.dirname(out) or "."):
+        fail(f"--out: the directory of {out!r} does not exist")
+    if os.path.exists(out):
+        try:
+            with open(out, "rb") as fh:
+                head = fh.read(8)
+        except OSError as exc:
+            fail(f"--out {out!r} cannot be read: {exc.strerror or exc}")
+        if not os.path.isfile(out) or head != b"\x89PNG\r\n\x1a\n":
+            fail(f"--out {out!r} exists and is not a PNG: it is never overwritten; move it away or choose "
+                 "another path")

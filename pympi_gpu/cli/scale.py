@@ -300,7 +300,7 @@ def _study(command, batches, repeat, kind, planner, prefix, fresh, timeout, as_j
     """Run the study's ``batches`` (its points with its command, then each floor probe with its own) and report."""
     from rich.console import Console
 
-    from pympi_gpu.scale.store import ResultsStore, StudyLocked
+    from pympi_gpu.scale.store import ResultsStore, StudyLocked, StudyRefused
 
     err = Console(stderr=True, soft_wrap=True)
     out = Console()
@@ -311,13 +311,44 @@ def _study(command, batches, repeat, kind, planner, prefix, fresh, timeout, as_j
     held = contextlib.ExitStack()
     try:  # one study per results file: a second one is refused, never interleaved
         held.enter_context(store.lock())
-    except StudyLocked as exc:
+    except (StudyLocked, StudyRefused) as exc:
         fail(str(exc))
     if store.unlocked_reason:
         err.print(f"pympi-scale: warning: {escape(store.unlocked_reason)}", highlight=False)
     with held:
-        _study_locked(command, batches, repeat, kind, planner, prefix, fresh, timeout, as_json,
-                      err, out, jsonl, store, threads, cores, projection)
+        _claim_reports(store, prefix)
+        try:
+            _study_locked(command, batches, repeat, kind, planner, prefix, fresh, timeout, as_json,
+                          err, out, jsonl, store, threads, cores, projection)
+        except OSError as exc:  # a results line or a report that cannot be written (a full disk)
+            raise click.ClickException(f"cannot write {exc.filename or 'a file of --out'}: "
+                                       f"{exc.strerror or exc} (the files there keep what they held before)") \
+                from None
+
+
+#: the reports a study rewrites after its runs, beside PREFIX.jsonl
+REPORTS = ("json", "csv", "png")
+
+
+def _claim_reports(store, prefix: Path) -> None:
+    """Refuse (exit 2) a study whose --out names another program's file: the results file holds no study's
+    runs, or a report it would rewrite is no study's report (a user's CSV, a photo): never written over."""
+    from pympi_gpu.scale.report import not_a_report
+    from pympi_gpu.scale.store import StudyMismatch, StudyRefused
+
+    resumed = False
+    try:
+        resumed = bool(store.load())
+    except StudyMismatch:  # another study's results: _resume refuses them, or sets them aside (--fresh)
+        pass
+    except StudyRefused as exc:
+        fail(str(exc))
+    for kind in REPORTS:
+        path = prefix.with_name(f"{prefix.name}.{kind}")
+        why = not_a_report(path, kind, resumed)
+        if why:
+            fail(f"--out {str(prefix)!r}: {str(path)!r} exists and is {why}: it is never overwritten; move it "
+                 "away or choose another --out")
 
 
 def _study_locked(command, batches, repeat, kind, planner, prefix, fresh, timeout, as_json, err, out, jsonl,

@@ -21,6 +21,18 @@ watchdog started by the first signal ends the whole job through
 the grace period (:func:`grace_from_env`, plus twice the slowest step seen,
 so that a slow step is not taken for a stuck one).
 
+A closed output is a stop request too: where this process's stdout or
+stderr is a pipe whose reader left (``pympi-nbody ... | head``) or a file that
+cannot take more, the write fails with EPIPE (Python ignores SIGPIPE) or
+ENOSPC; :meth:`Stop.guard_streams` makes such a failure the request
+:data:`CLOSED_OUTPUT` (SIGPIPE, exit status 141 as a shell reports it) and
+sends what follows to ``/dev/null``, so that the run stops after its step,
+writes its checkpoint and says so on the stream still open.  Under a
+launcher the launcher holds the user's pipe, and MPICH's mpiexec and Open
+MPI's mpirun die of SIGPIPE and kill the ranks at once: ``pympi-launch``
+reads their output through pipes of its own and relays a closed one as a
+stop request (:mod:`pympi_gpu.cli.relay`).
+
 Which signals reach the ranks depends on the launcher (measured in
 docs/faults.md): MPICH's Hydra passes on SIGTERM, SIGINT and SIGUSR1 but
 dies of SIGHUP and SIGUSR2; Open MPI's mpirun and srun pass on SIGUSR1 and
@@ -32,6 +44,8 @@ a second Ctrl-C as SIGUSR2; :data:`RELAY_VARIABLE` tells the ranks so).
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import signal
 import sys
@@ -41,10 +55,18 @@ import time
 from pympi_gpu.cli.common import abort_job, rank_now
 
 __all__ = ["Stop", "STOP_SIGNALS", "REPEAT_WINDOW", "INTERRUPTED", "GRACE_VARIABLE", "DEFAULT_GRACE",
-           "RELAY_VARIABLE", "exit_status", "grace_from_env", "signal_name"]
+           "RELAY_VARIABLE", "CLOSED_OUTPUT", "CLOSED_STREAMS", "exit_status", "grace_from_env", "signal_name",
+           "GuardedStream"]
 
 #: every signal that asks a run to stop
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+#: the stop request a closed stdout or stderr makes (no signal arrives: Python ignores SIGPIPE)
+CLOSED_OUTPUT = signal.SIGPIPE
+
+#: the streams of this process found closed (``stdout``, ``stderr``): its exit status is then
+#: :func:`exit_status` of :data:`CLOSED_OUTPUT`, whenever it happened
+CLOSED_STREAMS: list[str] = []
 
 #: seconds within which a second SIGINT is the same Ctrl-C delivered twice
 REPEAT_WINDOW = 0.25
@@ -71,14 +93,17 @@ def exit_status(signum: int) -> int:
 
     0 after a scheduler's or a job script's request (SIGTERM, SIGUSR1, SIGUSR2):
     the job did what it was asked.  128 + n after a person's (Ctrl-C 130, a
-    closed terminal 129), as shells report an interrupted command.
+    closed terminal 129) and after a closed output (141, :data:`CLOSED_OUTPUT`:
+    what was printed is not all there), as shells report an interrupted command.
     """
-    return 128 + signum if signum in (signal.SIGINT, signal.SIGHUP) else 0
+    return 128 + signum if signum in (signal.SIGINT, signal.SIGHUP, CLOSED_OUTPUT) else 0
 
 
 def signal_name(signum: int) -> str:
     """``SIGTERM``; a relayed request says where it came from (``SIGUSR1 from pympi-launch``)."""
     name = signal.Signals(signum).name
+    if signum == CLOSED_OUTPUT:
+        return f"{name} (its output closed)"
     relayed = os.environ.get(RELAY_VARIABLE)
     return f"{name} from {relayed}" if relayed and signum == signal.SIGUSR1 else name
 
@@ -121,6 +146,8 @@ class Stop:
         self._installed = False     # the watchdog ends the process: only for a Stop that took the signals
 
     def install(self) -> Stop:
+        """Take the stop signals (and a closed output: :meth:`guard_streams`) for this run."""
+        self.guard_streams()
         read, write = os.pipe()
         os.set_blocking(write, False)
         signal.set_wakeup_fd(write, warn_on_full_buffer=False)
@@ -130,6 +157,19 @@ class Stop:
         threading.Thread(target=self._watch, args=(read,), name="pympi-signals", daemon=True).start()
         self._installed = True
         return self
+
+    def guard_streams(self) -> Stop:
+        """Make a failed write to stdout or stderr a stop request (:class:`GuardedStream`); idempotent."""
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if stream is not None and not isinstance(stream, GuardedStream):
+                setattr(sys, name, GuardedStream(stream, name, self.output_closed))
+        return self
+
+    def output_closed(self, name: str) -> None:
+        """A stream of this process can take no more: a stop request (:data:`CLOSED_OUTPUT`)."""
+        CLOSED_STREAMS.append(name)
+        self.arrived(CLOSED_OUTPUT)
 
     def finished(self) -> None:
         """The run is over: a later request has nothing left to stop (a second Ctrl-C still ends at once).
@@ -238,3 +278,71 @@ class Stop:
 
 def _note(signum, frame) -> None:
     """The Python-level handler: nothing to do (the watching thread acts), but no KeyboardInterrupt."""
+
+
+class GuardedStream(io.TextIOBase):
+    """A text stream (``sys.stdout``) whose failed write is a closed output, not an exception.
+
+    The first write or flush that fails (EPIPE: the reader left; ENOSPC, EIO,
+    EBADF) calls ``closed(name)`` once, points the stream's file descriptor at
+    ``/dev/null`` (so that later writes, Python's flush at exit and any C
+    library's output go nowhere instead of failing again) and drops what
+    follows.  Everything else is the wrapped stream's.
+    """
+
+    def __init__(self, stream, name: str, closed):
+        self._stream, self._name, self._closed = stream, name, closed
+        self.lost = False
+
+    def write(self, text: str) -> int:
+        if not self.lost:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError) as exc:
+                self._lose(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.lost:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError) as exc:
+                self._lose(exc)
+
+    def _lose(self, exc: Exception) -> None:
+        if isinstance(exc, OSError) and exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EBADF,
+                                                           errno.ECONNRESET, errno.EDQUOT):
+            raise exc
+        self.lost = True
+        try:
+            fd = self._stream.fileno()
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass
+        self._closed(self._name)
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def isatty(self) -> bool:
+        return not self.lost and self._stream.isatty()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self):
+        return self._stream.encoding
+
+    @property
+    def errors(self):
+        return self._stream.errors
+
+    @property
+    def buffer(self):
+        return self._stream.buffer
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)

@@ -31,7 +31,8 @@ TWICE = "nothing more written (checkpoints on disk are as they were)"
 
 __all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "Outputs", "claim_outputs", "labels",
            "choose_devices", "progress", "simulating", "format_tail", "exit_if_unverified", "exit_if_stopped",
-           "clear_stale_temporaries", "restart_values", "execute", "StopAgreed", "report"]
+           "clear_stale_temporaries", "unusable", "recorded_values", "restart_values", "recorded_row", "execute",
+           "StopAgreed", "report"]
 
 
 def labels(device: Device, provenance) -> Labels:
@@ -288,44 +289,43 @@ class Outputs:
     """A run's output files, claimed before it starts by :func:`claim_outputs` (rank 0's; None elsewhere).
 
     ``thermo`` the open :class:`~pympi_gpu.run.thermolog.ThermoLog`, ``dump``
-    the trajectory writer, ``lock`` the
-    :class:`~pympi_gpu.nbody.checkpoint.CheckpointLock` of ``--checkpoint``;
-    ``created`` the files this claim made (removed if the claim is abandoned).
-    :meth:`close` ends the files and releases the lock.
+    the trajectory writer, ``claim`` the :class:`~pympi_gpu.run.claims.Claim`
+    that holds every file (the checkpoint's lock, the trajectory's and the
+    log's own) until :meth:`close`.
     """
 
     thermo: object = None
     dump: object = None
-    lock: object = None
-    created: list = dataclasses.field(default_factory=list)
+    claim: object = None
 
     def close(self) -> None:
+        """End the files and let go of them."""
+        self._end(abandon=False)
+
+    def abandon(self) -> None:
+        """Close, and remove the files the claim made: a refused run leaves the directory as it was."""
+        self._end(abandon=True)
+
+    def _end(self, abandon: bool) -> None:
         for item in (self.thermo, self.dump):
             if item is not None:
                 item.close()
         self.thermo = self.dump = None
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
-
-    def abandon(self) -> None:
-        """Close, and remove the files the claim created: a refused run leaves the directory as it was."""
-        import os
-
-        self.close()
-        for path in self.created:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        if self.claim is not None:
+            self.claim.abandon() if abandon else self.claim.release()
+            self.claim = None
 
 
 def claim_outputs(comm, args, identity, *, thermo_module, box: float | None) -> Outputs:
-    """Lock ``--checkpoint`` and open ``--dump`` and ``--thermo-file`` for this run; collective over comm.
+    """Claim ``--checkpoint``, ``--dump`` and ``--thermo-file`` for this run and open them; collective over comm.
 
-    Rank 0 decides (:func:`pympi_gpu.run.outputs.decide`: another run's file,
-    a file of another kind, one that exists without ``--restart`` or
-    ``--overwrite``, one that cannot be written) and opens; its verdict is
-    broadcast, so a refusal is one message and exit status 2 on every rank,
-    before anything was written.  ``identity`` is the run's
+    Rank 0 claims every file (:mod:`pympi_gpu.run.claims`: locked for the
+    run, none named twice, each a regular file or absent), then judges what
+    each holds (:func:`pympi_gpu.run.outputs.decide`: another run's file, a
+    file of another kind, one that holds data without ``--restart`` or
+    ``--overwrite``, one that cannot be written) and opens them; its verdict
+    is broadcast, so a refusal is one message and exit status 2 on every
+    rank, before anything was written.  ``identity`` is the run's
     :class:`~pympi_gpu.run.outputs.RunIdentity`, ``box`` the periodic box edge
     (None: open space).
     """
@@ -342,34 +342,42 @@ def claim_outputs(comm, args, identity, *, thermo_module, box: float | None) -> 
     error = comm.bcast(error, root=0)
     if error:
         fail(error)
-    if outputs.lock is not None and outputs.lock.unlocked:
-        click.echo(f"pympi-nbody: {outputs.lock.unlocked}", err=True)
+    if outputs.claim is not None:
+        for why in outputs.claim.unlocked:
+            click.echo(f"pympi-nbody: {why}", err=True)
     return outputs
 
 
+#: what another run does with a file this one claims, in the refusal
+_BUSY = "being written by another pympi-nbody run"
+
+
 def _claim(outputs: Outputs, args, identity, thermo_module, box) -> None:
-    """Rank 0's part of :func:`claim_outputs`: every decision first, then the files opened."""
-    import os
-
-    from pympi_gpu.nbody import dump
-    from pympi_gpu.nbody.checkpoint import CheckpointLock
+    """Rank 0's part of :func:`claim_outputs`: every file locked and judged first, then the files opened."""
+    from pympi_gpu.nbody import checkpoint, dump
     from pympi_gpu.run import thermolog
-    from pympi_gpu.run.outputs import APPEND, OutputRefused, decide
+    from pympi_gpu.run.claims import Claim, file_key, lock_path_of
+    from pympi_gpu.run.outputs import OutputRefused, decide
 
+    claim = outputs.claim = Claim("pympi-nbody")
+    claim.distinct(("--checkpoint", args.checkpoint),
+                   ("--checkpoint's lock file", args.checkpoint and lock_path_of(args.checkpoint)),
+                   ("--dump", args.dump), ("--thermo-file", args.thermo_file))
+    overwrite, restart = bool(getattr(args, "overwrite", False)), bool(args.restart)
     if args.checkpoint:
-        outputs.lock = CheckpointLock(args.checkpoint).acquire()
-    overwrite = bool(getattr(args, "overwrite", False))
+        claim.beside("--checkpoint", args.checkpoint, _BUSY)
+        if not (restart and file_key(args.restart) == file_key(args.checkpoint)):  # a run continues its own
+            decide("--checkpoint", args.checkpoint, checkpoint.inspect(args.checkpoint), identity,
+                   restart=restart, overwrite=overwrite)
     modes = {}
     for option, path, module in (("--dump", args.dump, dump), ("--thermo-file", args.thermo_file, thermolog)):
         if path:
+            claim.in_place(option, path, _BUSY)
             try:
                 found = module.inspect(path)
             except OSError as exc:
                 raise OutputRefused(f"{option} {path!r} cannot be read: {exc.strerror or exc}") from None
-            modes[option] = decide(option, path, found, identity, restart=bool(args.restart), overwrite=overwrite)
-    for option, path in (("--dump", args.dump), ("--thermo-file", args.thermo_file)):
-        if path and modes[option] != APPEND and not os.path.exists(path):
-            outputs.created.append(path)
+            modes[option] = decide(option, path, found, identity, restart=restart, overwrite=overwrite)
     if args.dump:
         try:
             outputs.dump = dump.open_dump(args.dump, box, identity, modes["--dump"])
@@ -380,15 +388,76 @@ def _claim(outputs: Outputs, args, identity, thermo_module, box) -> None:
                                              modes["--thermo-file"])
 
 
-def restart_values(ctx, restart: str, meta: dict, values: dict) -> dict:
-    """The options a checkpoint fixes, from its ``meta``: an option given that differs is refused (exit 2).
+def unusable(path: str, why: str) -> None:
+    """Refuse a ``--restart`` file whose record cannot be run (exit 2)."""
+    fail(f"--restart: {path!r} is not a usable checkpoint: {why}")
 
-    ``values`` maps each such option's name to what the command line holds.
+
+def recorded_values(ctx, path: str, meta: dict, names) -> dict:
+    """The values a checkpoint records for the options ``names``, checked by the rules of the command line.
+
+    Each goes through its option's own type (the same conversion and range
+    as when typed), so a checkpoint can hold nothing the command line would
+    refuse; one that does is refused by :func:`unusable` (exit 2).
     """
+    params = {p.name: p for p in ctx.command.params}
+    out = {}
+    for name in names:
+        param = params[name]
+        label = param.opts[0]
+        if name not in meta:
+            unusable(path, f"it records no {label}")
+        try:
+            out[name] = param.type.convert(meta[name], param, ctx)
+        except click.BadParameter as exc:
+            unusable(path, f"its {label} {meta[name]!r} is refused: {exc.message}")
+    return out
+
+
+def restart_values(ctx, restart: str, meta: dict, values: dict) -> dict:
+    """The options a checkpoint fixes, from its ``meta`` (:func:`recorded_values`); an option given that
+    differs is refused (exit 2).  ``values`` maps each such option's name to what the command line holds."""
+    recorded = recorded_values(ctx, restart, meta, values)
     for name, value in values.items():
-        if given(ctx, name) and value != meta[name]:
-            fail(f"--restart: {restart!r} was run with --{name} {meta[name]}, not {value}")
-    return {name: meta[name] for name in values}
+        if given(ctx, name) and value != recorded[name]:
+            fail(f"--restart: {restart!r} was run with --{name.replace('_', '-')} {recorded[name]}, not {value}")
+    return recorded
+
+
+def recorded_row(path: str, meta: dict, row_type):
+    """The thermo row of step 0 a checkpoint records (``meta["initial"]``) as ``row_type``, or None.
+
+    ``row_type`` is the model's frozen dataclass of a row: ``step`` a whole
+    number, ``momentum`` three numbers, every other field a number; all
+    finite.  Anything else is refused by :func:`unusable`.
+    """
+    import math
+
+    initial = meta.get("initial")
+    if initial is None:
+        return None
+    names = [f.name for f in dataclasses.fields(row_type)]
+    if not isinstance(initial, dict) or sorted(initial) != sorted(names):
+        unusable(path, f"its initial thermo row is not a record of {', '.join(names)}")
+
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    values = {}
+    for name in names:
+        v = initial[name]
+        if name == "momentum":
+            ok = isinstance(v, (list, tuple)) and len(v) == 3 and all(number(c) for c in v)
+            v = tuple(float(c) for c in v) if ok else v
+        elif name == "step":
+            ok = isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        else:
+            ok = number(v)
+        if not ok:
+            unusable(path, f"its initial thermo row's {name} {v!r} is not a finite number"
+                     + (" triple" if name == "momentum" else ""))
+        values[name] = v
+    return row_type(**values)
 
 
 def execute(comm, system, options: RunOptions, *, device: Device, provenance, stop: Stop, thermo_module,

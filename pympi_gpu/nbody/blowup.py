@@ -40,11 +40,14 @@ class BlowUp(Exception):
     def __init__(self, step: int, check: str, cause: str, saved: str | None = None):
         super().__init__(step, check, cause, saved)
         self.step, self.check, self.cause, self.saved = step, check, cause, saved
+        self.unsaved: str | None = None  # why ``--on-blowup save`` could not save it
 
     def __str__(self) -> str:
         text = f"the run blew up at step {self.step}: {self.check}: {self.cause}"
         if self.saved:
             text += f"; the broken state is in {self.saved} (for inspection: it cannot be restarted)"
+        if self.unsaved:
+            text += f"; the broken state could not be saved: {self.unsaved}"
         return text
 
 

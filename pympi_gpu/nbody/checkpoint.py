@@ -14,9 +14,11 @@ reader sees the old checkpoint or the new one, never half of one.  A writer
 killed mid-write leaves its temporary file (named with its host and pid);
 the next write of the same checkpoint removes it once that writer is gone
 (:func:`pympi_gpu.run.fileio.stale_temporaries`), never one a live writer is
-still writing.  One run at a time writes a checkpoint path: :class:`CheckpointLock`
-(an ``flock`` on ``NAME.lock`` beside it, held by rank 0 for the run) refuses
-a second.  Reading (:class:`NpzRows`) goes block by block too, each
+still writing.  One run at a time writes a checkpoint path: the command claims
+it before the run (:mod:`pympi_gpu.run.claims`: an ``flock`` on ``NAME.lock``
+beside it, held by rank 0 for the run), after :func:`inspect` says what the
+path holds: nothing, a checkpoint (and of which run), or another kind of file,
+which is never replaced.  Reading (:class:`NpzRows`) goes block by block too, each
 member through its own stream, so a loader can scatter a block to its owners
 before it reads the next.
 """
@@ -24,7 +26,6 @@ before it reads the next.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import zipfile
@@ -35,10 +36,11 @@ import numpy as np
 from numpy.lib import format as npy
 
 from pympi_gpu.mpi.blocks import gather_rows
-from pympi_gpu.run.fileio import atomic_open, host_name, remove_stale_temporaries
+from pympi_gpu.run.fileio import atomic_open, remove_stale_temporaries
+from pympi_gpu.run.outputs import Found, parse_fields
 
-__all__ = ["BLOCK_ROWS", "CheckpointError", "CheckpointLocked", "CheckpointLock", "write_file", "check_writable",
-           "save_rows", "NpzRows"]
+__all__ = ["BLOCK_ROWS", "CheckpointError", "unusable", "write_file", "check_writable", "inspect", "save_rows",
+           "NpzRows", "KIND"]
 
 #: the most rows of one array that pass through rank 0 at once, written or read
 BLOCK_ROWS = 1 << 18
@@ -47,74 +49,36 @@ class CheckpointError(Exception):
     """A checkpoint that cannot be written, read or used; the message is for people."""
 
 
-class CheckpointLocked(CheckpointError):
-    """Another run writes this checkpoint path now."""
+def unusable(path: str, why: str) -> CheckpointError:
+    """The error of a checkpoint whose record or arrays a run cannot take: ``why``."""
+    return CheckpointError(f"{path!r} is not a usable checkpoint: {why}")
 
 
-class CheckpointLock:
-    """One run at a time on a checkpoint path: an exclusive ``flock`` on ``NAME.lock`` beside it.
+#: what a checkpoint is, in messages about a file that is not one
+KIND = "a pympi-nbody checkpoint (an .npz archive with a 'meta' record)"
 
-    Two jobs writing one checkpoint would replace each other's states (and,
-    before temporaries carried their owner, remove each other's half-written
-    files).  :meth:`acquire` takes the lock or raises :class:`CheckpointLocked`
-    naming the holder (the lock file holds its pid and host); the kernel drops
-    the lock when its holder dies, so a killed run leaves none standing.
-    :meth:`release` removes the lock file while still holding it; a process
-    that locked the removed file finds, by its inode, that the path now names
-    another and tries again.  Where the filesystem has no ``flock`` (some
-    network mounts) the run goes on unguarded and :attr:`unlocked` says why.
+
+def inspect(path: str | os.PathLike) -> Found:
+    """What the file at ``path`` holds (see :class:`~pympi_gpu.run.outputs.Found`): reads its ``meta`` only.
+
+    A checkpoint names its run in ``meta["run"]`` (the ``key=value`` words of
+    :class:`~pympi_gpu.run.outputs.RunIdentity`); one written before that
+    field holds data but records no run.
     """
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = os.fspath(path)
-        self.lock_path = self.path + ".lock"
-        self.fd: int | None = None
-        self.unlocked: str | None = None
-
-    def acquire(self) -> CheckpointLock:
-        for _ in range(10):
-            try:
-                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:  # (check_writable refused a read-only directory before MPI started)
-                self.unlocked = f"cannot lock {self.lock_path} ({exc.strerror or exc}): a second run on the " \
-                                "same --checkpoint would not be refused"
-                return self
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # EWOULDBLOCK: another process holds it
-                holder = os.pread(fd, 256, 0).decode("utf-8", "replace").split()
-                os.close(fd)
-                who = f" (pid {holder[0]} on {holder[1]})" if len(holder) == 2 else ""
-                raise CheckpointLocked(f"checkpoint {self.path!r} is being written by another pympi-nbody "
-                                       f"run{who}: wait for it to end, or choose another --checkpoint") from None
-            except OSError as exc:  # no flock here (ENOLCK, EOPNOTSUPP): go on unguarded
-                os.close(fd)
-                self.unlocked = (f"cannot lock {self.lock_path} ({exc.strerror or exc}): the filesystem does not "
-                                 "support flock; a second run on the same --checkpoint would not be refused")
-                return self
-            if _same_file(fd, self.lock_path):
-                with contextlib.suppress(OSError):  # the holder's name is a courtesy (a full disk has no room)
-                    os.ftruncate(fd, 0)
-                    os.pwrite(fd, f"{os.getpid()} {host_name()}\n".encode("utf-8"), 0)
-                self.fd = fd
-                return self
-            os.close(fd)  # we locked a lock file its holder removed on leaving: take the new one
-        raise CheckpointLocked(f"cannot take the lock {self.lock_path}: it keeps being replaced")
-
-    def release(self) -> None:
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self.lock_path)
-            os.close(self.fd)  # releases the lock
-            self.fd = None
-
-
-def _same_file(fd: int, path: str) -> bool:
+    p = Path(path)
+    if not p.exists() or (p.is_file() and p.stat().st_size == 0):
+        return Found("nothing")
+    if not p.is_file():
+        return Found("foreign", detail=KIND)
     try:
-        a, b = os.fstat(fd), os.stat(path)
-    except OSError:
-        return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+        with NpzRows(p) as f:
+            meta = f.meta
+    except CheckpointError:
+        return Found("foreign", detail=KIND)
+    if not isinstance(meta, dict) or not str(meta.get("format", "")).startswith("pympi_gpu.nbody"):
+        return Found("foreign", detail=KIND)
+    fields = parse_fields(meta["run"]) if isinstance(meta.get("run"), str) else None
+    return Found("data", fields, f"a checkpoint at step {meta.get('step')}")
 
 
 def write_file(path: str | os.PathLike, arrays: dict[str, np.ndarray], meta: dict) -> None:
@@ -164,6 +128,12 @@ class _NpzWriter:
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
             self.error = f"cannot write checkpoint {self.path!r}: {getattr(exc, 'strerror', None) or exc}"
+            # the member and the archive closed first (their writes fail too): else the archive, still
+            # writing a member, complains when it is collected
+            for item in (self._member, getattr(self, "_zip", None)):
+                if item is not None:
+                    with contextlib.suppress(Exception):
+                        item.close()
             self._member = None
             with contextlib.suppress(BaseException):
                 self._stack.__exit__(type(exc), exc, exc.__traceback__)  # removes the temporary file

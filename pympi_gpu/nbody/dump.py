@@ -256,21 +256,50 @@ class GsdDump:
 def read_frame(path: str | os.PathLike, index: int = -1) -> dict:
     """One frame of a trajectory this module wrote: ``step``, ``id``, ``x``, ``v``, ``box`` (None: open space).
 
-    ``index`` counts frames from 0 (negative from the end).  ValueError if
-    there is no such frame.
+    ``index`` counts frames from 0 (negative from the end).  ValueError, with
+    a message for people, if there is no such frame or the file cannot be
+    read as its format (damaged, or another kind of file).
     """
-    if format_of(path) == "gsd":
-        import gsd.hoomd
+    reader = _read_gsd_frame if format_of(path) == "gsd" else _read_extxyz_frame
+    try:
+        return reader(path, index)
+    except (ValueError, KeyError, IndexError, UnicodeDecodeError, RuntimeError, OSError) as exc:
+        if isinstance(exc, (FileNotFoundError, PermissionError)):
+            raise
+        if isinstance(exc, _NoFrame):
+            raise ValueError(str(exc)) from None
+        kind = "GSD" if reader is _read_gsd_frame else "extended XYZ"
+        raise ValueError(f"{os.fspath(path)!r} is not a readable {kind} trajectory (damaged, or another kind of "
+                         f"file): {exc}") from None
 
-        with gsd.hoomd.open(os.fspath(path)) as f:
-            if not len(f):
-                raise ValueError(f"{os.fspath(path)!r} holds no frame")
-            fr = f[index]
-            periodic = bool(fr.log["periodic"][0]) if "periodic" in fr.log else True
-            edge = float(fr.configuration.box[0])
-            x = fr.particles.position.astype(np.float64) + (0.5 * edge if periodic else 0.0)
-            return {"step": int(fr.configuration.step), "id": np.asarray(fr.log["particles/id"]), "x": x,
-                    "v": fr.particles.velocity.astype(np.float64), "box": edge if periodic else None}
+
+class _NoFrame(ValueError):
+    """A frame index the file does not hold."""
+
+
+def _pick(path, count: int, index: int) -> int:
+    """The frame ``index`` (negative: from the end) of ``count`` frames, as a position from 0."""
+    if count == 0:
+        raise _NoFrame(f"{os.fspath(path)!r} holds no frame")
+    if not -count <= index < count:
+        raise _NoFrame(f"{os.fspath(path)!r} holds {count} frame(s): there is no frame {index} (0 to {count - 1}, "
+                       f"or -{count} to -1 from the end)")
+    return index % count
+
+
+def _read_gsd_frame(path, index: int) -> dict:
+    import gsd.hoomd
+
+    with gsd.hoomd.open(os.fspath(path)) as f:
+        fr = f[_pick(path, len(f), index)]
+        periodic = bool(fr.log["periodic"][0]) if "periodic" in fr.log else True
+        edge = float(fr.configuration.box[0])
+        x = fr.particles.position.astype(np.float64) + (0.5 * edge if periodic else 0.0)
+        return {"step": int(fr.configuration.step), "id": np.asarray(fr.log["particles/id"]), "x": x,
+                "v": fr.particles.velocity.astype(np.float64), "box": edge if periodic else None}
+
+
+def _read_extxyz_frame(path, index: int) -> dict:
     data = Path(path).read_bytes().decode("utf-8")
     lines = data.split("\n")
     starts, line = [], 0
@@ -280,9 +309,7 @@ def read_frame(path: str | os.PathLike, index: int = -1) -> dict:
             break
         starts.append(line)
         line += 2 + n
-    if not starts:
-        raise ValueError(f"{os.fspath(path)!r} holds no frame")
-    start = starts[index]
+    start = starts[_pick(path, len(starts), index)]
     n, header = int(lines[start]), lines[start + 1]
     table = np.loadtxt(lines[start + 2:start + 2 + n], usecols=range(1, 8), ndmin=2)
     box = None

@@ -51,7 +51,7 @@ from pympi_gpu.nbody.blowup import BlowUp
 from pympi_gpu.run.phases import PhaseClock, Phases, Traffic, summarise
 
 __all__ = ["RunOptions", "Labels", "System", "Writer", "ThermoRows", "Frames", "Checkpoints", "Progress", "agree",
-           "LoopResult", "run", "simulate", "standard_writers", "save_and_raise"]
+           "LoopResult", "run", "simulate", "standard_writers", "save_and_raise", "save_new", "STATE_SUFFIXES"]
 
 
 #: the longest a batch of quiet steps may take (seconds, as the last step took): as long a stop request waits
@@ -228,23 +228,22 @@ def save_and_raise(run: Run, exc: Exception):
     name), and the message says so, or that this failed too.  Collective.
     """
     ckpt = next((w for w in run.writers if isinstance(w, Checkpoints)), None)
-    path = ckpt and (ckpt.path or ckpt.on_stop)
-    if not run.step_times or not path:  # nothing computed yet: the state is the run's start
+    if not run.step_times or not (ckpt and (ckpt.path or ckpt.on_stop)):  # nothing computed yet: the start
         raise exc
     from pympi_gpu.nbody.checkpoint import CheckpointError
 
     step = run.system.timestep
     try:
         run.check_health()
-        ckpt.write(run, path)
-        ckpt.final = path
+        path = ckpt.save_final(run)
     except CheckpointError as failed:
         raise type(exc)(f"{exc}; the state at step {step} could not be saved either: {failed}") from None
     raise type(exc)(f"{exc}; the state at step {step} is saved in {path} (resume with --restart {path})") from None
 
 
 class Checkpoints(Writer):
-    """A checkpoint every ``every`` steps before the last, and at the end (``path``, else ``on_stop`` if stopped)."""
+    """A checkpoint every ``every`` steps before the last, and at the end (``path``, else, if stopped, a
+    name of its own from ``on_stop``: :func:`save_new`)."""
 
     writes_state = True
 
@@ -262,10 +261,60 @@ class Checkpoints(Writer):
         self.written += 1
 
     def finish(self, run: Run, stopped: bool) -> None:
-        self.final = self.path or (self.on_stop if stopped else None)
-        if self.final:
+        if self.path or (stopped and self.on_stop):
             run.check_health()  # nothing broken over a good checkpoint
-            self.write(run, self.final)
+            self.save_final(run)
+
+    def save_final(self, run: Run) -> str:
+        """The last checkpoint: to ``path``, else to a new file named from ``on_stop``; where it went."""
+        if self.path:
+            self.write(run, self.path)
+            self.final = self.path
+        else:
+            with run.clock.phase("io"):
+                self.final = save_new(run.comm, self.on_stop, lambda name: run.system.save(name, run.initial))
+            self.written += 1
+        return self.final
+
+
+#: what a file :func:`save_new` names ends in, kept after its number (``run-1.ckpt.npz``)
+STATE_SUFFIXES = (".ckpt.npz", ".blowup.npz", ".npz")
+
+
+def save_new(comm, path: str, save: Callable[[str], None]) -> str:
+    """Write a state through ``save(name)`` (collective) to a file of its own: ``path``, or ``path-1``...
+    if that is taken (:func:`~pympi_gpu.run.fileio.reserve_new`); its name.  Collective over comm.
+
+    For a file the run names itself (a stop's checkpoint without
+    ``--checkpoint``, a blown-up state): it never replaces another file, and
+    two runs stopped at once write two.  A failure raises
+    :class:`~pympi_gpu.nbody.checkpoint.CheckpointError` on every rank and
+    leaves no file.
+    """
+    import contextlib
+    import os
+
+    from pympi_gpu.nbody.checkpoint import CheckpointError
+    from pympi_gpu.run.fileio import reserve_new
+
+    name = error = None
+    if comm.Get_rank() == 0:
+        try:
+            name = reserve_new(path, STATE_SUFFIXES)
+        except OSError as exc:
+            error = f"cannot write checkpoint {path!r}: {exc.strerror or exc}"
+    name, error = comm.bcast((name, error), root=0)
+    if error:
+        raise CheckpointError(error)
+    try:
+        save(name)
+    except BaseException:
+        if comm.Get_rank() == 0:
+            with contextlib.suppress(OSError):
+                if os.path.getsize(name) == 0:  # still the empty file that held the name
+                    os.unlink(name)
+        raise
+    return name
 
 
 class Progress(Writer):
@@ -446,8 +495,13 @@ def run(comm, system: System, options: RunOptions, writers: Sequence[Writer] = (
         if exc.step is None:
             exc.step = system.timestep
         if options.blowup_save:
-            system.save_broken(options.blowup_save, r.initial, f"{exc.check}: {exc.cause}")
-            exc.saved = options.blowup_save
+            from pympi_gpu.nbody.checkpoint import CheckpointError
+
+            try:
+                exc.saved = save_new(comm, options.blowup_save,
+                                     lambda name: system.save_broken(name, r.initial, f"{exc.check}: {exc.cause}"))
+            except CheckpointError as failed:  # still a blow-up (exit 3), which says what could not be saved
+                exc.unsaved = str(failed)
         raise
     return _result(comm, r, first, wall, cpu)
 

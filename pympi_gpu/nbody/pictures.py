@@ -14,12 +14,28 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["plot_thermo", "plot_frame"]
+__all__ = ["plot_thermo", "plot_frame", "PictureError"]
 
 #: thermo columns drawn together in the energy panel
 ENERGIES = ("KinEng", "PotEng", "E_pair", "TotEng")
 #: columns left out (the momentum: zero to round-off, it would only show the noise)
 SKIPPED = ("Step", "Px", "Py", "Pz")
+
+
+class PictureError(Exception):
+    """A picture that cannot be written (the message names the file; an old one there is kept)."""
+
+
+def _save(fig, out: Path) -> Path:
+    """Write ``fig`` as a PNG to ``out`` whole or not at all (temporary file, fsync, rename)."""
+    from pympi_gpu.run.fileio import atomic_open
+
+    try:
+        with atomic_open(out) as fh:
+            fig.savefig(fh, format="png")
+    except OSError as exc:
+        raise PictureError(f"cannot write {os.fspath(out)!r}: {exc.strerror or exc}") from None
+    return out
 
 
 def _figure(**kw):
@@ -52,9 +68,7 @@ def plot_thermo(path: str | os.PathLike, out: str | os.PathLike) -> Path:
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("step")
     fig.suptitle(f"thermo: {Path(path).name} ({len(rows)} rows)")
-    out = Path(out)
-    fig.savefig(out)
-    return out
+    return _save(fig, Path(out))
 
 
 def plot_frame(path: str | os.PathLike, out: str | os.PathLike, index: int = -1) -> Path:
@@ -75,6 +89,4 @@ def plot_frame(path: str | os.PathLike, out: str | os.PathLike, index: int = -1)
     ax.set_xlabel("x")
     ax.set_ylabel("y")
     ax.set_title(f"{Path(path).name}: step {frame['step']}, {len(x):,} bodies (projected along z)")
-    out = Path(out)
-    fig.savefig(out)
-    return out
+    return _save(fig, Path(out))

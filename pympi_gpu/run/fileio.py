@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 __all__ = ["atomic_open", "atomic_write_bytes", "append_whole", "stale_temporaries", "remove_stale_temporaries",
-           "host_name", "STALE_AFTER"]
+           "host_name", "STALE_AFTER", "numbered", "reserve_new"]
 
 #: seconds without a change after which a temporary of another host (or of no known writer) is stale
 STALE_AFTER = 15 * 60
@@ -40,12 +40,17 @@ def atomic_open(path: str | os.PathLike, mode: int = 0o644) -> Iterator[BinaryIO
     renamed over ``path`` (atomic on POSIX) and the rename itself is made
     durable; on an exception the temporary file is removed and ``path`` is
     left as it was.  The temporary's name says which host and process write it.
+    An ``OSError`` raised on the way names ``path`` (its ``filename``).
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f"{_prefix(path)}{host_name()}.{os.getpid()}.", suffix=_SUFFIX,
-                               dir=directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f"{_prefix(path)}{host_name()}.{os.getpid()}.", suffix=_SUFFIX,
+                                   dir=directory)
+    except OSError as exc:
+        exc.filename = os.fspath(path)
+        raise
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
@@ -53,9 +58,11 @@ def atomic_open(path: str | os.PathLike, mode: int = 0o644) -> Iterator[BinaryIO
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            exc.filename = os.fspath(path)
         raise
     with contextlib.suppress(OSError):  # make the rename durable where the OS allows
         dfd = os.open(directory, os.O_RDONLY)
@@ -139,6 +146,42 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
             tmp.unlink()
             removed.append(tmp)
     return removed
+
+
+def numbered(path: str | os.PathLike, n: int, suffixes: tuple[str, ...] = ()) -> str:
+    """``path`` with ``-n`` before the first of ``suffixes`` that ends it (else before its last suffix):
+    ``numbered("run.ckpt.npz", 2, (".ckpt.npz",))`` is ``run-2.ckpt.npz``; ``n`` 0 is ``path`` itself."""
+    path = os.fspath(path)
+    if n == 0:
+        return path
+    head, name = os.path.split(path)
+    tail = next((s for s in suffixes if name.endswith(s) and len(name) > len(s)), None)
+    if tail is None:
+        stem, tail = os.path.splitext(name)
+    else:
+        stem = name[:-len(tail)]
+    return os.path.join(head, f"{stem}-{n}{tail}")
+
+
+def reserve_new(path: str | os.PathLike, suffixes: tuple[str, ...] = (), tries: int = 1000) -> str:
+    """The first of ``path``, ``path-1``, ``path-2``... (:func:`numbered`) that holds no file, made empty
+    here (``O_EXCL``) so that no other writer takes it; its name.
+
+    For a file a run writes under a name of its own choosing (a stop's
+    checkpoint, a blown-up state): it never replaces a file already there,
+    another run's or a user's, and two runs writing at once get two names.
+    The caller replaces the empty file with the data (:func:`atomic_open`),
+    or removes it.  Raises OSError where none can be made.
+    """
+    for n in range(tries):
+        name = numbered(path, n, suffixes)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return name
+    raise OSError(errno.EEXIST, f"{tries} names beside it are taken", os.fspath(path))
 
 
 def append_whole(fd: int, data: bytes) -> None:

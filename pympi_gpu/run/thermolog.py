@@ -215,22 +215,48 @@ def _yaml(v) -> str:
 
 
 def read(path: str | os.PathLike) -> tuple[list[str], list[list[float]]]:
-    """A log's keywords and rows (every document of a YAML log, in order); ValueError if it has none."""
-    fmt = format_of(path)
-    text = Path(path).read_text(encoding="utf-8")
-    if fmt == "csv":
-        lines = [r for r in csv.reader(io.StringIO(text)) if r and not r[0].startswith("#")]
-        if not lines:
-            raise ValueError(f"{os.fspath(path)!r} is empty")
-        keywords, rows = lines[0], [[float(v) for v in r] for r in lines[1:] if len(r) == len(lines[0])]
-    else:
-        import yaml
+    """A log's keywords and rows (every document of a YAML log, in order).
 
-        docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict) and "keywords" in d]
-        if not docs:
-            raise ValueError(f"{os.fspath(path)!r} holds no thermo document (keywords, data)")
-        keywords = [str(k) for k in docs[0]["keywords"]]
-        rows = [[float(v) for v in r] for d in docs for r in (d.get("data") or []) if len(r) == len(keywords)]
+    ValueError, with a message for people, if it has none or cannot be read
+    as its format (damaged, or another kind of file).
+    """
+    fmt = format_of(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        keywords, rows = (_read_csv if fmt == "csv" else _read_yaml)(path, text)
+    except _Unreadable as exc:
+        raise ValueError(str(exc)) from None
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{os.fspath(path)!r} is not a readable {fmt.upper()} thermo log (damaged, or another "
+                         f"kind of file): {first}") from None
     if not rows:
         raise ValueError(f"{os.fspath(path)!r} holds no thermo rows")
     return keywords, rows
+
+
+class _Unreadable(ValueError):
+    """A log with nothing to read (its message says so)."""
+
+
+def _read_csv(path, text: str):
+    lines = [r for r in csv.reader(io.StringIO(text)) if r and not r[0].startswith("#")]
+    if not lines:
+        raise _Unreadable(f"{os.fspath(path)!r} is empty")
+    return lines[0], [[float(v) for v in r] for r in lines[1:] if len(r) == len(lines[0])]
+
+
+def _read_yaml(path, text: str):
+    import yaml
+
+    try:
+        loaded = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise ValueError(f"{problem or type(exc).__name__}{where}") from None
+    docs = [d for d in loaded if isinstance(d, dict) and "keywords" in d]
+    if not docs:
+        raise _Unreadable(f"{os.fspath(path)!r} holds no thermo document (keywords, data)")
+    keywords = [str(k) for k in docs[0]["keywords"]]
+    return keywords, [[float(v) for v in r] for d in docs for r in (d.get("data") or []) if len(r) == len(keywords)]

@@ -2,7 +2,10 @@
 
 They are derived from the results file (``.jsonl``) and rewritten whole after
 every study, through a temporary file and ``os.replace``: a reader sees the
-old file or the new one, never half of one.
+old file or the new one, never half of one.  Only a study's own report is
+ever replaced: :func:`not_a_report` says what else a file at that name is
+(a user's CSV, a photo), and the study is refused before it runs.  The PNG
+says it is one in its metadata (``Software``: :data:`PNG_SOFTWARE`).
 """
 
 from __future__ import annotations
@@ -16,9 +19,14 @@ from pympi_gpu.run.fileio import atomic_write_bytes
 from pympi_gpu.run.records import to_dict
 from pympi_gpu.scale.analysis import PHASES, StudySummary
 
-__all__ = ["SCHEMA", "CSV_COLUMNS", "study_dict", "write_json", "write_csv", "write_plot"]
+__all__ = ["SCHEMA", "CSV_COLUMNS", "PNG_SOFTWARE", "study_dict", "write_json", "write_csv", "write_plot",
+           "not_a_report"]
 
 SCHEMA = "pympi_gpu.scale/1"
+#: the PNG's ``Software`` text: a plot a study made
+PNG_SOFTWARE = "pympi-scale"
+#: the eight bytes every PNG starts with
+_PNG = b"\x89PNG\r\n\x1a\n"
 
 CSV_COLUMNS = ("ranks", "nodes", "tasks_per_node", "threads_per_rank", "cores", "oversubscribed", "backend",
                "status", "repeats", "time", "time_min", "time_max", "elapsed", "speedup", "ideal",
@@ -79,7 +87,7 @@ def write_plot(summary: StudySummary, path: Path) -> tuple[Path | None, str]:
         _phases_panel(axes[2], phased)
     fig.suptitle(" ".join(summary.command), fontsize=9)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format="png", metadata={"Software": PNG_SOFTWARE})
     atomic_write_bytes(path, buf.getvalue())
     return Path(path), ""
 
@@ -140,3 +148,61 @@ def _phases_panel(ax, phased) -> None:
     ax.set_title("where the time goes")
     ax.legend(fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
+
+
+def not_a_report(path: Path, kind: str, resumed: bool) -> str | None:
+    """What the file at ``path`` is, if it is not a study's ``kind`` (``json``, ``csv``, ``png``) report
+    that may be replaced; None where it is one, or is absent.
+
+    The JSON carries :data:`SCHEMA`, the CSV begins with :data:`CSV_COLUMNS`,
+    the PNG names :data:`PNG_SOFTWARE`, or, where the study is ``resumed``
+    (its results file is this study's), matplotlib, as plots of studies
+    before that name were made.
+    """
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return None
+    if not path.is_file():
+        return "not a regular file"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    if not head:
+        return None  # empty: nothing to lose
+    if kind == "csv":
+        return None if head.split(b"\n", 1)[0].decode("utf-8", "replace") == ",".join(CSV_COLUMNS) else \
+            "not a study's CSV (its first line is not the study's columns)"
+    if kind == "json":
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return "not a study's JSON (not JSON)"
+        return None if isinstance(doc, dict) and doc.get("schema") == SCHEMA else \
+            f"not a study's JSON (no schema {SCHEMA!r})"
+    if not head.startswith(_PNG):
+        return "not a PNG"
+    software = _png_software(head)
+    if software == PNG_SOFTWARE or (resumed and software and software.startswith("Matplotlib")):
+        return None
+    return "a PNG that no pympi-scale study made"
+
+
+def _png_software(head: bytes) -> str | None:
+    """The ``Software`` text of a PNG (its chunks before the image data), or None."""
+    import struct
+
+    pos = len(_PNG)
+    while pos + 8 <= len(head):
+        length, kind = struct.unpack(">I4s", head[pos:pos + 8])
+        body = head[pos + 8:pos + 8 + length]
+        if kind == b"tEXt" and b"\0" in body:
+            key, text = body.split(b"\0", 1)
+            if key == b"Software":
+                return text.decode("latin-1")
+        if kind == b"IDAT":
+            return None
+        pos += 12 + length
+    return None
+

@@ -7,24 +7,32 @@ half-way.  A torn last line (the machine died inside the write) is skipped
 when reading and the next append starts on a fresh line.
 
 One study at a time writes a results file: :meth:`ResultsStore.lock` takes an
-exclusive ``flock`` on ``PREFIX.jsonl.lock`` for the whole study, and a second
-study on the same prefix is refused at once (the kernel drops the lock when
-its holder dies, so a killed study never leaves a stale one).
+exclusive ``flock`` on ``PREFIX.jsonl.lock`` for the whole study
+(:class:`~pympi_gpu.run.locks.LockFile`: removed at the end; a file of that
+name that is no lock is never touched), and a second study on the same prefix
+is refused at once (the kernel drops the lock when its holder dies, so a
+killed study never leaves a stale one).  A results file that holds anything
+but a study's lines (a torn one aside) is another program's: it is refused,
+never appended to.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RUN_SCHEMA", "StudyMismatch", "StudyLocked", "ResultsStore"]
+from pympi_gpu.run.fileio import append_whole
+from pympi_gpu.run.locks import LockError, Locked, LockFile, holder_of
+
+__all__ = ["RUN_SCHEMA", "StudyMismatch", "StudyLocked", "StudyRefused", "ResultsStore"]
 
 RUN_SCHEMA = "pympi_gpu.scale.run/1"
+#: how every line of a results file begins (a torn one: as much of it as was written)
+_LINE_START = '{"schema":"' + RUN_SCHEMA + '"'
 
 
 class StudyMismatch(ValueError):
@@ -33,6 +41,10 @@ class StudyMismatch(ValueError):
 
 class StudyLocked(RuntimeError):
     """Another study holds the results file."""
+
+
+class StudyRefused(ValueError):
+    """The results file (or its lock file's name) is another program's, or cannot be made."""
 
 
 class ResultsStore:
@@ -65,29 +77,32 @@ class ResultsStore:
         ------
         StudyLocked
             If another study (another process) writes this results file now.
+        StudyRefused
+            If the lock file's name holds something else, or it cannot be made.
         """
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        lock = LockFile(self.path.with_name(self.path.name + ".lock"))
         self.unlocked_reason = None
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # EWOULDBLOCK: another process holds it
-                holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-                raise StudyLocked(
-                    f"{self.path} is in use by another pympi-scale study"
-                    + (f" (pid {holder})" if holder.isdigit() else "")
-                    + ": wait for it to end, or choose another --out") from None
-            except OSError as exc:  # no flock on this filesystem (ENOLCK, EOPNOTSUPP...): go on, unguarded
-                self.unlocked_reason = (f"cannot lock {lock_path} ({exc.strerror or exc}): the filesystem "
-                                        "does not support flock; a second study on the same --out would not "
-                                        "be refused")
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
+        except Locked as exc:
+            raise StudyLocked(f"{self.path} is in use by another pympi-scale study{holder_of(exc.holder)}: wait "
+                              "for it to end, or choose another --out") from None
+        except LockError as exc:
+            raise StudyRefused(f"--out {str(self.path)!r}: {exc}") from None
+        except OSError as exc:
+            raise StudyRefused(f"--out {str(self.path)!r}: cannot make its directory: {exc.strerror or exc}") \
+                from None
+        if lock.write_error is not None:  # not even a line fits: the study could record no run
+            lock.release()
+            raise StudyRefused(f"--out {str(self.path)!r} cannot be written: "
+                               f"{lock.write_error.strerror or lock.write_error}")
+        if lock.unlocked:
+            self.unlocked_reason = f"{lock.unlocked}; a second study on the same --out would not be refused"
+        try:
             yield
         finally:
-            os.close(fd)  # releases the lock
+            lock.release()
 
     def load(self) -> list[dict[str, Any]]:
         """Every run recorded so far for this study, in file order.
@@ -96,22 +111,29 @@ class ResultsStore:
         ------
         StudyMismatch
             If the file holds runs of a different command or kind.
+        StudyRefused
+            If it holds anything else than runs (a torn last line aside).
         """
         if not self.path.exists():
             return []
         runs, self.torn_lines = [], 0
-        with open(self.path, encoding="utf-8") as fh:
-            for line in fh:
+        if not self.path.is_file():
+            raise StudyRefused(f"{self.path} is not a regular file: choose another --out")
+        with open(self.path, encoding="utf-8", errors="replace") as fh:
+            for number, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
                 try:
                     run = json.loads(line)
                 except json.JSONDecodeError:
-                    self.torn_lines += 1
-                    continue
+                    run = None
                 if not isinstance(run, dict) or run.get("schema") != RUN_SCHEMA:
-                    self.torn_lines += 1
-                    continue
+                    text = "".join(line.split())  # (a writer with spaces after the separators too)
+                    if run is None and (text.startswith(_LINE_START) or _LINE_START.startswith(text)):
+                        self.torn_lines += 1  # a run's line, cut short by a machine that died mid-write
+                        continue
+                    raise StudyRefused(f"{self.path} is not the results file of a pympi-scale study (line "
+                                       f"{number} is no run of one): it is never written; choose another --out")
                 if run.get("command") != self.command or run.get("kind") != self.kind:
                     raise StudyMismatch(
                         f"{self.path} holds a {run.get('kind')} study of "
@@ -121,7 +143,7 @@ class ResultsStore:
         return runs
 
     def append(self, run: dict[str, Any]) -> None:
-        """Append one run durably (write, flush, fsync)."""
+        """Append one run durably (write, flush, fsync); OSError (with the file's name) where it cannot be."""
         doc = {"schema": RUN_SCHEMA, "command": self.command, "kind": self.kind}
         doc.update(run)
         line = json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n"
@@ -134,8 +156,10 @@ class ResultsStore:
                     fh.seek(size - 1)
                     if fh.read(1) != b"\n":
                         line = "\n" + line
-            os.write(fd, line.encode("utf-8"))
+            append_whole(fd, line.encode("utf-8"))
             os.fsync(fd)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         finally:
             os.close(fd)
 

@@ -23,7 +23,8 @@ import numpy as np
 
 from pympi_gpu.mpi.blocks import scatter_rows
 from pympi_gpu.mpi.decomposition import block_counts, block_starts
-from pympi_gpu.nbody.checkpoint import BLOCK_ROWS, CheckpointError, NpzRows, check_writable, save_rows, write_file
+from pympi_gpu.nbody.checkpoint import (BLOCK_ROWS, CheckpointError, NpzRows, check_writable, save_rows,
+                                       unusable, write_file)
 from pympi_gpu.nbody.gravity.precision import PRECISIONS
 
 __all__ = ["FORMAT", "FIELDS", "CheckpointError", "gather", "save", "load", "read_file", "write_file",
@@ -50,35 +51,35 @@ def _validate_header(f: NpzRows) -> None:
     """The meta record and each array's shape and dtype (not the values)."""
     name, meta = f.path, f.meta
     if not isinstance(meta, dict):
-        raise CheckpointError(f"{name!r}: the meta record is not a JSON object")
+        raise unusable(name, f"the meta record is not a JSON object")
     if meta.get("format") != FORMAT:
-        raise CheckpointError(f"{name!r}: format {meta.get('format')!r}, expected {FORMAT!r}")
+        raise unusable(name, f"format {meta.get('format')!r}, expected {FORMAT!r}")
     for key, kind in _META_KEYS.items():
         value = meta.get(key)
         ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
         if not ok or isinstance(value, bool):
-            raise CheckpointError(f"{name!r}: meta field {key!r} is missing or not a {kind.__name__}")
+            raise unusable(name, f"meta field {key!r} is missing or not a {kind.__name__}")
     n = meta["bodies"]
     if n < 1 or meta["step"] < 0 or meta["ranks"] < 1:
-        raise CheckpointError(f"{name!r}: meta bodies/step/ranks out of range")
+        raise unusable(name, f"meta bodies/step/ranks out of range")
     if meta["precision"] not in _DTYPES:
-        raise CheckpointError(f"{name!r}: unknown precision {meta['precision']!r}")
+        raise unusable(name, f"unknown precision {meta['precision']!r}")
     if not (math.isfinite(meta["dt"]) and meta["dt"] > 0 and math.isfinite(meta["softening"])
             and meta["softening"] > 0):
-        raise CheckpointError(f"{name!r}: dt and softening must be finite and > 0")
+        raise unusable(name, f"dt and softening must be finite and > 0")
     dtype = _DTYPES[meta["precision"]]
     f.open(FIELDS)
     for k in FIELDS:
         if f.shape[k] != (n,):
-            raise CheckpointError(f"{name!r}: array {k!r} has shape {f.shape[k]}, expected ({n},)")
+            raise unusable(name, f"array {k!r} has shape {f.shape[k]}, expected ({n},)")
         if f.dtype[k] != dtype:
-            raise CheckpointError(f"{name!r}: array {k!r} is {f.dtype[k]}, expected {dtype} ({meta['precision']})")
+            raise unusable(name, f"array {k!r} is {f.dtype[k]}, expected {dtype} ({meta['precision']})")
 
 
 def _validate_rows(name: str, rows: dict[str, np.ndarray]) -> None:
     for k in FIELDS:
         if not np.isfinite(rows[k]).all():
-            raise CheckpointError(f"{name!r}: array {k!r} holds non-finite values")
+            raise unusable(name, f"array {k!r} holds non-finite values")
 
 
 def gather(comm, local: dict[str, np.ndarray], fields=FIELDS) -> dict[str, np.ndarray] | None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from pympi_gpu.run.outputs import RunIdentity
+
 __all__ = ["NbodyConfig", "DEFAULT_SEED"]
 
 DEFAULT_SEED = 20240601
@@ -26,7 +28,12 @@ class NbodyConfig:
     init: str = "plummer"
     seed: int = DEFAULT_SEED
 
+    def identity(self) -> RunIdentity:
+        """What names the run in its trajectory, thermo log and checkpoints (:mod:`pympi_gpu.run.outputs`)."""
+        return RunIdentity.of("gravity", self.bodies, None, self.seed, init=self.init, precision=self.precision,
+                              dt=self.dt, softening=self.softening)
+
     def meta(self) -> dict:
-        """The parameters a checkpoint records (and a restart must match)."""
+        """The parameters a checkpoint records (and a restart must match), and the run's identity."""
         return {"seed": self.seed, "init": self.init, "precision": self.precision, "dt": self.dt,
-                "softening": self.softening}
+                "softening": self.softening, "run": self.identity().text()}

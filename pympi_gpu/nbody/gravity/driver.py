@@ -53,17 +53,12 @@ def initial_state(comm, backend, config: NbodyConfig) -> State:
                  acc=None, mass=backend.from_host(mass), step=0)
 
 
-def state_from_arrays(backend, local: dict, meta: dict) -> State:
-    """A state from a checkpoint's local arrays and meta record."""
-    initial = meta.get("initial")
-    if isinstance(initial, dict):
-        initial = Diagnostics(**{**initial, "momentum": tuple(initial["momentum"])})
-    else:
-        initial = None
+def state_from_arrays(backend, local: dict, step: int, initial: Diagnostics | None = None) -> State:
+    """A state from a checkpoint's local arrays, its step and its step-0 diagnostics (if recorded)."""
     return State(pos=[backend.from_host(local[f]) for f in ("x", "y", "z")],
                  vel=[backend.from_host(local[f]) for f in ("vx", "vy", "vz")],
                  acc=[backend.from_host(local[f]) for f in ("ax", "ay", "az")],
-                 mass=backend.from_host(local["m"]), step=int(meta["step"]), initial=initial)
+                 mass=backend.from_host(local["m"]), step=int(step), initial=initial)
 
 
 def local_arrays(backend, state: State) -> dict[str, np.ndarray]:

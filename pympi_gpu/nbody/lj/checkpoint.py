@@ -18,7 +18,8 @@ import math
 import numpy as np
 
 from pympi_gpu.mpi.blocks import scatter_rows
-from pympi_gpu.nbody.checkpoint import BLOCK_ROWS, CheckpointError, NpzRows, check_writable, save_rows
+from pympi_gpu.nbody.checkpoint import (BLOCK_ROWS, CheckpointError, NpzRows, check_writable, save_rows,
+                                       unusable)
 from pympi_gpu.nbody.lj.domain import owner_coords, wrap
 
 __all__ = ["FORMAT", "CheckpointError", "check_writable", "gather", "save", "read_file", "load"]
@@ -72,32 +73,32 @@ def _validate_header(f: NpzRows) -> None:
     path, meta = f.path, f.meta
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         got = meta.get("format") if isinstance(meta, dict) else None
-        raise CheckpointError(f"{path!r}: format {got!r}, expected {FORMAT!r} (an LJ checkpoint)")
+        raise unusable(path, f"format {got!r}, expected {FORMAT!r} (an LJ checkpoint)")
     for key, kind in _META.items():
         value = meta.get(key)
         if isinstance(value, bool) or not (isinstance(value, kind) or (kind is float and isinstance(value, int))):
-            raise CheckpointError(f"{path!r}: meta field {key!r} is missing or not a {kind.__name__}")
+            raise unusable(path, f"meta field {key!r} is missing or not a {kind.__name__}")
     n = meta["atoms"]
-    if n != 4 * meta["cells"] ** 3 or meta["step"] < 0:
-        raise CheckpointError(f"{path!r}: meta atoms/cells/step out of range")
+    if meta["cells"] < 1 or n != 4 * meta["cells"] ** 3 or meta["step"] < 0:
+        raise unusable(path, f"meta atoms/cells/step out of range")
     if not all(math.isfinite(meta[k]) and meta[k] > 0 for k in ("density", "cutoff", "dt")):
-        raise CheckpointError(f"{path!r}: density, cutoff and dt must be finite and > 0")
+        raise unusable(path, f"density, cutoff and dt must be finite and > 0")
     f.open(FIELDS)
     for k in ("x", "v", "f"):
         if f.shape[k] != (n, 3) or f.dtype[k] != np.float64:
-            raise CheckpointError(f"{path!r}: array {k!r} is not ({n}, 3) finite float64")
+            raise unusable(path, f"array {k!r} is not ({n}, 3) finite float64")
     if f.shape["id"] != (n,) or f.dtype["id"].kind not in "iu":
-        raise CheckpointError(f"{path!r}: array 'id' is not 1..{n}")
+        raise unusable(path, f"array 'id' is not 1..{n}")
 
 
 def _validate_rows(path: str, first: int, rows: dict[str, np.ndarray]) -> None:
     """The values of rows ``first..``: finite, and the ids in order."""
     for k in ("x", "v", "f"):
         if not np.isfinite(rows[k]).all():
-            raise CheckpointError(f"{path!r}: array {k!r} holds non-finite values")
+            raise unusable(path, f"array {k!r} holds non-finite values")
     m = rows["id"].size
     if not np.array_equal(rows["id"], np.arange(first + 1, first + m + 1)):
-        raise CheckpointError(f"{path!r}: array 'id' is not 1..N in order")
+        raise unusable(path, f"array 'id' is not 1..N in order")
 
 
 def load(comm, path: str, box_of, dims, block: int = BLOCK_ROWS) -> tuple[dict, dict[str, np.ndarray]]:
@@ -117,11 +118,11 @@ def load(comm, path: str, box_of, dims, block: int = BLOCK_ROWS) -> tuple[dict, 
         try:
             f = NpzRows(path)  # a first pass over x: how many atoms each brick gets
             _validate_header(f)
-            meta, box = f.meta, box_of(f.meta)
+            meta, box = f.meta, _finite_box(path, box_of, f.meta)
             counts = np.zeros(size, np.int64)
             for first, rows in f.blocks(("x",), block):
                 if not np.isfinite(rows["x"]).all():
-                    raise CheckpointError(f"{path!r}: array 'x' holds non-finite values")
+                    raise unusable(path, f"array 'x' holds non-finite values")
                 counts += np.bincount(_dest(rows["x"], box, dims, ranks_of), minlength=size)
             # the second pass reads the same file: were the path replaced between the passes (a run
             # checkpointing there), other positions would go to other bricks than counted
@@ -151,6 +152,17 @@ def load(comm, path: str, box_of, dims, block: int = BLOCK_ROWS) -> tuple[dict, 
         if f is not None:
             f.close()
     return meta, local
+
+
+def _finite_box(path: str, box_of, meta: dict) -> float:
+    """The box of a checkpoint's system, refused where its density gives none (an overflow, a zero edge)."""
+    try:
+        box = box_of(meta)
+    except (OverflowError, ZeroDivisionError):
+        box = math.inf
+    if not (math.isfinite(box) and box > 0):
+        raise unusable(path, f"its density {meta['density']!r} gives no finite box")
+    return box
 
 
 def _dest(x: np.ndarray, box: float, dims, ranks_of: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from pympi_gpu.nbody.lj import pairs
+from pympi_gpu.run.outputs import RunIdentity
 
 __all__ = ["LjConfig", "DEFAULT_SEED", "half_lists"]
 
@@ -78,8 +79,15 @@ class LjConfig:
         """The pair term ``r2 -> (fpair, energy)`` the kernels are compiled around."""
         return self.style.pair(self.coefficients)
 
+    def identity(self) -> RunIdentity:
+        """What names the run in its trajectory, thermo log and checkpoints (:mod:`pympi_gpu.run.outputs`)."""
+        return RunIdentity.of("lj", self.atoms, self.box, self.seed, temperature=self.temperature, dt=self.dt,
+                              cutoff=self.cutoff, skin=self.skin, pair=self.pair,
+                              **{f"pair_{k}": v for k, v in self.coefficients.items()})
+
     def meta(self) -> dict:
-        """The parameters a checkpoint records (and a restart must match)."""
+        """The parameters a checkpoint records (and a restart must match), and the run's identity."""
         return {"model": "lj", "cells": self.cells, "atoms": self.atoms, "density": self.density,
                 "temperature": self.temperature, "cutoff": self.cutoff, "skin": self.skin, "dt": self.dt,
-                "seed": self.seed, "pair": self.pair, "pair_coeffs": self.coefficients}
+                "seed": self.seed, "pair": self.pair, "pair_coeffs": self.coefficients,
+                "run": self.identity().text()}
