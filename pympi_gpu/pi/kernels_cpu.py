@@ -16,56 +16,75 @@ from pympi_gpu import rng
 from pympi_gpu.pi import mc_simd
 from pympi_gpu.pi.grid import chunk_size, n_chunks
 from pympi_gpu.pi.kernels_numpy import NumpyKernels
-from pympi_gpu.rng import GAMMA, counter, inside, mix64
+from pympi_gpu.rng import BLOCK, block_hits, count_hits
 
 rng.register_numba()
 
 __all__ = ["NumbaKernels", "NumpyKernels", "exact_partials"]
 
-_BLOCK = 1 << 20  # samples per parallel work item
-_ONE = np.uint64(1)
+_PAR_BLOCKS = 1 << 10  # stream blocks per parallel work item (2**20 samples)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_S32 = np.uint64(32)
 
 
-@njit(cache=True, error_model="numpy")
-def _scalar_hits(state, count):
-    # The definition of the count, one sample at a time (LLVM vectorises it).
-    # The state advances by GAMMA per sample (rng.counter): an add, where
-    # recomputing counter(key, k) would cost a 64-bit multiply.
+@njit(cache=True, nogil=True, error_model="numpy")
+def _blocks(key, j0, nblocks):
+    """Hits of the whole blocks ``j0 .. j0 + nblocks - 1``: mc_simd's groups, their undecided blocks by the definition."""
     hits = np.uint64(0)
-    for _ in range(count):
-        if inside(mix64(state)):
-            hits += _ONE
-        state += GAMMA
+    for g in range(0, nblocks, mc_simd.GROUP):
+        j = j0 + g
+        res = mc_simd.group_counts(key, np.uint64(j), np.uint64(min(mc_simd.GROUP, nblocks - g)))
+        hits += res & _LOW32
+        mask = res >> _S32
+        i = 0
+        while mask:
+            if mask & np.uint64(1):
+                hits += block_hits(key, j + i, 0, BLOCK)
+            mask >>= np.uint64(1)
+            i += 1
     return hits
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def _whole_blocks(start, count):
+    """The whole blocks ``[j0, j1)`` inside samples ``[start, start + count)`` (``j1 <= j0`` if none)."""
+    return (start + BLOCK - 1) // BLOCK, (start + count) // BLOCK
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def _mc_count_vector(key, start, count):
-    """Hits among samples ``[start, start + count)``: whole vectors in mc_simd, the rest scalar."""
-    state = counter(key, np.uint64(start))
-    nvec = count // mc_simd.WIDTH
-    done = nvec * mc_simd.WIDTH
-    return mc_simd.hits(state, nvec) + _scalar_hits(state + np.uint64(done) * GAMMA, count - done)
+    """Hits among samples ``[start, start + count)``: whole blocks in mc_simd, the ragged ends by the definition."""
+    j0, j1 = _whole_blocks(start, count)
+    if j1 <= j0:
+        return count_hits(key, start, count)
+    end = start + count
+    return (count_hits(key, start, j0 * BLOCK - start) + _blocks(key, j0, j1 - j0)
+            + count_hits(key, j1 * BLOCK, end - j1 * BLOCK))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _mc_count_scalar(key, start, count):
-    """The same count from the scalar loop alone, as LLVM vectorises it."""
-    return _scalar_hits(counter(key, np.uint64(start)), count)
+    """The same count by the definition alone (rng.count_hits), one sample at a time."""
+    return count_hits(key, start, count)
 
 
-#: the faster of the two on Zen 2 (AVX2) and Zen 4 (AVX-512) alike (same counts; see mc_simd)
 _mc_count = _mc_count_vector
 
 
 @njit(cache=True, parallel=True, nogil=True, error_model="numpy")
 def _mc_count_parallel(key, start, count):
-    nblocks = (count + _BLOCK - 1) // _BLOCK
-    partial = np.zeros(nblocks, dtype=np.uint64)
-    for b in prange(nblocks):
-        lo = b * _BLOCK
-        partial[b] = _mc_count(key, start + lo, min(_BLOCK, count - lo))
-    return partial.sum()
+    """The same count, the whole blocks over numba's threads in items of _PAR_BLOCKS."""
+    j0, j1 = _whole_blocks(start, count)
+    if j1 <= j0:
+        return count_hits(key, start, count)
+    nitems = (j1 - j0 + _PAR_BLOCKS - 1) // _PAR_BLOCKS
+    partial = np.zeros(nitems, dtype=np.uint64)
+    for t in prange(nitems):
+        j = j0 + t * _PAR_BLOCKS
+        partial[t] = _blocks(key, j, min(_PAR_BLOCKS, j1 - j))
+    end = start + count
+    return (partial.sum() + count_hits(key, start, j0 * BLOCK - start)
+            + count_hits(key, j1 * BLOCK, end - j1 * BLOCK))
 
 
 @njit(cache=True, error_model="numpy", fastmath=True)
@@ -153,7 +172,7 @@ class NumbaKernels:
     def mc_hits(self, key: np.uint64, start: int, count: int) -> int:
         if count <= 0:
             return 0
-        if get_num_threads() > 1 and count > 2 * _BLOCK:
+        if get_num_threads() > 1 and count > 2 * _PAR_BLOCKS * BLOCK:
             return int(_mc_count_parallel(key, np.int64(start), np.int64(count)))
         return int(_mc_count(key, np.int64(start), np.int64(count)))
 
