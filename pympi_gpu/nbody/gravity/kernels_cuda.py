@@ -116,30 +116,24 @@ def _rsqrt(dtype, simulated: bool):
 
 
 def _clamps(dtype):
-    """``(clamp_pair, clamp_eps2)``: where ``r**2 >= R2_MIN`` is kept, per pair (fp32) or per thread (fp64)."""
+    """``(clamp_pair, clamp_eps2)``: where ``r**2 >= R2_MIN`` is kept: once per thread, on eps2."""
     r2_min = dtype(R2_MIN[dtype])
     # r**2 is kept at or above R2_MIN so that inv**3 stays finite: at the smallest softening the
-    # self term's would overflow fp32 to inf, and inf * 0 is NaN (kernels_cpu.R2_MIN).  In fp32
-    # that is one max per interaction (FMNMX).  In fp64 a max costs 9 instructions of the 42 of
-    # an interaction (DSETP, selects, NaN handling); there eps2 is clamped once per thread
-    # instead: r**2 + eps2 >= eps2 >= R2_MIN for every pair, the same value as the per-pair
-    # clamp whenever eps2 >= R2_MIN (softening >= 1e-15, the command's least).
-    if dtype is np.float64:
-        @cuda.jit(device=True, fastmath=True)
-        def clamp_pair(r2):
-            return r2
+    # self term's would overflow fp32 to inf, and inf * 0 is NaN (kernels_cpu.R2_MIN).  The CPU
+    # kernels clamp each pair, max(r**2 + eps2, R2_MIN); here eps2 is clamped once per thread,
+    # r**2 + max(eps2, R2_MIN): no instruction in the loop, where a max costs one of the 15 of an
+    # fp32 interaction (what kept it above cuda-samples' fast-math build, 15.04) and 9 of the 42
+    # of an fp64 one (DSETP, selects, NaN handling).  The same value whenever eps2 >= R2_MIN, that
+    # is softening >= 1e-12 in fp32 and >= 1e-15 (the command's least) in fp64; below, in fp32 it
+    # adds at most 1e-24 to r**2, which leaves every fp32 r**2 above 2e-17 as it was (pairs closer
+    # than 4e-9: where fp32 positions of order 1 cannot be told apart).
+    @cuda.jit(device=True, fastmath=True)
+    def clamp_pair(r2):
+        return r2
 
-        @cuda.jit(device=True, fastmath=True)
-        def clamp_eps2(eps2):
-            return max(eps2, r2_min)
-    else:
-        @cuda.jit(device=True, fastmath=True)
-        def clamp_pair(r2):
-            return max(r2, r2_min)
-
-        @cuda.jit(device=True, fastmath=True)
-        def clamp_eps2(eps2):
-            return eps2
+    @cuda.jit(device=True, fastmath=True)
+    def clamp_eps2(eps2):
+        return max(eps2, r2_min)
 
     return clamp_pair, clamp_eps2
 
