@@ -19,12 +19,13 @@ How the last is counted: the kernel's loops are its backward branches (``BRA`` t
 before it).  Among the innermost loops (no other back edge inside), the one holding the most
 instances of the item's marker instruction is the inner loop: the marker is an instruction each
 item executes exactly once (``MUFU.RSQ`` for a gravity interaction, ``MUFU.RCP64H`` for an LJ
-neighbour's ``1/r^2``, the first ``DMUL`` of r^2 for a list candidate, SplitMix64's first multiply
-for a pi sample).  Its instructions from the loop's head label through the back-edge
+neighbour's ``1/r^2``, the first ``DMUL`` of r^2 for a list candidate, for a pi sample the
+``IMAD.HI`` that ptxas makes of ``x*x`` added to ``y*y``, the high word of the exact test's sum).  Its instructions from the loop's head label through the back-edge
 branch, all of them (an out-of-line slow path's call sequence too), divided by the number of
 markers, is the figure.  cuda-samples' ``integrateBodies`` (fp32 and fp64), compiled from
-``../shared/cuda-samples`` with the flags the acceptance builds it with, is measured the same
-way beside them.
+``../shared/cuda-samples`` both ways the acceptance builds it, with the flags of NVIDIA's build
+and with ``-use_fast_math`` besides (which makes ``rsqrtf`` a bare ``MUFU.RSQ``: no flush-to-zero
+fix-up), is measured the same way beside them.
 
 The tools: numba-cuda with NVVM and NVRTC (``pip install -e .[gpu-cu13]``), ``ptxas`` (the CUDA
 toolkit), ``nvdisasm`` (the toolkit, or PyPI's ``nvidia-cuda-nvdisasm``), ``nvcc`` for
@@ -101,17 +102,20 @@ KERNELS = (
     Kernel("lj.gather_rows", 128),                                   # the halo's rows
     Kernel("lj.chain_rows", 128),
     Kernel("lj.build_lists", 128, "candidate", r"^DMUL"),            # dx*dx: the first term of r^2
-    Kernel("pi.mc", 256, "sample", r"^IMAD\.WIDE\.U32 .*0x1ce4e5b9"),  # SplitMix64's first multiply
+    Kernel("pi.mc", 256, "sample", r"^IMAD\.HI\b"),  # ptxas's high word of x*x + y*y: one a sample
     Kernel("pi.trapezoid", 256, "node", r"MUFU\.RCP64H"),
 )
 
-#: cuda-samples' kernel, measured beside ours (dynamic shared memory: one vec4 per thread)
+#: cuda-samples' kernel, measured beside ours (dynamic shared memory: one vec4 per thread), built as
+#: NVIDIA ships it and with -use_fast_math (the names of the second end in FAST_MATH)
+FAST_MATH = " fast-math"
 SAMPLES = (
     Kernel("cuda-samples integrateBodies fp32", 256, "interaction", r"MUFU\.RSQ\b", 256 * 16),
     Kernel("cuda-samples integrateBodies fp64", 256, "interaction", r"MUFU\.RSQ64H", 256 * 32),
+    Kernel("cuda-samples integrateBodies fp32" + FAST_MATH, 256, "interaction", r"MUFU\.RSQ\b", 256 * 16),
+    Kernel("cuda-samples integrateBodies fp64" + FAST_MATH, 256, "interaction", r"MUFU\.RSQ64H", 256 * 32),
 )
-SAMPLES_SYMBOLS = {"cuda-samples integrateBodies fp32": "_Z15integrateBodiesIfE",
-                   "cuda-samples integrateBodies fp64": "_Z15integrateBodiesIdE"}
+SAMPLES_SYMBOLS = {"fp32": "_Z15integrateBodiesIfE", "fp64": "_Z15integrateBodiesIdE"}
 
 
 # ------------------------------------------------------------------ SASS: parsing and loops
@@ -334,14 +338,17 @@ def disassemble(cubin: Path, nvdisasm: str, dump: Path | None = None) -> dict:
     return parse_sass(out.stdout)
 
 
-def samples_cubin(samples: Path, arch: int, nvcc: str, work: Path, gl_include: str | None) -> tuple[Path, dict]:
-    """cuda-samples' nbody kernels for sm_<arch>, with the flags the acceptance builds ``nbody`` with."""
+def samples_cubin(samples: Path, arch: int, nvcc: str, work: Path, gl_include: str | None,
+                  fast_math: bool = False) -> tuple[Path, dict]:
+    """cuda-samples' nbody kernels for sm_<arch>, with the flags the acceptance builds ``nbody`` with
+    (``fast_math``: its second build's, with ``-use_fast_math``)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from gpu_acceptance import SAMPLES_NVCC_FLAGS, samples_source
+    from gpu_acceptance import SAMPLES_FAST_MATH_FLAGS, SAMPLES_NVCC_FLAGS, samples_source
 
-    cubin = work / f"cuda-samples.sm_{arch}.cubin"
+    cubin = work / f"cuda-samples{'-fast-math' if fast_math else ''}.sm_{arch}.cubin"
     inc = [f"-I{samples / 'Common'}"] + ([f"-I{gl_include}"] if gl_include else [])
-    argv = [nvcc, *SAMPLES_NVCC_FLAGS, "-cubin", f"-arch=sm_{arch}", *inc, "-Xptxas", "-v", "-o", str(cubin),
+    flags = [*SAMPLES_NVCC_FLAGS, *(SAMPLES_FAST_MATH_FLAGS if fast_math else ())]
+    argv = [nvcc, *flags, "-cubin", f"-arch=sm_{arch}", *inc, "-Xptxas", "-v", "-o", str(cubin),
             str(samples_source(samples) / "bodysystemcuda.cu")]
     out = subprocess.run(argv, capture_output=True, text=True)
     if out.returncode != 0:
@@ -395,11 +402,14 @@ def measure(archs=ARCHS, samples: Path | None = DEFAULT_SAMPLES, gl_include: str
                 (entry, report), = res.items()
                 rows.append(figures(kernel, arch, report, disassemble(cubin, tools["nvdisasm"], dump)[entry]))
             if samples is not None and (samples / "Common").is_dir() and tools["nvcc"]:
-                cubin, res = samples_cubin(samples, arch, tools["nvcc"], work, gl_include)
-                sass = disassemble(cubin, tools["nvdisasm"], dump)
-                for kernel in SAMPLES:
-                    entry, report = _one(res, SAMPLES_SYMBOLS[kernel.name])
-                    rows.append(figures(kernel, arch, report, sass[entry]))
+                for fast_math in (False, True):
+                    cubin, res = samples_cubin(samples, arch, tools["nvcc"], work, gl_include, fast_math)
+                    sass = disassemble(cubin, tools["nvdisasm"], dump)
+                    for kernel in SAMPLES:
+                        if kernel.name.endswith(FAST_MATH) != fast_math:
+                            continue
+                        entry, report = _one(res, SAMPLES_SYMBOLS[kernel.name.split()[2]])
+                        rows.append(figures(kernel, arch, report, sass[entry]))
     return {
         "schema": "pympi_gpu.gpu_static/1",
         "date": datetime.date.today().isoformat(),
