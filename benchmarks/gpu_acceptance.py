@@ -60,6 +60,12 @@ SEED = 20240601
 PI_SAMPLES = "4e9"
 NBODY_VERIFY_BODIES = 16384
 SAMPLES_BODIES = 1 << 20
+#: issue 52: gravity raced against both builds of cuda-samples' nbody at each size, fp32 and fp64
+RACE_SIZES = (1 << 16, 1 << 18, 1 << 20)
+#: interactions a run of the race does (iterations = this / n**2): about 1.4 s fp32 on an H200
+RACE_WORK = 1 << 41
+#: runs of each program at each size: a warm-up run, then the median of these
+RACE_WARMUP, RACE_RUNS = 1, 5
 LJ_CHECK_ATOMS = 4000     # GPU vs numba thermo, 2 ranks
 LJ_BENCH_ATOMS = 1000188  # issue 9: atom-steps/s at 1e6 atoms (an fcc lattice of 63^3 cells)
 #: how far the GPU's thermo may drift from numba's after LJ_CHECK_STEPS (summation order only)
@@ -90,10 +96,14 @@ BASE_LIBS = ("linux-vdso.so.1", "libc.so.6", "libm.so.6", "libstdc++.so.6", "lib
              "librt.so.1", "libpthread.so.0", "ld-linux-x86-64.so.2")
 #: the most a device call carries
 CARRY_LIMIT = 64 << 20
-#: nvcc's flags for cuda-samples' nbody (benchmarks/gpu_static.py compiles its kernels with the same)
+#: nvcc's flags for cuda-samples' nbody (benchmarks/gpu_static.py compiles its kernels with the same):
+#: NVIDIA's build (its Makefile/CMake pass no fast-math flag) ...
 SAMPLES_NVCC_FLAGS = ("-O3", "-std=c++17")
+#: ... and what its second build adds: pympi's gravity kernels are compiled with fast math, so the
+#: race is run against both (issue 52)
+SAMPLES_FAST_MATH_FLAGS = ("-use_fast_math",)
 
-__all__ = ["Step", "plan", "PARTS", "parse_cuda_samples", "check_pi", "check_nbody", "check_lj", "summary",
+__all__ = ["Step", "plan", "PARTS", "RACE_SIZES", "repeat", "parse_cuda_samples", "check_pi", "check_nbody", "check_lj", "summary",
            "mpi_env", "gpu_test_files", "prepare", "rehearse", "main"]
 
 
@@ -125,9 +135,9 @@ class Step:
 
 
 #: the device calls, in order, and what each holds besides the setup (the steps' ``part``)
-PARTS = ("setup", "tests", "nbody", "lj", "bench", "bench-lj", "profile", "sprint")
+PARTS = ("setup", "tests", "nbody", "lj", "bench", "race", "bench-lj", "profile", "sprint")
 #: the parts that run cuda-samples' nbody (the others skip its build and audit: nothing of GL is carried for them)
-SAMPLES_PARTS = ("bench", "sprint")
+SAMPLES_PARTS = ("bench", "race", "sprint")
 #: what Nsight Compute reads of each profiled kernel (part ``profile``): the issue's "achieved occupancy,
 #: memory throughput, issue-slot use", the duration and the launch's registers
 NCU_SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "ComputeWorkloadAnalysis")
@@ -216,8 +226,9 @@ def setup_steps(carry: Path, work: Path, python: str = "python3", arch: str = "n
                           timeout=600, est=120, once=True))
     samples, gl = carry / "cuda-samples", carry / "gl"
     steps.append(Step("build cuda-samples nbody",
-                      ["bash", "-c", cuda_samples_build(samples, gl, work / "cuda-samples-nbody", arch)],
-                      timeout=420, est=60, once=True))
+                      ["bash", "-c", cuda_samples_build(samples, gl, work / "cuda-samples-nbody", arch) + " && "
+                       + cuda_samples_build(samples, gl, work / "cuda-samples-nbody-fast-math", arch, fast_math=True)],
+                      timeout=420, est=90, once=True))
     steps.append(Step("cuda-samples nbody: linked against the carry", [python, str(THIS), "_audit", str(carry),
                                                                      str(work / "cuda-samples-nbody"), arch],
                       timeout=300, est=10))
@@ -311,6 +322,22 @@ def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path, mpi: str = "build
                           [nbody, str(SAMPLES_BODIES), "--steps", "10", "--backend", "gpu", "--precision",
                            precision, "--benchmark", "--json"], env=env, check="nbody", group=f"vs-{precision}",
                           timeout=300, est=40))
+    fast_bin = work / "cuda-samples-nbody-fast-math"
+    for precision in ("fp32", "fp64"):
+        flag = ["-fp64"] if precision == "fp64" else []
+        for n in RACE_SIZES:
+            iters, k = max(1, RACE_WORK // (n * n)), n.bit_length() - 1
+            for build, binary in (("", nbody_bin), (" fast-math", fast_bin)):
+                add("race", Step(f"race cuda-samples nbody{build} {precision} 2^{k}",
+                                 [py, str(THIS), "_repeat", "cuda-samples", "--", "env", f"LD_LIBRARY_PATH={gl_lib}",
+                                  str(binary), "-benchmark", f"-numbodies={n}", f"-i={iters}", *flag],
+                                 check="race", group=f"race-{precision}-2^{k}", timeout=300,
+                                 est=15 if precision == "fp32" else 25))
+            add("race", Step(f"race pympi-nbody {precision} 2^{k}",
+                             [py, str(THIS), "_repeat", "nbody", "--", nbody, str(n), "--steps", str(iters),
+                              "--backend", "gpu", "--precision", precision, "--benchmark", "--json"],
+                             env=env, check="race", group=f"race-{precision}-2^{k}", timeout=400,
+                             est=35 if precision == "fp32" else 45))
     add("bench", Step("benchmarks/pi.py (GPU mode)", [py, str(ROOT / "benchmarks" / "pi.py"), "--quick", "--out",
                                                       str(out_dir / "pi-gpu.json")], env=env, timeout=300, est=120),
         Step("benchmarks/nbody.py --mode gpu", [py, str(ROOT / "benchmarks" / "nbody.py"), "--mode", "gpu", "--quick",
@@ -364,18 +391,20 @@ def only_steps(steps: list[Step], only: str | None) -> tuple[list[Step], frozens
     return mine, frozenset(s.group for s in steps if s.group and s not in mine)
 
 
-def cuda_samples_build(samples: Path, gl: Path, dest: Path, arch: str = "native") -> str:
+def cuda_samples_build(samples: Path, gl: Path, dest: Path, arch: str = "native", fast_math: bool = False) -> str:
     """The shell line that builds cuda-samples' nbody with nvcc, GL and X11 from the carried packages.
 
     ``arch``: ``native`` on the GPU machine (nvcc asks the GPU); ``sm_90`` and so on where there is none.
+    ``fast_math``: with :data:`SAMPLES_FAST_MATH_FLAGS` besides NVIDIA's flags (the race's second build).
     """
+    flags = [*SAMPLES_NVCC_FLAGS, *(SAMPLES_FAST_MATH_FLAGS if fast_math else ())]
     src = samples_source(samples)
     root = gl / "root"
     lib = root / "usr/lib/x86_64-linux-gnu"
     return (f"set -e; mkdir -p {root}; for d in {gl}/*.deb; do dpkg -x \"$d\" {root}; done; "
             f"for so in {lib}/libGL.so {lib}/libGLU.so {lib}/libglut.so {lib}/libGLEW.so; do "
             f"[ -e \"$so\" ] || ln -sf \"$(ls \"$so\".* | head -n 1)\" \"$so\"; done; "
-            f"{shlex.quote(find_nvcc() or 'nvcc')} {' '.join(SAMPLES_NVCC_FLAGS)} -arch={arch} "
+            f"{shlex.quote(find_nvcc() or 'nvcc')} {' '.join(flags)} -arch={arch} "
             f"-I{samples / 'Common'} -I{root / 'usr/include'} "
             f"-o {dest} {src}/*.cpp {src}/*.cu -L{lib} -Xlinker -rpath-link={lib} -lGL -lGLU -lglut -lGLEW "
             f"&& echo \"linked {dest}\"")
@@ -490,6 +519,9 @@ def judge(step: Step, rc: int, stdout: str, stderr: str) -> None:
                             **{f"{k}_rebuild_us": v["ranks"][0].get("rebuild_us") for k, v in doc["lists"].items()}}
         elif step.check == "cuda-samples":
             step.figures = parse_cuda_samples(stdout)
+        elif step.check == "race":  # _repeat's summary: the median of the runs after the warm-up
+            doc = json.loads(stdout.strip().splitlines()[-1])
+            step.figures = {"kind": doc["kind"], "interactions_per_s": doc["median"], "runs": doc["runs"]}
         elif step.check == "ncu":
             step.figures = parse_ncu(Path(step.argv[step.argv.index("--log-file") + 1]).read_text())
             if not step.figures:
@@ -558,6 +590,19 @@ def _check(group: str, ran: list[Step], out_dir: Path) -> list[dict]:
                     "detail": f"{ratio:.3f} ({ours:.4e} vs {ref:.4e} interactions/s)"
                               + (f", target >= {target}" if target else ", reported"),
                     "ratio": ratio})
+    elif group.startswith("race-"):
+        ours = next(s for s in ran if s.figures["kind"] == "nbody").figures["interactions_per_s"]
+        builds = {s.name.split(" nbody")[1].rsplit(" ", 2)[0].strip() or "NVIDIA's build":
+                  s.figures["interactions_per_s"] for s in ran if s.figures["kind"] == "cuda-samples"}
+        fastest = max(builds, key=builds.get)
+        ratio = ours / builds[fastest]
+        _, precision, size = group.split("-")
+        out.append({"check": f"pympi-nbody / cuda-samples' faster build, {precision}, {size} bodies",
+                    "status": "passed" if ratio >= 1.0 else "failed",
+                    "detail": f"{ratio:.3f} against {fastest} ({ours:.4e} vs "
+                              + ", ".join(f"{b} {v:.4e}" for b, v in builds.items())
+                              + f" interactions/s, medians of {RACE_RUNS} after {RACE_WARMUP} warm-up), target >= 1.0",
+                    "ratio": ratio, "against": fastest})
     elif group.startswith("lj-thermo"):
         ref = next(s for s in ran if s.figures["backend"] == "numba").figures["thermo"]
         worst = max(abs(s.figures["thermo"][k] - ref[k]) / max(abs(ref[k]), 1e-300)
@@ -918,6 +963,26 @@ def outer_site_lines(dirs) -> str:
     return "".join(f"import site; site.addsitedir({str(d)!r})\n" for d in dirs)
 
 
+def repeat(kind: str, argv: list[str], warmup: int = RACE_WARMUP, runs: int = RACE_RUNS, env=None) -> int:
+    """Run ``argv`` ``warmup`` times unrecorded, then ``runs`` times; print the interactions/s of each and
+    their median as one JSON line (``kind``: ``cuda-samples``, whose ``-benchmark`` line is read, or
+    ``nbody``, a ``pympi-nbody --json`` document).  Non-zero if a run fails."""
+    import statistics
+
+    rates = []
+    for i in range(warmup + runs):
+        out = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if out.returncode != 0:
+            print(f"run {i} exited {out.returncode}: {(out.stdout + out.stderr)[-600:]}", file=sys.stderr)
+            return 1
+        rate = (parse_cuda_samples(out.stdout)["interactions_per_s"] if kind == "cuda-samples"
+                else float(json.loads(out.stdout)["throughput"]))
+        if i >= warmup:
+            rates.append(rate)
+    print(json.dumps({"kind": kind, "runs": rates, "median": statistics.median(rates), "warmup": warmup}))
+    return 0
+
+
 def make_venv(carry: Path, venv: Path) -> int:
     """The acceptance's venv: this Python's packages visible, the carried wheels and the package installed.
 
@@ -1216,6 +1281,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="after the run, write the setup's builds there (e.g. $OUT/setup.tar.gz)")
     m = sub.add_parser("merge", help="combine the parts' results files")
     m.add_argument("out", type=Path)
+    q = sub.add_parser("_repeat")  # run as a step of the race
+    q.add_argument("kind", choices=("cuda-samples", "nbody"))
+    q.add_argument("command", nargs=argparse.REMAINDER)
     for name in ("_venv", "_audit", "_mpi_root", "_inside"):  # run as steps
         q = sub.add_parser(name)
         q.add_argument("args", nargs="*")
@@ -1231,6 +1299,8 @@ def main(argv: list[str] | None = None) -> int:
                    args.save_bundle, args.mpi)
     if args.cmd == "merge":
         return merge(args.out)
+    if args.cmd == "_repeat":
+        return repeat(args.kind, args.command[1:] if args.command[:1] == ["--"] else args.command)
     a = args.args
     if args.cmd == "_venv":
         return make_venv(Path(a[0]), Path(a[1]))

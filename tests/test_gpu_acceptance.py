@@ -136,6 +136,44 @@ def test_ratio_to_cuda_samples_and_summary(tmp_path):
     assert not ok and "NOT PASSED" in text
 
 
+def test_race_against_both_cuda_samples_builds(tmp_path, capsys):
+    """Issue 52: gravity is raced at 2^16, 2^18 and 2^20 bodies, fp32 and fp64, against cuda-samples' nbody as
+    NVIDIA builds it and with -use_fast_math; each program a warm-up run, then the median of five; pympi must
+    reach the faster build."""
+    steps = acc.plan(tmp_path / "carry", tmp_path / "mpi", tmp_path / "venv", tmp_path)
+    race = [s for s in steps if s.part == "race"]
+    assert len(race) == 2 * len(acc.RACE_SIZES) * 3 == 18
+    assert {s.group for s in race} == {f"race-{p}-2^{k}" for p in ("fp32", "fp64") for k in (16, 18, 20)}
+    assert sum(1 for s in race if "cuda-samples-nbody-fast-math" in " ".join(s.argv)) == 6
+    (build,) = [s for s in steps if s.name == "build cuda-samples nbody"]
+    assert build.argv[-1].count(" -use_fast_math ") == 1 and build.argv[-1].count("nvcc") == 2
+    # the runner: a warm-up run left out, the median of the next five
+    counter = tmp_path / "n"
+    counter.write_text("0")
+    fake = ("import pathlib, sys; p = pathlib.Path(sys.argv[1]); n = int(p.read_text()) + 1; p.write_text(str(n)); "
+            "print(f'= {n}.0 billion interactions per second')")
+    assert acc.repeat("cuda-samples", [sys.executable, "-c", fake, str(counter)]) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["runs"] == [2e9, 3e9, 4e9, 5e9, 6e9] and doc["median"] == 4e9
+    assert acc.repeat("nbody", [sys.executable, "-c", "import sys; sys.exit(3)"]) == 1
+
+    def cell(ours, nvidia, fast):
+        out = []
+        for name, kind, rate in (("race pympi-nbody fp32 2^18", "nbody", ours),
+                                 ("race cuda-samples nbody fp32 2^18", "cuda-samples", nvidia),
+                                 ("race cuda-samples nbody fast-math fp32 2^18", "cuda-samples", fast)):
+            st = acc.Step(name, ["x"], check="race", group="race-fp32-2^18")
+            acc.judge(st, 0, json.dumps({"kind": kind, "runs": [rate] * 5, "median": rate, "warmup": 1}), "")
+            out.append(st)
+        return out
+
+    (good,) = acc.compare(cell(1.10e12, 0.95e12, 1.05e12), tmp_path)
+    assert good["status"] == "passed" and good["against"] == "fast-math", good
+    assert good["ratio"] == pytest.approx(1.10 / 1.05)
+    (bad,) = acc.compare(cell(1.10e12, 0.95e12, 1.20e12), tmp_path)
+    assert bad["status"] == "failed" and "2^18" in bad["check"], bad
+
+
 def test_lj_thermo_compared_across_backends(tmp_path):
     """LJ steps judged from real runs (simulated GPU, numba), then a thermo value off is caught."""
     args = ["256", "--model", "lj", "--steps", "8", "--json"]
@@ -173,7 +211,7 @@ def test_parts_fit_a_device_call(tmp_path):
     # only the parts that run cuda-samples' nbody build it (the others carry no GL)
     for part in acc.PARTS:
         mine = [s.name for s in acc.part_steps(steps, part) if s.part == "setup"]
-        assert mine == (setup if part in ("setup", "bench", "sprint") else setup[:2]), (part, mine)
+        assert mine == (setup if part in ("setup", "bench", "race", "sprint") else setup[:2]), (part, mine)
     # the gpu-marked tests run only the modules that hold some (the others import what is not carried)
     (tests,) = [s for s in steps if s.name == "gpu-marked tests"]
     files = [a for a in tests.argv if a.endswith(".py")]
