@@ -88,75 +88,98 @@ def _broadcast(b: ir.IRBuilder, value, n):
     return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(_vec(_I32, n), [0] * n))
 
 
-def _group_ir(b: ir.IRBuilder, key, j0, nblocks, lanes: int = None, chains: int = None):
-    lanes, chains = lanes or LANES, chains or CHAINS
-    words = 2 * lanes
-    v64, v32, vf = _vec(_I64, lanes), _vec(_I32, words), _vec(_F32, words)
-    c64 = lambda x: _splat(_I64, lanes, int(x))  # noqa: E731
-    shl = lambda x, k: b.shl(x, c64(k))  # noqa: E731
-    shr = lambda x, k: b.lshr(x, c64(k))  # noqa: E731
-    rotl = lambda x, k: b.or_(shl(x, k), shr(x, 64 - k))  # noqa: E731
+class _Ops:
+    """uint64 vector operations of ``lanes`` lanes on a builder."""
 
-    def mix64(z):  # rng.mix64
-        z = b.mul(b.xor(z, shr(z, 30)), c64(_M1))
-        z = b.mul(b.xor(z, shr(z, 27)), c64(_M2))
-        return b.xor(z, shr(z, 31))
+    def __init__(self, b: ir.IRBuilder, lanes: int):
+        self.b, self.lanes = b, lanes
 
-    # rng.block_state: SplitMix64 outputs 2j and 2j + 1, i.e. the finaliser of key + (2j+1) GAMMA, key + (2j+2) GAMMA
-    kv, jv = _broadcast(b, key, lanes), _broadcast(b, j0, lanes)
-    gamma = c64(int(GAMMA))
+    def const(self, x):
+        return _splat(_I64, self.lanes, int(x))
+
+    def shl(self, x, k):
+        return self.b.shl(x, self.const(k))
+
+    def shr(self, x, k):
+        return self.b.lshr(x, self.const(k))
+
+    def rotl(self, x, k):
+        return self.b.or_(self.shl(x, k), self.shr(x, 64 - k))
+
+    def mix64(self, z):  # rng.mix64
+        b = self.b
+        z = b.mul(b.xor(z, self.shr(z, 30)), self.const(_M1))
+        z = b.mul(b.xor(z, self.shr(z, 27)), self.const(_M2))
+        return b.xor(z, self.shr(z, 31))
+
+    def step(self, a, z):  # rng.xoro_next: (output, a', z')
+        b = self.b
+        t = b.xor(a, z)
+        return b.add(a, z), b.xor(b.xor(self.rotl(a, 24), t), self.shl(t, 16)), self.rotl(t, 37)
+
+
+def _states(v: _Ops, key, j0, chains: int):
+    """rng.block_state of each lane's block, chain ``c`` lane ``i`` block ``j0 + c * lanes + i``:
+    SplitMix64's finaliser of ``key + (2j + 1) GAMMA`` and ``key + (2j + 2) GAMMA``, in allocas."""
+    b, lanes = v.b, v.lanes
+    kv, jv, gamma = _broadcast(b, key, lanes), _broadcast(b, j0, lanes), v.const(GAMMA)
     s0, s1 = [], []
     for c in range(chains):
-        j = b.add(jv, ir.Constant(v64, [ir.Constant(_I64, c * lanes + i) for i in range(lanes)]))
-        base = b.add(kv, b.mul(b.add(shl(j, 1), c64(1)), gamma))
-        s0.append(cgutils.alloca_once_value(b, mix64(base)))
-        s1.append(cgutils.alloca_once_value(b, mix64(b.add(base, gamma))))
-    counts = [cgutils.alloca_once_value(b, _splat(_I32, words, 0)) for _ in range(chains)]
+        j = b.add(jv, ir.Constant(_vec(_I64, lanes), [ir.Constant(_I64, c * lanes + i) for i in range(lanes)]))
+        base = b.add(kv, b.mul(b.add(v.shl(j, 1), v.const(1)), gamma))
+        s0.append(cgutils.alloca_once_value(b, v.mix64(base)))
+        s1.append(cgutils.alloca_once_value(b, v.mix64(b.add(base, gamma))))
+    return s0, s1
 
+
+def _count_pairs(v: _Ops, s0, s1):
+    """The block's PAIRS output pairs of every lane through the float filter: each chain's counts."""
+    b, words = v.b, 2 * v.lanes
+    v32, vf = _vec(_I32, words), _vec(_F32, words)
+    counts = [cgutils.alloca_once_value(b, _splat(_I32, words, 0)) for _ in s0]
     mad = cgutils.get_or_insert_function(b.module, ir.FunctionType(vf, [vf, vf, vf]), f"llvm.fmuladd.v{words}f32")
     lo, hi = _splat(_F32, words, _LO), _splat(_F32, words, _HI)
-    sure, maybe = _splat(_I32, words, _SURE), _splat(_I32, words, _MAYBE)
-    zero32 = _splat(_I32, words, 0)
-
-    def step(a, z):  # rng.xoro_next: (output, a', z')
-        t = b.xor(a, z)
-        return b.add(a, z), b.xor(b.xor(rotl(a, 24), t), shl(t, 16)), rotl(t, 37)
-
+    sure, maybe, zero = _splat(_I32, words, _SURE), _splat(_I32, words, _MAYBE), _splat(_I32, words, 0)
     with cgutils.for_range(b, ir.Constant(_I64, PAIRS)):
-        state = [(b.load(s0[c]), b.load(s1[c])) for c in range(chains)]
         out = []
-        for c in range(chains):  # two outputs of every chain, each stage across the chains
-            a, z = state[c]
-            r0, a, z = step(a, z)
-            r1, a, z = step(a, z)
-            b.store(a, s0[c])
-            b.store(z, s1[c])
+        for a_ptr, z_ptr in zip(s0, s1):  # two outputs of every chain, each stage across the chains
+            r0, a, z = v.step(b.load(a_ptr), b.load(z_ptr))
+            r1, a, z = v.step(a, z)
+            b.store(a, a_ptr)
+            b.store(z, z_ptr)
             out.append((r0, r1))
-        for c, (r0, r1) in enumerate(out):
+        for n_ptr, (r0, r1) in zip(counts, out):
             x = b.sitofp(b.bitcast(r0, v32), vf)
             y = b.sitofp(b.bitcast(r1, v32), vf)
             f = b.call(mad, [x, x, b.fmul(y, y)])
-            n = b.load(counts[c])
-            n = b.add(n, b.select(b.fcmp_ordered("<", f, lo), sure, zero32))
-            n = b.add(n, b.select(b.fcmp_ordered("<", f, hi), maybe, zero32))
-            b.store(n, counts[c])
+            n = b.add(b.load(n_ptr), b.select(b.fcmp_ordered("<", f, lo), sure, zero))
+            b.store(b.add(n, b.select(b.fcmp_ordered("<", f, hi), maybe, zero)), n_ptr)
+    return counts
 
-    # per block: certain hits if both counts of both its words agree, else a bit of the mask
+
+def _decide(b: ir.IRBuilder, counts, nblocks, lanes: int):
+    """``hits | mask << 32``: a block's certain hits where both counts of its two words agree, else its bit."""
     clean, mask = ir.Constant(_I64, 0), ir.Constant(_I64, 0)
-    low16 = ir.Constant(_I32, 0xFFFF)
-    for c in range(chains):
-        n = b.load(counts[c])
+    low16, c1, c16, zero = ir.Constant(_I32, 0xFFFF), ir.Constant(_I32, 1), ir.Constant(_I32, 16), ir.Constant(_I64, 0)
+    for c, n_ptr in enumerate(counts):
+        n = b.load(n_ptr)
         for i in range(lanes):
             w0 = b.extract_element(n, ir.Constant(_I32, 2 * i))
             w1 = b.extract_element(n, ir.Constant(_I32, 2 * i + 1))
-            certain = b.lshr(b.add(b.and_(w0, low16), b.and_(w1, low16)), ir.Constant(_I32, 1))
-            below = b.add(b.lshr(w0, ir.Constant(_I32, 16)), b.lshr(w1, ir.Constant(_I32, 16)))
-            same = b.icmp_unsigned("==", certain, below)
+            certain = b.lshr(b.add(b.and_(w0, low16), b.and_(w1, low16)), c1)
+            same = b.icmp_unsigned("==", certain, b.add(b.lshr(w0, c16), b.lshr(w1, c16)))
             wanted = b.icmp_unsigned(">", nblocks, ir.Constant(_I64, c * lanes + i))
-            clean = b.add(clean, b.select(b.and_(same, wanted), b.zext(certain, _I64), ir.Constant(_I64, 0)))
-            undecided = b.and_(b.not_(same), wanted)
-            mask = b.or_(mask, b.select(undecided, ir.Constant(_I64, 1 << (c * lanes + i)), ir.Constant(_I64, 0)))
+            clean = b.add(clean, b.select(b.and_(same, wanted), b.zext(certain, _I64), zero))
+            bit = ir.Constant(_I64, 1 << (c * lanes + i))
+            mask = b.or_(mask, b.select(b.and_(b.not_(same), wanted), bit, zero))
     return b.or_(clean, b.shl(mask, ir.Constant(_I64, 32)))
+
+
+def _group_ir(b: ir.IRBuilder, key, j0, nblocks, lanes: int = None, chains: int = None):
+    lanes, chains = lanes or LANES, chains or CHAINS
+    v = _Ops(b, lanes)
+    s0, s1 = _states(v, key, j0, chains)
+    return _decide(b, _count_pairs(v, s0, s1), nblocks, lanes)
 
 
 @intrinsic
