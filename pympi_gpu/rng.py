@@ -137,8 +137,9 @@ def square32(w):
 
     ``A`` is that word with its lowest bit set, read as a signed 32-bit integer: an odd
     number in [-(2**31 - 1), 2**31 - 1], so ``A / 2**31`` is the centre of a cell of the
-    grid of 2**32 x 2**32 cells over [-1, 1]^2.  It is sign-extended and squared in
-    wrapping uint64 arithmetic, which is exact since ``A**2 < 2**62``.
+    grid of 2**31 x 2**31 cells (side 2**-30) over [-1, 1]^2; the word's low bit picks
+    nothing.  It is sign-extended and squared in wrapping uint64 arithmetic, which is exact
+    since ``A**2 < 2**62``.
     """
     a = (((w | _ONE) & _LOW32) ^ _SIGN32) - _SIGN32
     return a * a
