@@ -7,7 +7,9 @@
 
 Reports, each a median of repeats (the machine is shared and noisy; compare ratios):
   * per-core throughput (numba limited to 1 thread) of the Monte Carlo and trapezoid kernels,
-    beside the kernels before issue 10 (``baselines/pi_kernels_v1.py``), a pure-Python loop (the algorithm of the TACC tutorial's pi-mpi.py) and NumPy;
+    beside the Monte Carlo kernel of the SplitMix64 stream before issue 52 (``baselines/pi_splitmix.py``),
+    the kernels before issue 10 (``baselines/pi_kernels_v1.py``), a pure-Python loop (the algorithm of the
+    TACC tutorial's pi-mpi.py) and NumPy;
     each row gives the wall-clock rate and the rate per CPU-second of this process (on a busy
     machine the second is the steadier figure of what one core does);
   * the trapezoid error at 1e8 intervals;
@@ -19,7 +21,9 @@ Reports, each a median of repeats (the machine is shared and noisy; compare rati
   * on a usable GPU only: Monte Carlo samples/s of the GPU kernel.
 
 The CPU rows always time the CPU kernels named in them, never whatever ``auto`` would pick.
-The JSON records the CPU model, LLVM's name for it and its vector ISA, and the load average.
+The JSON records the CPU model, LLVM's name for the CPU numba compiled for and that target's
+vector ISA (``NUMBA_CPU_NAME=haswell`` with AVX2's features times AVX2 code on an AVX-512 host),
+and the load average.
 """
 
 from __future__ import annotations
@@ -42,6 +46,22 @@ HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(HERE / "baselines"))
 from pi_pure_python import inside as pure_python_mc  # noqa: E402  (the tutorial's loop)
+
+
+def compiled_for(cpu: dict) -> dict:
+    """``cpu`` (jitcache.host_cpu) with LLVM's CPU and vector ISA of the target numba compiles for.
+
+    They are the host's unless NUMBA_CPU_NAME/NUMBA_CPU_FEATURES name another (AVX2 code timed on
+    an AVX-512 machine); the model stays the host's.
+    """
+    name, feats = os.environ.get("NUMBA_CPU_NAME"), os.environ.get("NUMBA_CPU_FEATURES")
+    if not name or name == "host" or feats is None:
+        return cpu
+    on = {f[1:] for f in feats.split(",") if f.startswith("+")}
+    isa = next((label for flag, label in (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"),
+                                          ("sse4.2", "sse4.2")) if flag in on), "unknown")
+    return {**cpu, "llvm_cpu": name, "vector_isa": isa, "host_llvm_cpu": cpu["llvm_cpu"],
+            "host_vector_isa": cpu["vector_isa"]}
 
 
 def median_time(fn, repeat: int) -> tuple[float, float]:
@@ -117,7 +137,7 @@ def main() -> None:
 
     simd = jitcache.tune_cpu()
     jitcache.configure()  # as the command line does: cache and CPU tuning, before numba loads
-    cpu = jitcache.host_cpu()
+    cpu = compiled_for(jitcache.host_cpu())
     import numba
 
     from pympi_gpu.pi import grid
@@ -138,20 +158,30 @@ def main() -> None:
                      "per_core_per_s": n / seconds, "cpu_seconds": cpu_seconds,
                      "per_cpu_second": n / cpu_seconds if cpu_seconds > 0 else None, "note": note})
 
-    import pi_kernels_v1 as v1  # the kernels before issue 10, same results
+    import pi_kernels_v1 as v1  # the kernels before issue 10: the SplitMix64 stream
+    import pi_splitmix  # the Monte Carlo kernel before issue 52: the same stream, faster
+
+    from pympi_gpu.pi import mc_simd
 
     n_mc = 10**7 if q else 4 * 10**8
-    assert int(v1.mc_count(key, np.int64(0), np.int64(10**5))) == nk.mc_hits(key, 0, 10**5)
+    assert int(v1.mc_count(key, np.int64(0), np.int64(10**5))) == int(pi_splitmix.mc_count(key, np.int64(0),
+                                                                                           np.int64(10**5)))
+    assert int(_mc_count_vector(key, np.int64(3), np.int64(10**5))) == npk.mc_hits(key, 3, 10**5)
     # Both forms of the kernel, the one pympi uses (kernels_cpu._mc_count) first.
-    forms = {"explicit vector code": _mc_count_vector, "the loop as LLVM vectorises it": _mc_count_scalar}
+    forms = {f"explicit vector code, {mc_simd.LANES} x {mc_simd.CHAINS} lanes": _mc_count_vector,
+             "the definition, one sample at a time": _mc_count_scalar}
     used = next(name for name, form in forms.items() if form is _mc_count)
     row("monte carlo", "pympi numba (1 thread)", n_mc, median_time(lambda: nk.mc_hits(key, 0, n_mc), rep),
         note=used)
     other = next(name for name in forms if name != used)
-    row("monte carlo", f"{other} (1 thread)", n_mc,
-        median_time(lambda: forms[other](key, np.int64(0), np.int64(n_mc)), rep), note="not used here")
+    n_other = n_mc // 10
+    row("monte carlo", f"{other} (1 thread)", n_other,
+        median_time(lambda: forms[other](key, np.int64(0), np.int64(n_other)), rep), note="not used here")
+    row("monte carlo", "SplitMix64 stream before issue 52 (1 thread)", n_mc,
+        median_time(lambda: pi_splitmix.mc_count(key, np.int64(0), np.int64(n_mc)), rep),
+        note="other hit counts")
     row("monte carlo", "previous numba kernel (1 thread)", n_mc,
-        median_time(lambda: v1.mc_count(key, np.int64(0), np.int64(n_mc)), rep))
+        median_time(lambda: v1.mc_count(key, np.int64(0), np.int64(n_mc)), rep), note="before issue 10")
     n = 10**6 if q else 2 * 10**7
     row("monte carlo", "pympi NumPy (--backend numpy)", n, median_time(lambda: npk.mc_hits(key, 0, n), rep))
     row("monte carlo", "NumPy default_rng", n, median_time(lambda: numpy_naive_mc(n), rep))
@@ -181,6 +211,7 @@ def main() -> None:
         return next(r["per_core_per_s"] for r in rows if r["kernel"] == kind and r["implementation"] == impl)
 
     ratios = {
+        "mc_numba_over_splitmix": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", "SplitMix64 stream before issue 52 (1 thread)"),
         "mc_numba_over_previous": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", "previous numba kernel (1 thread)"),
         "mc_used_over_other_form": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", f"{other} (1 thread)"),
         "trap_numba_over_previous": rate("trapezoid", "pympi numba (1 thread)") / rate("trapezoid", "previous numba kernel (1 thread)"),

@@ -17,8 +17,9 @@ __all__ = ["BACKENDS", "NUMPY_RATE", "NUMPY_MAX_SECONDS", "numpy_seconds", "smal
 
 BACKENDS = ("auto", "numba", "numpy", "gpu")
 
-#: items/s of one core running the NumPy kernels (AMD EPYC Zen 2; benchmarks/pi.py)
-NUMPY_RATE = {"mc": 1.9e8, "trapezoid": 5.0e8}
+#: items/s of one core running the NumPy kernels (benchmarks/pi.py: Monte Carlo 1.8e8 on an Intel
+#: Xeon with AVX-512, pi-avx512-xeon.json; the trapezoid rule 5e8 on an AMD EPYC Zen 2, 6.4e8 on the Xeon)
+NUMPY_RATE = {"mc": 1.8e8, "trapezoid": 5.0e8}
 #: ``auto`` takes NumPy while its estimated compute per rank stays below this:
 #: about half of numba's start-up, so NumPy wins even on a core twice as fast.
 NUMPY_MAX_SECONDS = 0.25
