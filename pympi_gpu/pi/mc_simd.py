@@ -31,8 +31,6 @@ kernel on its own source file only: after editing this module, clear the cache
 
 from __future__ import annotations
 
-import os
-
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -60,7 +58,7 @@ def wide_vectors() -> bool:
 
 #: uint64 lanes per vector and vectors in flight: 8 x 4 fill AVX-512's 32 registers with
 #: room to spare; with AVX2's 16, 4 x 4 (measured: docs/pi.md)
-LANES, CHAINS = (8, 4) if os.environ.get("PYMPI_PI_NARROW") is None and wide_vectors() else (4, 4)
+LANES, CHAINS = (8, 4) if wide_vectors() else (4, 4)
 #: blocks of one call
 GROUP = LANES * CHAINS
 
