@@ -141,7 +141,7 @@ def main() -> None:
     import numba
 
     from pympi_gpu.pi import grid
-    from pympi_gpu.pi.kernels_cpu import (NumbaKernels, _mc_count, _mc_count_scalar, _mc_count_vector,
+    from pympi_gpu.pi.kernels_cpu import (NumbaKernels, _mc_count, count_scalar, _mc_count_vector,
                                           exact_partials)
     from pympi_gpu.pi.kernels_numpy import NumpyKernels
     from pympi_gpu.rng import seed_key
@@ -169,7 +169,7 @@ def main() -> None:
     assert int(_mc_count_vector(key, np.int64(3), np.int64(10**5))) == npk.mc_hits(key, 3, 10**5)
     # Both forms of the kernel, the one pympi uses (kernels_cpu._mc_count) first.
     forms = {f"explicit vector code, {mc_simd.LANES} x {mc_simd.CHAINS} lanes": _mc_count_vector,
-             "the definition, one sample at a time": _mc_count_scalar}
+             "the definition, one sample at a time": count_scalar}
     used = next(name for name, form in forms.items() if form is _mc_count)
     row("monte carlo", "pympi numba (1 thread)", n_mc, median_time(lambda: nk.mc_hits(key, 0, n_mc), rep),
         note=used)

@@ -38,13 +38,14 @@ import sys
 
 import numpy as np
 
-__all__ = ["GAMMA", "BLOCK", "PAIRS", "seed_key", "mix64", "counter", "bits", "uniform", "xoro_next",
+__all__ = ["GAMMA", "MIX1", "MIX2", "BLOCK", "PAIRS", "seed_key", "mix64", "counter", "bits", "uniform", "xoro_next",
            "block_state", "square32", "miss_of", "pair_misses", "block_hits", "count_hits", "count_hits_numpy",
            "register_numba"]
 
 GAMMA = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
+#: SplitMix64's finaliser's multipliers (Stafford's Mix13)
+MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+MIX2 = np.uint64(0x94D049BB133111EB)
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
 _S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
@@ -87,8 +88,8 @@ def register_numba() -> None:
 @numba_callable
 def mix64(z):
     """SplitMix64 finaliser: a bijective avalanche mix of a uint64."""
-    z = (z ^ (z >> _S30)) * _M1
-    z = (z ^ (z >> _S27)) * _M2
+    z = (z ^ (z >> _S30)) * MIX1
+    z = (z ^ (z >> _S27)) * MIX2
     return z ^ (z >> _S31)
 
 

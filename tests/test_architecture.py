@@ -185,3 +185,70 @@ def test_launcher_variables_are_written_in_one_module():
             for var in ("SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID")
             if f'"{var}"' in path.read_text()}
     assert said == {"pympi_gpu.launchers"}, said
+
+
+# ---------------------------------------------------------------- issue 51: settings and private names
+
+def _pympi_settings_read(tree: ast.Module) -> list[str]:
+    """The ``PYMPI_*`` variables a module reads from an environment mapping (``environ.get("PYMPI_X")``,
+    ``os.getenv``, ``env["PYMPI_X"]``, ``"PYMPI_X" in env``), directly or through a module constant."""
+    consts = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+              and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+              for t in node.targets if isinstance(t, ast.Name)}
+
+    def named(node) -> str | None:
+        value = node.value if isinstance(node, ast.Constant) else consts.get(getattr(node, "id", None))
+        return value if isinstance(value, str) and value.startswith("PYMPI_") else None
+
+    found = []
+    for node in ast.walk(tree):
+        key = None
+        if isinstance(node, ast.Call) and node.args:
+            attr = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if attr in ("get", "getenv", "pop", "setdefault", "putenv"):
+                key = named(node.args[0])
+        elif isinstance(node, ast.Subscript):
+            key = named(node.slice)
+        elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            key = named(node.left)
+        if key:
+            found.append(f"{key} (line {node.lineno})")
+    return found
+
+
+def test_the_settings_detector_sees_every_form_of_read():
+    tree = ast.parse('import os\nK = "PYMPI_K"\ndef f(env):\n    return (env.get("PYMPI_A"), os.getenv("PYMPI_B"),\n'
+                     '            env["PYMPI_C"], "PYMPI_D" in env, env.get(K), CudaAwareness(True, "PYMPI_E"))\n')
+    found = sorted(r.split()[0] for r in _pympi_settings_read(tree))
+    assert found == ["PYMPI_A", "PYMPI_B", "PYMPI_C", "PYMPI_D", "PYMPI_K"]  # a label (PYMPI_E) is no read
+
+
+def test_no_setting_is_read_below_the_command_line():
+    """The package's own settings (PYMPI_*) are the command line's to read (cli/settings.py) and hand down:
+    a library that reads them itself decides behind its caller's back (issue 51).  What the platform says
+    (the launcher's, the MPI library's, numba's and CUDA's variables) its own modules read."""
+    reads = {name: found for name, path in modules().items() if not name.startswith("pympi_gpu.cli")
+             and (found := _pympi_settings_read(ast.parse(path.read_text(), str(path))))}
+    assert not reads, reads
+
+
+def test_no_private_name_is_imported_across_modules():
+    """A name that starts with ``_`` is its module's own: another module that needs it makes it public
+    there, in one place (issue 51)."""
+    known = set(modules())
+    found = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+            if not base.startswith("pympi_gpu"):
+                continue
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and f"{base}.{alias.name}" not in known:
+                    found.append(f"{name} imports {base}.{alias.name}")
+    assert not found, found

@@ -10,10 +10,17 @@ MV2 = "MVAPICH2 Version      :\t2.3.7"
 IMPI = "Intel(R) MPI Library 2019 Update 7 for Linux* OS"
 
 
-@pytest.mark.parametrize("value, expected", [("1", True), ("yes", True), ("0", False), ("off", False)])
+@pytest.mark.parametrize("value, expected", [("1", True), ("yes", True), ("0", False), ("off", False),
+                                             ("", None), ("maybe", None)])
 def test_forced(value, expected):
-    got = detect({"PYMPI_CUDA_AWARE": value}, library_version=MPICH)
-    assert got.supported is expected and got.method == "PYMPI_CUDA_AWARE"
+    from pympi_gpu.cli.settings import cuda_aware
+
+    assert cuda_aware({"PYMPI_CUDA_AWARE": value}) is expected  # the command line reads it
+    got = detect({}, library_version=MPICH, forced=cuda_aware({"PYMPI_CUDA_AWARE": value}))
+    if expected is not None:
+        assert got.supported is expected and got.method == "PYMPI_CUDA_AWARE"
+    else:
+        assert got.method != "PYMPI_CUDA_AWARE"
 
 
 def test_mpich_switch_off():
@@ -155,7 +162,7 @@ def test_device_transport_with_a_yes_and_auto_rules():
     assert choose_transport("auto", True, _v(None))[0] == "host"
     assert choose_transport("auto", True, _v(False))[0] == "host"
     assert choose_transport("host", True, yes)[0] == "host"
-    forced = detect({"PYMPI_CUDA_AWARE": "1"}, library_version=MPICH)
+    forced = detect({}, library_version=MPICH, forced=True)
     assert forced.forced and choose_transport("device", True, forced)[0] == "device"
 
 

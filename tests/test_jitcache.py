@@ -10,7 +10,7 @@ from pympi_gpu.device import jitcache
 
 @pytest.fixture
 def env(monkeypatch, tmp_path):
-    for var in ("NUMBA_CACHE_DIR", jitcache.SEED_ENV):
+    for var in ("NUMBA_CACHE_DIR", "PYMPI_NUMBA_CACHE_SEED"):
         monkeypatch.setenv(var, "")  # recorded, so configure()'s changes are undone after the test
         monkeypatch.delenv(var)
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
@@ -38,13 +38,15 @@ def test_seeded_cache_is_copied_once(env, monkeypatch):
     seed.mkdir(parents=True)
     (seed / "kernel.nbi").write_text("index")
     (seed / "kernel.nbc").write_text("code")
-    monkeypatch.setenv(jitcache.SEED_ENV, str(env / "seed"))
-    where = Path(jitcache.configure())
+    from pympi_gpu.cli.settings import numba_cache_seed
+
+    monkeypatch.setenv("PYMPI_NUMBA_CACHE_SEED", str(env / "seed"))  # the image's setting: the command reads it
+    where = Path(jitcache.configure(numba_cache_seed()))
     assert (where / "opt" / "pkg" / "kernel.nbi").read_text() == "index"
     assert (where / ".seeded").exists()
     # a second rank (or run) finds it seeded and copies nothing again
     (seed / "kernel.nbc").write_text("changed")
-    assert Path(jitcache.configure()) == where
+    assert Path(jitcache.configure(numba_cache_seed())) == where
     assert (where / "opt" / "pkg" / "kernel.nbc").read_text() == "code"
 
 
@@ -53,8 +55,8 @@ def test_cache_dir_writable_reports(env, monkeypatch):
     assert jitcache.cache_dir_writable() == (True, str(env / "c"))
 
 
-TUNE = ("from pympi_gpu.device import jitcache; import os; "
-        "print(jitcache.tune_cpu()); print(os.environ.get('NUMBA_CPU_FEATURES', 'unset'))")
+TUNE = ("from pympi_gpu.device import jitcache; from pympi_gpu.cli import settings; import os; "
+        "print(jitcache.tune_cpu(settings.wide_vectors())); print(os.environ.get('NUMBA_CPU_FEATURES', 'unset'))")
 
 
 def _host_has_avx512() -> bool:
@@ -87,7 +89,7 @@ def test_wide_vector_tuning_in_a_fresh_process():
 def test_too_late_once_numba_is_loaded():
     import numba  # noqa: F401  (loaded by the test process already)
 
-    assert jitcache.tune_cpu({}) == "too late (numba already imported)"
+    assert jitcache.tune_cpu(True, {}) == "too late (numba already imported)"
 
 
 # -- kernels made around kernels: one compile, then the cache in every new process --------------------------

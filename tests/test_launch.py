@@ -71,8 +71,11 @@ def test_srun_nodes_and_tasks_per_node():
 
 
 def test_srun_pmi_override_and_default():
-    env = {"SLURM_JOB_ID": "1", "PYMPI_PMI": "cray_shasta"}
-    assert "--mpi=cray_shasta" in plan(CMD, 2, environ=env, which=which_of("srun"), mpi="mpich").argv
+    from pympi_gpu.cli.settings import told_pmi
+
+    pmi = told_pmi({"PYMPI_PMI": "cray_shasta"})  # the command line's reading of the variable
+    assert "--mpi=cray_shasta" in plan(CMD, 2, environ={"SLURM_JOB_ID": "1"}, which=which_of("srun"),
+                                       mpi="mpich", pmi=pmi).argv
     p = plan(CMD, 2, environ={"SLURM_JOB_ID": "1"}, which=which_of("srun"), mpi="openmpi", pmi="pmi2")
     assert "--mpi=pmi2" in p.argv
     p = plan(CMD, 2, environ={"SLURM_JOB_ID": "1"}, which=which_of("srun"), mpi="openmpi", pmi="default")
@@ -86,10 +89,14 @@ def test_srun_unknown_mpi_leaves_the_cluster_default(no_mpi_wheel):
 
 
 def test_mpi_detected_from_the_environment():
-    assert mpi_from_env({"PYMPI_MPI": "openmpi"}) == ("openmpi", "PYMPI_MPI")
+    from pympi_gpu.cli.settings import told_mpi
+
+    told = told_mpi({"PYMPI_MPI": "OpenMPI "})  # the command line reads the variable
+    assert mpi_from_env({}, told) == ("openmpi", "PYMPI_MPI")
     with pytest.raises(LaunchError, match="PYMPI_MPI"):
-        mpi_from_env({"PYMPI_MPI": "lam"})
-    p = plan(CMD, 2, environ={"SLURM_JOB_ID": "1", "PYMPI_MPI": "openmpi"}, which=which_of("srun"))
+        mpi_from_env({}, told_mpi({"PYMPI_MPI": "lam"}))
+    mpi, how = probe_mpi({}, told=told)
+    p = plan(CMD, 2, environ={"SLURM_JOB_ID": "1"}, which=which_of("srun"), mpi=mpi, mpi_how=how)
     assert "--mpi=pmix" in p.argv
 
 
@@ -123,7 +130,7 @@ def test_the_library_mpi4py_loads_wins_over_the_installed_wheels():
     intel = "Intel(R) MPI Library 2021.14 for Linux* OS\n\nCopyright 2003-2024 Intel Corporation."
     vendor, how = probe_mpi({}, library=lambda: intel)
     assert vendor == "intelmpi" and "Intel(R) MPI Library 2021.14 for Linux* OS" in how
-    assert probe_mpi({"PYMPI_MPI": "openmpi"}, library=lambda: intel) == ("openmpi", "PYMPI_MPI")
+    assert probe_mpi({}, library=lambda: intel, told="openmpi") == ("openmpi", "PYMPI_MPI")
     assert probe_mpi({}, library=lambda: None) == ("mpich", "the installed mpich wheel")
 
 

@@ -60,13 +60,13 @@ _MASK = (1 << 64) - 1
 def test_mc_vector_code_equals_the_definition(numba_k):
     """mc_simd's groups, with their ragged ends and partial groups, count as the definition, sample by sample."""
     from pympi_gpu.pi import mc_simd
-    from pympi_gpu.pi.kernels_cpu import _mc_count_scalar, _mc_count_vector
+    from pympi_gpu.pi.kernels_cpu import count_scalar, _mc_count_vector
 
     group = mc_simd.GROUP * BLOCK
     for key in (seed_key(9), np.uint64(_MASK), np.uint64(0)):
         for start, count in ((3, 0), (3, 1), (0, group), (5, group + BLOCK), (BLOCK - 1, 3 * group + 2),
                              (2**50 + 17, 2 * group - 5)):
-            assert _mc_count_vector(key, np.int64(start), np.int64(count)) == _mc_count_scalar(
+            assert _mc_count_vector(key, np.int64(start), np.int64(count)) == count_scalar(
                 key, np.int64(start), np.int64(count)), (key, start, count)
 
 
@@ -75,7 +75,7 @@ def test_mc_undecided_blocks_are_counted_exactly():
     from numba import njit
 
     from pympi_gpu.pi import mc_simd
-    from pympi_gpu.pi.kernels_cpu import _blocks, _mc_count_scalar
+    from pympi_gpu.pi.kernels_cpu import _blocks, count_scalar
 
     @njit
     def undecided(key, j0, nblocks):
@@ -90,7 +90,7 @@ def test_mc_undecided_blocks_are_counted_exactly():
     key, nblocks = seed_key(4), 24_576
     assert undecided(key, 0, nblocks) >= 3  # about 19 expected: the slow path ran
     assert int(_blocks(key, np.int64(0), np.int64(nblocks))) == int(
-        _mc_count_scalar(key, np.int64(0), np.int64(nblocks * BLOCK)))
+        count_scalar(key, np.int64(0), np.int64(nblocks * BLOCK)))
 
 
 @pytest.mark.parametrize("fused", [False, True])

@@ -11,7 +11,9 @@ import json
 import pytest
 
 from conftest import FAKE_GPU_PATH, clean_env, fake_gpus, mpiexec_argv, run, script
-from pympi_gpu.run.progress import INTERVAL_ENV, LineProgress, interval_from_env
+from pympi_gpu.cli.settings import PROGRESS_INTERVAL as INTERVAL_ENV
+from pympi_gpu.cli.settings import progress_interval as interval_from_env
+from pympi_gpu.run.progress import LineProgress
 
 NBODY = script("pympi-nbody")
 

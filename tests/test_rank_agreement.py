@@ -70,10 +70,11 @@ def test_gpu_on_some_ranks_only_is_refused_together(ranks, without):
 
 @pytest.mark.parametrize("model", ["gravity", "lj"])
 def test_gpu_on_one_rank_only_is_refused_by_pympi_nbody_too(model):
-    """pympi-nbody decided this together already (cli.simulation.choose_devices): kept so, both models."""
+    """The one device choice of every command (cli.devices.choose_device), both models."""
     nbody = [NBODY, "4000", "--model", model, "--backend", "gpu", "--steps", "1"]
     p, took = timed(mpmd(["env", SIM, *nbody], nbody))
-    refused_once(p, took, "--backend gpu: no usable GPU on rank 1")
+    refused_once(p, took, "--backend gpu: no usable GPU (")
+    assert "(rank 1 of 2)" in p.stderr, p.stderr
 
 
 # ---------------------------------------------------------------- thread count and the LJ list kind

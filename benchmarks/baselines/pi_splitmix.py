@@ -14,7 +14,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from pympi_gpu import rng
-from pympi_gpu.rng import _M1, _M2, GAMMA, counter, mix64
+from pympi_gpu.rng import MIX1, MIX2, GAMMA, counter, mix64
 
 rng.register_numba()
 
@@ -51,8 +51,8 @@ def _count_loop(b: ir.IRBuilder, state0, nvec):
         b.store(b.add(s, _splat(WIDTH * gamma)), state)
         z = [s] + [b.add(s, _splat(LANES * c * gamma)) for c in range(1, CHAINS)]
         # mix64
-        z = stage(lambda v: b.mul(xorshift(v, 30), _splat(_M1)), z)
-        z = stage(lambda v: b.mul(xorshift(v, 27), _splat(_M2)), z)
+        z = stage(lambda v: b.mul(xorshift(v, 30), _splat(MIX1)), z)
+        z = stage(lambda v: b.mul(xorshift(v, 27), _splat(MIX2)), z)
         h = stage(lambda v: xorshift(v, 31), z)
         # inside(): A = 2(2u+1) from bits 34-63, B = 2(2v+1) from bits 2-31
         a = stage(lambda v: b.or_(b.and_(b.lshr(v, _splat(32)), _splat(0xFFFFFFFC)), _splat(2)), h)

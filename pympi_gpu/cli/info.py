@@ -58,11 +58,12 @@ def info(as_json, no_gpu):
     Run it the way the job runs: srun pympi-info, ibrun pympi-info,
     mpiexec -n 4 pympi-info, or inside the image.
     """
+    from pympi_gpu.cli import settings
     from pympi_gpu.run.info import collect
     from pympi_gpu.run.records import to_dict
 
     comm = mpi_world(check=False)  # the report carries the mismatch warning itself
-    rep = collect(comm, probe_gpus=not no_gpu)
+    rep = collect(comm, probe_gpus=not no_gpu, cuda_aware=settings.cuda_aware())
     if comm.Get_rank() != 0:
         return
     if rep.warnings and comm.Get_size() == 1 and world_rank_hint() != 0:

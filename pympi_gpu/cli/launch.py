@@ -55,10 +55,13 @@ def launch(ntasks, nodes, tasks_per_node, image, gpu, launcher, mpi, pmi, dry_ru
         if not dry_run:
             raise click.BadParameter(f"no such image file: {image}", param_hint="--image")
         image_note = f"warning: no image file {image} here; the job would fail unless it exists where it runs"
+    from pympi_gpu.cli import settings
+
+    pmi = pmi or settings.told_pmi()
     try:
         how = "--mpi"
         if mpi is None and needs_mpi(launcher):
-            mpi, how = probe_mpi()
+            mpi, how = probe_mpi(told=settings.told_mpi())
         chosen = plan(list(command), ntasks, nodes=nodes, tasks_per_node=tasks_per_node, image=image,
                       gpu=gpu, launcher=launcher, mpi=mpi, pmi=pmi, mpi_how=how)
     except LaunchError as exc:

@@ -14,6 +14,8 @@ import click
 
 from pympi_gpu.cli.common import fail, mpi_command, world_rank_hint
 from pympi_gpu.cli.options import CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, given, version_option
+from pympi_gpu.device.device import AUTO, CHOICES
+from pympi_gpu.mpi.cuda_aware import TRANSPORTS
 from pympi_gpu.nbody.gravity.config import DEFAULT_SEED as GRAVITY_SEED
 from pympi_gpu.nbody.gravity.config import NbodyConfig
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED as LJ_SEED
@@ -125,11 +127,11 @@ def check_model_options(ctx, model: str) -> None:
               help="Softening length eps (> 0): forces ~ 1/(r^2 + eps^2).")
 @click.option("--precision", type=click.Choice(["fp32", "fp64"]), default=NbodyConfig.precision, show_default=True,
               help="Floating-point precision of positions, velocities and forces.")
-@click.option("--backend", type=click.Choice(["auto", "gpu", "numba", "numpy"]), default="auto",
+@click.option("--backend", type=click.Choice(CHOICES), default=AUTO,
               show_default=True, help="Kernels: the GPU if every rank has one, else numba (auto).")
 @click.option("--exchange", type=click.Choice(["ring", "allgather"]), default="ring", show_default=True,
               help="How bodies travel between ranks.")
-@click.option("--transport", type=click.Choice(["auto", "device", "host"]), default="auto", show_default=True,
+@click.option("--transport", type=click.Choice(TRANSPORTS), default="auto", show_default=True,
               help="GPU only: device buffers straight to MPI (CUDA-aware) or staged through host memory.")
 @click.option("--seed", type=IntRange(0, 2**64 - 1), default=None,
               help="Seed of the initial conditions (same seed, same bodies at any rank count)  "
@@ -187,11 +189,12 @@ def nbody(ctx, **params):
 
     Each rank uses one GPU (--backend gpu) or its share of the node's cores (numba).
     """
+    from pympi_gpu.cli import settings
     from pympi_gpu.device import jitcache
 
     args = Job(**params)
-    simd_note = jitcache.tune_cpu()  # before configure(), which would find it done
-    jitcache.configure()
+    simd_note = jitcache.tune_cpu(settings.wide_vectors())  # before configure(), which would find it done
+    jitcache.configure(settings.numba_cache_seed(), settings.wide_vectors())
     check_model_options(ctx, args.model)
     if world_rank_hint() == 0:  # rank 0 writes every output: its node's verdict counts (agreed in mpi_world)
         check_outputs(args)

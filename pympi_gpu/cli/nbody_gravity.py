@@ -6,7 +6,8 @@ import dataclasses
 
 from pympi_gpu.cli.common import configure_threads, fail, mpi_world, select_gpu_early
 from pympi_gpu.cli.signals import Stop
-from pympi_gpu.cli.simulation import TWICE, choose_devices, execute, format_tail, report, restart_values
+from pympi_gpu.cli.devices import choose_device
+from pympi_gpu.cli.simulation import TWICE, execute, format_tail, report, restart_values
 from pympi_gpu.nbody.gravity.config import NbodyConfig
 
 SCHEMA = "pympi_gpu.nbody/1"
@@ -61,7 +62,7 @@ def run_gravity(ctx, args, simd_note: str) -> None:
     config = restart[0] if restart else config
     from pympi_gpu.nbody.gravity.precision import PRECISIONS
 
-    device = choose_devices(comm, args.backend, args.transport, early, PRECISIONS[config.precision])
+    device = choose_device(comm, args.backend, early, transport=args.transport, dtype=PRECISIONS[config.precision])
     nthreads = configure_threads(comm, args.threads)
     outputs = _claim(comm, args, config)
     system = _system(comm, config, args, device, restart)

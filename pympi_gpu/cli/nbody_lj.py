@@ -9,7 +9,8 @@ import numpy as np
 from pympi_gpu.cli.common import configure_threads, fail, largest, mpi_world, select_gpu_early
 from pympi_gpu.cli.options import given
 from pympi_gpu.cli.signals import Stop
-from pympi_gpu.cli.simulation import TWICE, choose_devices, execute, format_tail, report, restart_values
+from pympi_gpu.cli.devices import choose_device
+from pympi_gpu.cli.simulation import TWICE, execute, format_tail, report, restart_values
 from pympi_gpu.nbody.lj import pairs
 from pympi_gpu.nbody.lj.config import LjConfig, half_lists
 
@@ -74,7 +75,7 @@ def run_lj(ctx, args) -> None:
         restart = _restart(ctx, cart, args, config)
         config = restart[0] if restart else config
         _check_grid(cart, config, args.bodies)
-        device = choose_devices(comm, args.backend, args.transport, early, np.float64)
+        device = choose_device(comm, args.backend, early, transport=args.transport, dtype=np.float64)
         if device.gpu:  # the device-resident path holds its arrays in CuPy (NumPy under the simulator)
             _need_cupy(comm)
         nthreads = configure_threads(comm, args.threads)
@@ -243,7 +244,7 @@ def _system(cart, config: LjConfig, device, restart):
     if not device.gpu:
         from pympi_gpu.nbody.lj import steps_cpu
 
-        steps_cpu.warm(config.pair_term)
+        steps_cpu.warm(config.pair_term, device.compiled_mpi)
     if restart is None:
         brick = brick_of(config.box, tuple(cart.Get_topo()[0]), cart.Get_coords(cart.Get_rank()))
         return LjSystem(cart, config, *initial_arrays(config, brick, cart), device=device)

@@ -7,10 +7,12 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import configure_threads, fail, mpi_command, mpi_world, refuse_together, select_gpu_early
+from pympi_gpu.cli import settings
+from pympi_gpu.cli.common import configure_threads, fail, mpi_command, mpi_world, select_gpu_early
 from pympi_gpu.cli.options import CONTEXT_SETTINGS, Count, IntRange, version_option
 from pympi_gpu.cli.counts import MAX_COUNT
 from pympi_gpu.cli.signals import Stop, exit_status, signal_name
+from pympi_gpu.device.device import AUTO, CHOICES
 
 SCHEMA = "pympi_gpu.pi/1"
 
@@ -59,7 +61,7 @@ def format_run(run, threads: int, verbose: bool = False, reason: str | None = No
               help="SAMPLES per rank (weak scaling) instead of in total (strong scaling).")
 @click.option("--seed", type=IntRange(0, 2**64 - 1), default=None,
               help="Seed of the Monte Carlo stream [default: 20240601].")
-@click.option("--backend", type=click.Choice(["auto", "numba", "numpy", "gpu"]), default="auto",
+@click.option("--backend", type=click.Choice(CHOICES), default=AUTO,
               show_default=True,
               help="Kernels. auto: NumPy for small work (starts fastest), else the GPU if every "
                    "rank has one, else numba; the run says which and why.")
@@ -73,9 +75,10 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     SAMPLES is a whole number such as 1e7, 10000000 or 10_000_000, at most
     2**53; by default it is the total over all ranks.
     """
+    from pympi_gpu.cli.devices import choose_device
     from pympi_gpu.device import jitcache
     from pympi_gpu.mpi.environment import expected_world_size
-    from pympi_gpu.pi.backends import choose, kernels_for, small_work
+    from pympi_gpu.pi.backends import kernels_for, small_reason, small_work
     from pympi_gpu.pi.driver import DEFAULT_SEED, estimate_pi
     from pympi_gpu.run.provenance import collect
 
@@ -90,7 +93,7 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
     launched = expected_world_size()[0] or 1
     early, configured = None, compiled(samples * launched if per_rank else samples, launched)
     if configured:
-        jitcache.configure()  # before numba loads: the GPU probe or the kernels load it
+        jitcache.configure(settings.numba_cache_seed(), settings.wide_vectors())  # before numba loads
         early = select_gpu_early(backend)
     comm = mpi_world()
     # From here on a stop request (Ctrl-C, SIGTERM, ...) lets the sampling (one pass) finish and be reported.
@@ -103,32 +106,22 @@ def pi(samples, method, per_rank, seed, backend, threads, as_json, verbose):
         fail("the trapezoid rule needs at least 2 intervals")
     seed = DEFAULT_SEED if seed is None else seed
     if not configured and compiled(total, size):
-        jitcache.configure()
-    backend_name, why = choose(comm, backend, total, methods)
-    extra = {"gpu": _bind_gpu(comm, early)} if backend_name == "gpu" else {}
-    kernels = kernels_for(backend_name)
+        jitcache.configure(settings.numba_cache_seed(), settings.wide_vectors())
+    device = choose_device(comm, backend, early,  # host transport: pi hands MPI no device buffers
+                           small=small_reason(total, size, methods) if small_work(total, size, methods) else None)
+    why = device.backend_reason
+    kernels = kernels_for(device.backend)
     # NumPy runs on one thread; only numba has a thread pool to size.
-    nthreads = configure_threads(comm, threads) if backend_name == "numba" else 1
+    nthreads = configure_threads(comm, threads) if device.backend == "numba" else 1
     kernels.warmup(methods)
-    provenance = collect(comm, extra={"backend_reason": why, "threads_per_rank": str(nthreads), **extra})
+    provenance = collect(comm, extra={**device.provenance(), "threads_per_rank": str(nthreads)})
     run = estimate_pi(comm, samples, kernels, methods=methods, seed=seed, per_rank=per_rank,
-                      backend=backend_name, provenance=provenance)
+                      backend=device.backend, provenance=provenance)
     stop.honoured()  # every rank is past the sampling's reduction
     if comm.Get_rank() == 0:
         click.echo(_json(run, methods, nthreads, why, verbose) if as_json else format_run(run, nthreads, verbose, why))
     stop.finished()
     _exit_if_stopped(comm, stop)
-
-
-def _bind_gpu(comm, early) -> str:
-    """This rank's GPU, bound; refused on every rank where some rank has none (collective over comm)."""
-    from pympi_gpu.device.gpu import bind_device, describe, gpu_usable, simulator
-
-    usable, reason = gpu_usable()
-    # Decided together: a rank on a node without a GPU must not leave the others waiting in bind_device.
-    refuse_together(comm, None if usable or simulator() else
-                    f"--backend gpu: no usable GPU ({reason}); use --backend numba or auto")
-    return describe(bind_device(comm, early))
 
 
 def _json(run, methods, nthreads: int, why: str, verbose: bool) -> str:

@@ -47,16 +47,19 @@ def _default_prefix(command, weak: bool) -> str:
 
 def _planner(launcher: str, image: str | None, gpu: bool):
     """``planner(argv, point)`` through :func:`pympi_gpu.mpi.launch.plan`."""
+    from pympi_gpu.cli import settings
     from pympi_gpu.mpi import launch
 
     found: list[tuple[str | None, str]] = []  # the MPI in use, probed once, as pympi-launch does
 
     def plan(argv, point):
         if not found:
-            found.append(launch.probe_mpi() if launch.needs_mpi(launcher) else (None, "--mpi"))
+            found.append(launch.probe_mpi(told=settings.told_mpi()) if launch.needs_mpi(launcher)
+                         else (None, "--mpi"))
         mpi, how = found[0]
         return launch.plan(argv, point.ranks, nodes=point.nodes, tasks_per_node=point.tasks_per_node,
-                           image=image, gpu=gpu, launcher=launcher, mpi=mpi, mpi_how=how)
+                           image=image, gpu=gpu, launcher=launcher, mpi=mpi, mpi_how=how,
+                           pmi=settings.told_pmi())
     return plan
 
 

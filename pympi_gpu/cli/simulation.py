@@ -1,8 +1,8 @@
 """The run harness both n-body commands share (``pympi-nbody``, gravity and LJ).
 
 What a model's command needs between parsing its options and printing its
-record: one collective choice of backend and transport, the GPU bound, the
-output files claimed before the run (:func:`claim_outputs`: a trajectory or
+record, but the device (:mod:`pympi_gpu.cli.devices`): the output files
+claimed before the run (:func:`claim_outputs`: a trajectory or
 thermo log of another run refused, the checkpoint locked), rank 0's progress
 display, the temporaries a killed checkpoint writer left, a checkpoint or
 output error and the blow-up made one message each (a blow-up exits 3), the
@@ -19,7 +19,7 @@ import sys
 
 import click
 
-from pympi_gpu.cli.common import fail, prove_device_transport
+from pympi_gpu.cli.common import fail
 from pympi_gpu.cli.options import given
 from pympi_gpu.cli.signals import Stop
 from pympi_gpu.device.device import Device
@@ -30,7 +30,7 @@ from pympi_gpu.nbody.loop import Labels, RunOptions, Writer
 TWICE = "nothing more written (checkpoints on disk are as they were)"
 
 __all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "Outputs", "claim_outputs", "labels",
-           "choose_devices", "progress", "simulating", "format_tail", "exit_if_unverified", "exit_if_stopped",
+           "progress", "simulating", "format_tail", "exit_if_unverified", "exit_if_stopped",
            "clear_stale_temporaries", "unusable", "recorded_values", "restart_values", "recorded_row", "execute",
            "StopAgreed", "report"]
 
@@ -39,56 +39,6 @@ def labels(device: Device, provenance) -> Labels:
     """What a run's record says of where it ran, and why: the device's choice and the run's provenance."""
     return Labels(backend=device.backend, backend_reason=device.backend_reason, transport=device.transport,
                   transport_reason=device.transport_reason, provenance=provenance)
-
-
-def choose_devices(comm, backend: str, transport: str, early, dtype) -> Device:
-    """Decide the backend and the transport once for the whole job; collective over comm.
-
-    ``backend`` is the option (``auto`` takes the GPU only if every rank has
-    one; ``gpu`` is refused, with the rank, where some rank has none);
-    ``early`` the binding made before ``MPI_Init``
-    (:func:`~pympi_gpu.cli.common.select_gpu_early`); ``dtype`` that of the
-    device buffers that prove a CUDA-aware MPI with a round trip (the run's
-    own).  Every refusal is one usage error on every rank.
-    """
-    if backend == "auto":
-        from pympi_gpu.device.backend_choice import gpu_everywhere
-
-        has_gpu, why = gpu_everywhere(comm)
-        name, reason = ("gpu" if has_gpu else "numba"), f"auto: {why}"
-    else:
-        name, reason = backend, "requested"
-    if backend == "gpu":
-        from pympi_gpu.device.gpu import gpu_usable, simulator
-
-        usable, why = gpu_usable()
-        # Decided together, so that a rank on a node without a GPU leaves none waiting.
-        verdicts = comm.allgather((usable or simulator(), why))
-        bad = [(r, w) for r, (ok, w) in enumerate(verdicts) if not ok]
-        if bad:
-            fail(f"--backend gpu: no usable GPU on rank {bad[0][0]} ({bad[0][1]}); use --backend numba or auto")
-    binding, awareness = {}, None
-    if name == "gpu":
-        from pympi_gpu.device.gpu import bind_device
-
-        binding = bind_device(comm, early)
-        if transport in ("auto", "device"):
-            from pympi_gpu.mpi.cuda_aware import agree, detect
-
-            awareness = agree(comm, detect())  # one verdict, so that no rank refuses alone
-    from pympi_gpu.mpi.cuda_aware import choose_transport
-
-    try:
-        transport_name, transport_why = choose_transport(transport, name == "gpu", awareness)
-    except ValueError as exc:
-        fail(str(exc))
-    from pympi_gpu.device.gpu import simulator
-
-    device = Device(name, reason, transport_name, transport_why, name == "gpu" and simulator(), binding, awareness)
-    if transport_name == "device" and not awareness.forced:
-        why = prove_device_transport(comm, device.buffers(dtype), transport, transport_why)
-        device = dataclasses.replace(device, transport_reason=why)
-    return device
 
 
 def progress(comm, enabled: bool, bar_ok: bool):
@@ -100,9 +50,10 @@ def progress(comm, enabled: bool, bar_ok: bool):
     if not enabled or comm.Get_rank() != 0:
         return None, None
     if not sys.stderr.isatty():
-        from pympi_gpu.run.progress import LineProgress, interval_from_env
+        from pympi_gpu.cli.settings import progress_interval
+        from pympi_gpu.run.progress import DEFAULT_INTERVAL, LineProgress
 
-        return None, LineProgress(sys.stderr, "pympi-nbody", interval=interval_from_env())
+        return None, LineProgress(sys.stderr, "pympi-nbody", interval=progress_interval(default=DEFAULT_INTERVAL))
     if not bar_ok:
         return None, None
     from rich.console import Console

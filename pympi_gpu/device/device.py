@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["Device", "CPU"]
+__all__ = ["Device", "CPU", "BACKENDS", "CHOICES", "AUTO"]
+
+#: where kernels run: numba's on the CPU cores, NumPy's on one core, CUDA kernels on a GPU
+BACKENDS = ("gpu", "numba", "numpy")
+#: what ``--backend`` takes: a backend, or ``auto`` (chosen for the job by the command)
+AUTO = "auto"
+CHOICES = (AUTO, *BACKENDS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +32,9 @@ class Device:
     ``device``; ``simulated``: the GPU is numba's CUDA simulator;
     ``binding``: the GPU binding (:func:`pympi_gpu.device.gpu.bind_device`),
     ``{}`` on CPUs; ``awareness``: the agreed
-    :class:`~pympi_gpu.mpi.cuda_aware.CudaAwareness`, or None where it was not asked.
+    :class:`~pympi_gpu.mpi.cuda_aware.CudaAwareness`, or None where it was not asked;
+    ``compiled_mpi``: whether compiled kernels may call MPI themselves (``PYMPI_COMPILED_MPI``,
+    read by the command line and agreed by the ranks).
     """
 
     backend: str = "numba"
@@ -36,6 +44,8 @@ class Device:
     simulated: bool = False
     binding: dict = dataclasses.field(default_factory=dict)
     awareness: object = None
+    #: may compiled kernels make MPI calls themselves (the LJ engine on the CPU); the command's setting
+    compiled_mpi: bool = True
 
     @property
     def gpu(self) -> bool:

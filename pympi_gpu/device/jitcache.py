@@ -10,9 +10,9 @@ a read-only cache outright, so every rank would recompile on every run.
 
 :func:`configure` runs once at the command-line edge, before numba is
 imported: it picks a writable cache directory and, when the image ships a
-cache compiled at build time (``$PYMPI_NUMBA_CACHE_SEED``, see the docker
-recipes), copies it there once, atomically, so concurrent ranks never see half
-a cache.
+cache compiled at build time (its ``seed``: the command line reads
+``$PYMPI_NUMBA_CACHE_SEED``, see the docker recipes), copies it there once,
+atomically, so concurrent ranks never see half a cache.
 
 CPU tuning
 ----------
@@ -23,7 +23,8 @@ integer hashing, division-bound quadrature) run 1.3-1.6x faster with 512-bit
 vectors and the n-body force loop nearly 2x, so where the host has AVX-512,
 :func:`tune_cpu` hands numba the host's features minus that one preference.
 ``NUMBA_CPU_NAME`` or ``NUMBA_CPU_FEATURES`` set by the user win (an image
-compiled for a generic CPU, say), and ``PYMPI_WIDE_VECTORS=0`` turns this off.
+compiled for a generic CPU, say), and ``wide=False`` (the command line's
+``PYMPI_WIDE_VECTORS=0``) turns this off.
 
 Kernels made around kernels
 ---------------------------
@@ -56,8 +57,6 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["configure", "cache_dir_writable", "tune_cpu", "host_cpu", "keyed_by_code", "sources"]
-
-SEED_ENV = "PYMPI_NUMBA_CACHE_SEED"
 
 
 def _writable(path: Path) -> bool:
@@ -107,13 +106,14 @@ def _seed(src: Path, dest: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def tune_cpu(environ=None) -> str:
-    """Ask for 512-bit vectors where the host has AVX-512 (see module docs).
+def tune_cpu(wide: bool = True, environ=None) -> str:
+    """Ask for 512-bit vectors where the host has AVX-512 (see module docs); ``wide=False``: leave it.
 
-    Must run before numba is imported.  Returns what was done, for reports.
+    Must run before numba is imported.  ``environ`` is the environment numba
+    reads (this process's by default), which it sets.  Returns what was done, for reports.
     """
     env = os.environ if environ is None else environ
-    if env.get("PYMPI_WIDE_VECTORS", "1") in ("0", "", "no", "false", "off"):
+    if not wide:
         return "off (PYMPI_WIDE_VECTORS=0)"
     if env.get("NUMBA_CPU_NAME") or env.get("NUMBA_CPU_FEATURES"):
         return "left to NUMBA_CPU_NAME/NUMBA_CPU_FEATURES"
@@ -160,14 +160,15 @@ def host_cpu() -> dict[str, str]:
     return {"model": model, "llvm_cpu": name, "vector_isa": isa}
 
 
-def configure() -> str:
+def configure(seed: str | None = None, wide: bool = True) -> str:
     """Set numba up for this process; return the cache directory used.
 
     Must be called before numba is first imported (it sets ``NUMBA_CACHE_DIR``
-    and, see :func:`tune_cpu`, ``NUMBA_CPU_FEATURES``).
+    and, see :func:`tune_cpu`, ``NUMBA_CPU_FEATURES``).  ``seed``: the
+    directory of a cache compiled when the image was built, or None; ``wide``:
+    as :func:`tune_cpu`.
     """
-    tune_cpu()
-    seed = os.environ.get(SEED_ENV)
+    tune_cpu(wide)
     ok, where = cache_dir_writable()
     if seed:
         # A seeded image: always run from a writable copy of the seed.

@@ -7,8 +7,9 @@ Call :func:`detect` after MPI is initialised; it answers for this process.
 
 The order :func:`detect` asks in:
 
-1. ``PYMPI_CUDA_AWARE=0|1`` forces the answer: the documented override of a
-   user who knows better (``1`` also skips the round trip).
+1. ``forced``: the user's own answer (the command line reads ``PYMPI_CUDA_AWARE=0|1``,
+   :mod:`pympi_gpu.cli.settings`), the documented override of a user who knows
+   better (``1`` also skips the round trip).
 2. ``MPIR_CVAR_ENABLE_GPU=0`` switches MPICH's GPU support off at run time.
 3. ``MPIX_Query_cuda_support()``, which Open MPI and MPICH export: mpi4py 4
    does not wrap it, so it is reached with ctypes on the libmpi this process
@@ -131,14 +132,16 @@ def _intel(env, library_version: str, query) -> CudaAwareness:
     return CudaAwareness(True, "I_MPI_OFFLOAD", f"Intel MPI {shown} with I_MPI_OFFLOAD={offload}")
 
 
-def detect(environ=None, library_version: str | None = None) -> CudaAwareness:
-    """Decide whether this process may hand device buffers to MPI (see module docs)."""
+def detect(environ=None, library_version: str | None = None, forced: bool | None = None) -> CudaAwareness:
+    """Decide whether this process may hand device buffers to MPI (see module docs).
+
+    ``environ``: the environment whose MPI variables are judged (default this
+    process's); ``forced``: the user's own answer, if any (``PYMPI_CUDA_AWARE``).
+    """
     env = os.environ if environ is None else environ
-    forced = env.get("PYMPI_CUDA_AWARE", "").strip().lower()
-    if forced in ("1", "yes", "true", "on"):
-        return CudaAwareness(True, "PYMPI_CUDA_AWARE", "forced on by the environment")
-    if forced in ("0", "no", "false", "off"):
-        return CudaAwareness(False, "PYMPI_CUDA_AWARE", "forced off by the environment")
+    if forced is not None:
+        return CudaAwareness(bool(forced), "PYMPI_CUDA_AWARE", f"forced {'on' if forced else 'off'} by the "
+                                                                "environment")
     if library_version is None:
         from mpi4py import MPI
 

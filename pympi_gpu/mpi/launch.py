@@ -101,18 +101,17 @@ def _built_with() -> str | None:
     return next((lib.name for lib in launchers.recognition_order() if any(w in config for w in lib.paths)), None)
 
 
-def mpi_from_env(environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+def mpi_from_env(environ: Mapping[str, str] | None = None, told: str | None = None) -> tuple[str | None, str]:
     """The MPI in use as far as can be told without running anything.
 
     Returns ``(vendor, how)``; vendor is None where nothing tells.  In order:
-    ``PYMPI_MPI`` (the user's word), the MPI wheel installed next to mpi4py, the
+    ``told`` (the user's word: the command line reads ``PYMPI_MPI``), the MPI wheel installed next to mpi4py, the
     build configuration of mpi4py (its ``mpicc``), the environment modules of
     TACC-style systems (``I_MPI_ROOT``, ``MPICH_HOME``...).  Libraries are tried
     in :func:`pympi_gpu.launchers.recognition_order`: a derivative of MPICH
     before MPICH.
     """
     env = os.environ if environ is None else environ
-    told = env.get("PYMPI_MPI", "").strip().lower()
     if told:
         if told not in mpi_choices():
             raise LaunchError(f"PYMPI_MPI={told!r} is not one of {', '.join(mpi_choices())}")
@@ -156,21 +155,22 @@ def loaded_mpi_library(timeout: float = 30) -> str | None:
 
 def probe_mpi(environ: Mapping[str, str] | None = None,
               which: Callable[[str], str | None] = shutil.which, timeout: float = 20,
-              library: Callable[[], str | None] = loaded_mpi_library) -> tuple[str | None, str]:
+              library: Callable[[], str | None] = loaded_mpi_library, told: str | None = None
+              ) -> tuple[str | None, str]:
     """The MPI in use, and how that was found (runs subprocesses; MPI is not started here).
 
-    ``PYMPI_MPI`` (the user's word) first, then the library mpi4py loads
+    ``told`` (the user's word, ``PYMPI_MPI``) first, then the library mpi4py loads
     (:func:`loaded_mpi_library`), then :func:`mpi_from_env`, then
     ``mpiexec --version``.
     """
     env = os.environ if environ is None else environ
-    if not env.get("PYMPI_MPI", "").strip():
+    if not told:
         text = library()
         vendor = vendor_of_text(text) if text else None
         if vendor:
             first = " ".join(text.strip().splitlines()[0].split()).split(", ")[0]
             return vendor, f"the MPI library mpi4py loads: {first}"
-    vendor, how = mpi_from_env(environ)
+    vendor, how = mpi_from_env(environ, told)
     if vendor:
         return vendor, how
     import subprocess
@@ -224,8 +224,8 @@ def plan(command: Sequence[str], ntasks: int, *, nodes: int | None = None,
     mpi : str, optional
         The MPI in use, one of :func:`mpi_choices`; default :func:`mpi_from_env`.
     pmi : str, optional
-        srun's ``--mpi`` plugin; default from the MPI (its ``pmi`` in the table), else
-        ``PYMPI_PMI``.  ``"default"`` leaves srun to the cluster's ``MpiDefault``.
+        srun's ``--mpi`` plugin (``--pmi``, else the command line's ``PYMPI_PMI``); default from
+        the MPI (its ``pmi`` in the table).  ``"default"`` leaves srun to the cluster's ``MpiDefault``.
     as_root : bool, optional
         Whether the launcher runs as root (Open MPI refuses without a flag);
         default: this process's effective uid.
@@ -246,7 +246,7 @@ def plan(command: Sequence[str], ntasks: int, *, nodes: int | None = None,
         mpi, mpi_how = mpi_from_env(env)
     lib = launchers.mpi_library(mpi) if mpi is not None else None
     flags, notes = _options(entry.start, lib, mpi_how, ntasks, nodes, tasks_per_node, env, as_root)
-    plugin, pmi_note = _pmi(entry.start, lib, pmi or env.get("PYMPI_PMI") or None, mpi_how)
+    plugin, pmi_note = _pmi(entry.start, lib, pmi or None, mpi_how)
     argv = (*entry.start.command, *flags, *plugin, *_payload(command, image, gpu, which))
     return LaunchPlan(argv, entry.name, "; ".join([why, *pmi_note, *notes]))
 

@@ -28,15 +28,14 @@ itself, on persistent requests that mpi4py made once (``Send_init``,
 but on ``MPI_COMM_WORLD`` only and without persistent requests or probes; a
 step runs on a Cartesian communicator and starts the same messages every step.
 
-``PYMPI_COMPILED_MPI=0`` keeps every MPI call in Python (:func:`wanted`), the
-path of a library without MPI 4's persistent collectives.
+``PYMPI_COMPILED_MPI=0`` keeps every MPI call in Python (the command line reads it:
+``Device.compiled_mpi``), the path of a library without MPI 4's persistent collectives.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import os
 
 import numpy as np
 from llvmlite import ir
@@ -44,15 +43,12 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, register_jitable
 
-__all__ = ["link", "wanted", "handles", "request_size", "statuses", "calls", "failure", "persistent_collectives",
+__all__ = ["link", "handles", "request_size", "statuses", "calls", "failure", "persistent_collectives",
            "start_all", "wait_all", "wtime", "handle_width", "handle", "keyed_by_handles", "exchange_rows",
-           "SYMBOLS", "ENV", "NOT_LINKED", "EXCHANGED", "NEED_ROOM", "EXCHANGE_FAILED"]
+           "SYMBOLS", "NOT_LINKED", "EXCHANGED", "NEED_ROOM", "EXCHANGE_FAILED"]
 
 #: what the kernels call, each resolved by name in the loaded libmpi
 SYMBOLS = ("MPI_Startall", "MPI_Waitall", "MPI_Wtime", "MPI_Isend", "MPI_Recv", "MPI_Probe", "MPI_Get_count")
-
-#: ``0`` keeps the MPI calls in Python
-ENV = "PYMPI_COMPILED_MPI"
 
 #: the return code of a call in a kernel compiled where the symbols did not resolve (:func:`calls`)
 NOT_LINKED = -1
@@ -60,12 +56,6 @@ NOT_LINKED = -1
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
 _PTR = ir.IntType(8).as_pointer()
-
-
-def wanted(environ=os.environ) -> bool:
-    """Does this process's environment let kernels make MPI calls (``PYMPI_COMPILED_MPI`` not ``0``)?
-    A per-process answer: the ranks agree on it (:meth:`~pympi_gpu.nbody.lj.system.LjSystem`)."""
-    return environ.get(ENV, "1").strip() != "0"
 
 
 @functools.cache

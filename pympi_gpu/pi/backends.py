@@ -1,4 +1,5 @@
-"""Choosing the pi kernels: done once, at the command-line edge, the same on every rank.
+"""The pi kernels of each backend, and how ``auto`` weighs the work (the choice itself is the
+command line's, one for every command: :mod:`pympi_gpu.cli.devices`).
 
 ``auto`` picks by the work, then by the hardware:
 
@@ -12,10 +13,10 @@
 
 from __future__ import annotations
 
-__all__ = ["BACKENDS", "NUMPY_RATE", "NUMPY_MAX_SECONDS", "numpy_seconds", "small_work", "choose",
-           "kernels_for"]
+from pympi_gpu.device.device import BACKENDS
 
-BACKENDS = ("auto", "numba", "numpy", "gpu")
+__all__ = ["NUMPY_RATE", "NUMPY_MAX_SECONDS", "numpy_seconds", "small_work", "small_reason", "kernels_for"]
+
 
 #: items/s of one core running the NumPy kernels (benchmarks/pi.py: Monte Carlo 1.8e8 on an Intel
 #: Xeon with AVX-512, pi-avx512-xeon.json; the trapezoid rule 5e8 on an AMD EPYC Zen 2, 6.4e8 on the Xeon)
@@ -36,23 +37,11 @@ def small_work(total: int, ranks: int, methods) -> bool:
     return numpy_seconds(total, ranks, methods) <= NUMPY_MAX_SECONDS
 
 
-def choose(comm, name: str, total: int, methods) -> tuple[str, str]:
-    """Turn ``name`` (``auto`` or a backend) into a backend; return ``(backend, reason)``.
-
-    Collective over comm when ``name`` is ``auto`` and the work is not small
-    (the GPU probe); every rank gets the same answer.
-    """
-    if name != "auto":
-        return name, "requested"
-    ranks = comm.Get_size()
-    if small_work(total, ranks, methods):
-        est = numpy_seconds(total, ranks, methods)
-        return "numpy", (f"auto: small work ({-(-total // ranks):,} per rank, about {est:.2f} s in NumPy, "
-                         f"less than numba's start-up)")
-    from pympi_gpu.device.backend_choice import gpu_everywhere
-
-    ok, why = gpu_everywhere(comm)
-    return ("gpu", f"auto: {why}") if ok else ("numba", f"auto: {why}")
+def small_reason(total: int, ranks: int, methods) -> str:
+    """Why ``auto`` takes NumPy for this work (see :func:`small_work`)."""
+    est = numpy_seconds(total, ranks, methods)
+    return (f"auto: small work ({-(-total // ranks):,} per rank, about {est:.2f} s in NumPy, less than "
+            "numba's start-up)")
 
 
 def kernels_for(name: str):

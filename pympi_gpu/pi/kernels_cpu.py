@@ -20,7 +20,7 @@ from pympi_gpu.rng import BLOCK, block_hits, count_hits
 
 rng.register_numba()
 
-__all__ = ["NumbaKernels", "NumpyKernels", "exact_partials"]
+__all__ = ["NumbaKernels", "NumpyKernels", "exact_partials", "count_scalar"]
 
 _PAR_BLOCKS = 1 << 10  # stream blocks per parallel work item (2**20 samples)
 _LOW32 = np.uint64(0xFFFFFFFF)
@@ -63,7 +63,7 @@ def _mc_count_vector(key, start, count):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _mc_count_scalar(key, start, count):
+def count_scalar(key, start, count):
     """The same count by the definition alone (rng.count_hits), one sample at a time."""
     return count_hits(key, start, count)
 

@@ -143,14 +143,14 @@ class CudaKernels:
 
     def mc_hits(self, key: np.uint64, start: int, count: int) -> int:
         """Whole stream blocks on the device; the partial blocks at the ends on the host (the definition)."""
-        from pympi_gpu.pi.kernels_cpu import _mc_count_scalar
+        from pympi_gpu.pi.kernels_cpu import count_scalar
 
         j0, j1 = -(-start // BLOCK), (start + count) // BLOCK
         if j1 <= j0:
-            return int(_mc_count_scalar(key, np.int64(start), np.int64(count))) if count > 0 else 0
+            return int(count_scalar(key, np.int64(start), np.int64(count))) if count > 0 else 0
         end = start + count
-        total = int(_mc_count_scalar(key, np.int64(start), np.int64(j0 * BLOCK - start)))
-        total += int(_mc_count_scalar(key, np.int64(j1 * BLOCK), np.int64(end - j1 * BLOCK)))
+        total = int(count_scalar(key, np.int64(start), np.int64(j0 * BLOCK - start)))
+        total += int(count_scalar(key, np.int64(j1 * BLOCK), np.int64(end - j1 * BLOCK)))
         out = cuda.to_device(np.zeros(1, dtype=np.uint64))
         step = max(1, self.max_batch // BLOCK)
         for j in range(j0, j1, step):

@@ -36,7 +36,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from pympi_gpu.rng import _M1, _M2, GAMMA, PAIRS
+from pympi_gpu.rng import MIX1, MIX2, GAMMA, PAIRS
 
 __all__ = ["LANES", "CHAINS", "GROUP", "group_counts", "wide_vectors"]
 
@@ -106,8 +106,8 @@ class _Ops:
 
     def mix64(self, z):  # rng.mix64
         b = self.b
-        z = b.mul(b.xor(z, self.shr(z, 30)), self.const(_M1))
-        z = b.mul(b.xor(z, self.shr(z, 27)), self.const(_M2))
+        z = b.mul(b.xor(z, self.shr(z, 30)), self.const(MIX1))
+        z = b.mul(b.xor(z, self.shr(z, 27)), self.const(MIX2))
         return b.xor(z, self.shr(z, 31))
 
     def step(self, a, z):  # rng.xoro_next: (output, a', z')

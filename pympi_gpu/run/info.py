@@ -104,10 +104,11 @@ def rank_info(comm, probe_gpus: bool = True) -> RankInfo:
                     gpu_reason=why)
 
 
-def collect(comm, probe_gpus: bool = True) -> InfoReport:
+def collect(comm, probe_gpus: bool = True, cuda_aware: bool | None = None) -> InfoReport:
     """The report of the whole job; collective over comm.
 
     Per-rank details are gathered to rank 0; other ranks get only their own.
+    ``cuda_aware``: the user's own answer on CUDA-awareness (``PYMPI_CUDA_AWARE``), if any.
     """
     from mpi4py import MPI
 
@@ -120,7 +121,7 @@ def collect(comm, probe_gpus: bool = True) -> InfoReport:
     ranks = tuple(gathered) if comm.Get_rank() == 0 else (mine,)
     hosts = Counter(comm.allgather(mine.host))
     lib = MPI.Get_library_version().strip()
-    aware = detect(library_version=lib)
+    aware = detect(library_version=lib, forced=cuda_aware)
     writable, cache_dir = cache_dir_writable()
     major, minor = MPI.Get_version()
     import mpi4py

@@ -3,30 +3,18 @@
 Under ``mpiexec`` or in a batch job, a progress bar is either invisible or
 garbage in the log; a long run then says nothing for minutes.  A
 :class:`LineProgress` writes one line every ``interval`` seconds (10 by
-default; ``PYMPI_PROGRESS_INTERVAL`` overrides it), with the rate and an
-estimate of the time left.  The command line creates one on rank 0 only.
+default; the command line reads ``PYMPI_PROGRESS_INTERVAL``), with the rate
+and an estimate of the time left.  The command line creates one on rank 0 only.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable, TextIO
 
-__all__ = ["INTERVAL_ENV", "DEFAULT_INTERVAL", "interval_from_env", "LineProgress"]
+__all__ = ["DEFAULT_INTERVAL", "LineProgress"]
 
-INTERVAL_ENV = "PYMPI_PROGRESS_INTERVAL"
 DEFAULT_INTERVAL = 10.0
-
-
-def interval_from_env(environ=None) -> float:
-    """Seconds between lines: ``$PYMPI_PROGRESS_INTERVAL`` if it is a number > 0, else 10."""
-    env = os.environ if environ is None else environ
-    try:
-        value = float(env.get(INTERVAL_ENV, ""))
-    except ValueError:
-        return DEFAULT_INTERVAL
-    return value if value > 0 else DEFAULT_INTERVAL
 
 
 def _duration(seconds: float) -> str:

@@ -2,8 +2,9 @@
 
 import pytest
 
+from pympi_gpu.cli.devices import choose_device
 from pympi_gpu.device.backend_choice import gpu_everywhere
-from pympi_gpu.pi.backends import choose, small_work
+from pympi_gpu.pi.backends import small_reason, small_work
 
 pytestmark = pytest.mark.mpi(min_size=2)
 
@@ -33,10 +34,13 @@ def test_every_rank_gets_the_same_answer(world, pattern):
 
 
 def test_choose_by_work(world):
+    """The one device choice of every command (cli.devices), with pympi-pi's small work."""
     size = world.Get_size()
     assert small_work(10**6, size, ("mc",))
-    assert choose(world, "auto", 10**6, ("mc",))[0] == "numpy"
+    small = choose_device(world, "auto", None, small=small_reason(10**6, size, ("mc",)))
+    assert small.backend == "numpy" and small.backend_reason.startswith("auto: small work")
     assert not small_work(10**10, size, ("mc",))
-    name, why = choose(world, "auto", 10**10, ("mc",))  # this machine's own probe: no GPU in CI
-    assert name in ("numba", "gpu") and why.startswith("auto: ")
-    assert choose(world, "numpy", 10**10, ("mc",)) == ("numpy", "requested")
+    big = choose_device(world, "auto", None)  # this machine's own probe: no GPU in CI
+    assert big.backend in ("numba", "gpu") and big.backend_reason.startswith("auto: ")
+    asked = choose_device(world, "numpy", None, small=None)
+    assert (asked.backend, asked.backend_reason, asked.transport) == ("numpy", "requested", "host")

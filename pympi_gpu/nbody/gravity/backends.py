@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from pympi_gpu.device.device import BACKENDS
 from pympi_gpu.nbody.gravity.precision import PRECISIONS
 
-__all__ = ["BACKENDS", "PRECISIONS", "HostBackend", "make_backend"]
+__all__ = ["PRECISIONS", "HostBackend", "make_backend"]
 
-BACKENDS = ("auto", "gpu", "numba", "numpy")
 
 
 class HostBackend:

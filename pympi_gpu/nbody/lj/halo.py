@@ -63,12 +63,13 @@ from pympi_gpu.nbody.lj import rebuild_cpu
 from pympi_gpu.nbody.lj.domain import Brick
 from pympi_gpu.run.phases import PhaseClock
 
-__all__ = ["Halo", "grown", "LOST"]
+__all__ = ["Halo", "grown", "LOST", "TAG_MIGRATE", "TAG_BORDER", "TAG_FORWARD", "TAG_REVERSE"]
 
-_TAG_MIGRATE = 0x4C00
-_TAG_BORDER = 0x4C10
-_TAG_FORWARD = 0x4C20
-_TAG_REVERSE = 0x4C30
+#: the tags of the halo's messages (each plus an offset of its dimension and side): the device halo's too
+TAG_MIGRATE = 0x4C00
+TAG_BORDER = 0x4C10
+TAG_FORWARD = 0x4C20
+TAG_REVERSE = 0x4C30
 
 #: a migration's error: an atom neither in its brick nor in a neighbour's
 LOST = ("an atom moved more than one brick between neighbour-list rebuilds "
@@ -180,20 +181,20 @@ class _Stage:
     def __init__(self, cart, d: int, lower: int, upper: int, s0: int, r0: int, fsend, frecv, rsend, rrecv):
         self.fsend, self.frecv, self.rsend, self.rrecv = fsend, frecv, rsend, rrecv
         if lower == upper:  # two bricks along d: both entries to and from the one neighbour, as one message
-            self.fwd = [cart.Recv_init(frecv, upper, _TAG_FORWARD + 2 * d),
-                        cart.Send_init(fsend, lower, _TAG_FORWARD + 2 * d)]
-            self.rev = [cart.Recv_init(rrecv, lower, _TAG_REVERSE + 2 * d),
-                        cart.Send_init(rsend, upper, _TAG_REVERSE + 2 * d)]
+            self.fwd = [cart.Recv_init(frecv, upper, TAG_FORWARD + 2 * d),
+                        cart.Send_init(fsend, lower, TAG_FORWARD + 2 * d)]
+            self.rev = [cart.Recv_init(rrecv, lower, TAG_REVERSE + 2 * d),
+                        cart.Send_init(rsend, upper, TAG_REVERSE + 2 * d)]
         else:  # entry 2d's rows go to the lower neighbour and its ghosts come from the upper; 2d + 1 the other way
             s, r = s0, r0
-            self.fwd = [cart.Recv_init(frecv[:r], upper, _TAG_FORWARD + 2 * d),
-                        cart.Recv_init(frecv[r:], lower, _TAG_FORWARD + 2 * d + 1),
-                        cart.Send_init(fsend[:s], lower, _TAG_FORWARD + 2 * d),
-                        cart.Send_init(fsend[s:], upper, _TAG_FORWARD + 2 * d + 1)]
-            self.rev = [cart.Recv_init(rrecv[:s], lower, _TAG_REVERSE + 2 * d),
-                        cart.Recv_init(rrecv[s:], upper, _TAG_REVERSE + 2 * d + 1),
-                        cart.Send_init(rsend[:r], upper, _TAG_REVERSE + 2 * d),
-                        cart.Send_init(rsend[r:], lower, _TAG_REVERSE + 2 * d + 1)]
+            self.fwd = [cart.Recv_init(frecv[:r], upper, TAG_FORWARD + 2 * d),
+                        cart.Recv_init(frecv[r:], lower, TAG_FORWARD + 2 * d + 1),
+                        cart.Send_init(fsend[:s], lower, TAG_FORWARD + 2 * d),
+                        cart.Send_init(fsend[s:], upper, TAG_FORWARD + 2 * d + 1)]
+            self.rev = [cart.Recv_init(rrecv[:s], lower, TAG_REVERSE + 2 * d),
+                        cart.Recv_init(rrecv[s:], upper, TAG_REVERSE + 2 * d + 1),
+                        cart.Send_init(rsend[:r], upper, TAG_REVERSE + 2 * d),
+                        cart.Send_init(rsend[r:], lower, TAG_REVERSE + 2 * d + 1)]
         self.messages = len(self.fwd) // 2
         self.fbytes, self.rbytes = fsend.nbytes, rsend.nbytes  # the bytes a post hands MPI, either way
         from mpi4py import MPI
@@ -333,7 +334,7 @@ class Halo:
             raise RuntimeError(LOST)
         if nu:  # the rows going up after those going down
             out[nd:nd + nu] = out[n:n + nu]
-        came, _ = _exchange(self.cart, out, nd, nd + nu, *self.nbrs[d], _TAG_MIGRATE + 4 * d, self.clock,
+        came, _ = _exchange(self.cart, out, nd, nd + nu, *self.nbrs[d], TAG_MIGRATE + 4 * d, self.clock,
                             into=rows, at=stay, kernel=self._kernel)
         return came.base, came.shape[0]  # (the rows of a buffer that owns its memory, as ``rows`` does)
 
@@ -397,7 +398,7 @@ class Halo:
         nl, nh = kc.border_pack(pos, gid, n, d, self._below[d], self._above[d], self._plan_rows, o, up0, self.pshift,
                                 msg)
         poff[2 * d + 1], poff[2 * d + 2] = o + nl, o + nl + nh
-        got, (c0, c1) = _exchange(self.cart, msg, nl, nl + nh, *self.nbrs[d], _TAG_BORDER + 4 * d, self.clock,
+        got, (c0, c1) = _exchange(self.cart, msg, nl, nl + nh, *self.nbrs[d], TAG_BORDER + 4 * d, self.clock,
                                   kernel=self._kernel)
         self.counts[2 * d], self.counts[2 * d + 1] = c0, c1
         pos, gid = _room(pos, gid, n, n + c0 + c1)
@@ -451,7 +452,7 @@ class Halo:
         if self._parts is None:
             b, k = self.brick, self._kernel
             self._parts = ((np.array(b.dims, np.int64), np.array(b.coords, np.int64), self._remote),
-                           np.array(self.nbrs, np.int64), np.array([_TAG_MIGRATE, _TAG_BORDER], np.int64),
+                           np.array(self.nbrs, np.int64), np.array([TAG_MIGRATE, TAG_BORDER], np.int64),
                            self.half_shell, (k.comm, k.double, k.requests, k.rsize, k.status), k.got)
         return self._parts
 

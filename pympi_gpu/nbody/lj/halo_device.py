@@ -28,7 +28,7 @@ import numpy as np
 from typing import NamedTuple
 
 from pympi_gpu.nbody.lj.domain import Brick
-from pympi_gpu.nbody.lj.halo import _TAG_BORDER, _TAG_FORWARD, _TAG_MIGRATE, _TAG_REVERSE
+from pympi_gpu.nbody.lj.halo import TAG_BORDER, TAG_FORWARD, TAG_MIGRATE, TAG_REVERSE
 from pympi_gpu.nbody.lj.kernels_cuda import BLOCK, add_rows, chain_rows, gather_rows, grid
 from pympi_gpu.run.phases import PhaseClock
 
@@ -176,8 +176,8 @@ class DeviceHalo:
             with dev.ops(3, syncs=2):  # a compaction reads its count back
                 both = xp.concatenate([x, rows], axis=1)
                 leaving = both[down], both[up]
-            from_up = self._exchange(leaving[0], lower, upper, _TAG_MIGRATE + 4 * d)
-            from_down = self._exchange(leaving[1], upper, lower, _TAG_MIGRATE + 4 * d + 2)
+            from_up = self._exchange(leaving[0], lower, upper, TAG_MIGRATE + 4 * d)
+            from_down = self._exchange(leaving[1], upper, lower, TAG_MIGRATE + 4 * d + 2)
             with dev.ops(4, syncs=1):
                 both = xp.concatenate([both[stay], from_up, from_down])
                 x, rows = both[:, :3].copy(), both[:, 3:].copy()
@@ -216,7 +216,7 @@ class DeviceHalo:
                 shift = dev.from_host(np.array(shift))
                 with dev.ops(2):
                     rows = pos[idx] + shift
-                recv = self._exchange(rows, dest, source, _TAG_BORDER + 4 * d + 2 * k)
+                recv = self._exchange(rows, dest, source, TAG_BORDER + 4 * d + 2 * k)
                 start = n0 + sum(g.shape[0] for g in got)
                 self.plan.append((d, idx, shift[:3], dest, source, start, recv.shape[0]))
                 got.append(recv)
@@ -366,7 +366,7 @@ class DeviceHalo:
             total = hrecv.shape[0]
             unstage = (hrecv, pos[start:start + total]) if total else None
         for k in (0, 1):
-            tag = _TAG_FORWARD + 2 * seg.d + k
+            tag = TAG_FORWARD + 2 * seg.d + k
             reqs.append(self.cart.Irecv(recv[k], seg.recvs[k][0], tag))
             reqs.append(self.cart.Isend(send[k], seg.sends[k][0], tag))
             self.clock.sent(seg.sends[k][2] * 3 * 8)
@@ -410,7 +410,7 @@ class DeviceHalo:
         for k in (0, 1):
             _, idx, _, dest, source, start, count = self.plan[2 * d + k]
             # the rows sent to dest come back from dest; those received from source go back to it
-            tag = _TAG_REVERSE + 2 * d + k
+            tag = TAG_REVERSE + 2 * d + k
             n = idx.shape[0]
             if self.transport == "device":
                 buf = xp.empty((n, 3), np.float64)

@@ -155,12 +155,12 @@ def warmup(forces) -> None:
                    *no_rebuild())
 
 
-def warm(pair) -> None:
+def warm(pair, compiled_mpi: bool = True) -> None:
     """Compile (or load from numba's cache) every kernel a CPU run of pair term ``pair`` calls, before
-    the run: the force kernels and the rest (``kernels_cpu.warmup``), and where the kernels are to call
-    MPI (:func:`~pympi_gpu.mpi.numba_calls.wanted`) the rebuild and the batch of steps."""
+    the run: the force kernels and the rest (``kernels_cpu.warmup``), and where the kernels may call
+    MPI (``compiled_mpi``: the device's word) the rebuild and the batch of steps."""
     forces = kc.force_kernels(pair)
     kc.warmup(forces)
-    if numba_calls.wanted():
+    if compiled_mpi:
         rebuild_cpu.warmup()
         warmup(forces)

@@ -110,14 +110,15 @@ class CellGrid:
 def kernels_call_mpi(cart, config: LjConfig, device=CPU) -> bool:
     """Do the step's kernels make its MPI calls themselves (:mod:`~pympi_gpu.mpi.numba_calls`)?  On the
     CPU with half lists (``config.newton``), where numba can call the loaded libmpi and it has MPI 4's
-    persistent collectives, unless ``PYMPI_COMPILED_MPI=0``.  Agreed by the ranks of ``cart``
+    persistent collectives, unless the device says not (``device.compiled_mpi``: the command line's
+    ``PYMPI_COMPILED_MPI=0``).  Agreed by the ranks of ``cart``
     (collective): the step's reduction is a persistent collective where they do and a call from Python
     where they do not, and every rank must make the same."""
     from mpi4py import MPI
 
     from pympi_gpu.mpi import numba_calls
 
-    mine = (not device.gpu and config.newton and numba_calls.wanted() and numba_calls.persistent_collectives()
+    mine = (not device.gpu and config.newton and device.compiled_mpi and numba_calls.persistent_collectives()
             and numba_calls.link())
     return bool(cart.allreduce(int(mine), op=MPI.MIN)) if cart.Get_size() > 1 else bool(mine)
 
