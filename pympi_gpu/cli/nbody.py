@@ -1,33 +1,31 @@
-"""``pympi-nbody BODIES``: the n-body command, its options and the choice of model.
+"""``pympi-nbody BODIES``: the n-body command, its shared options and the choice of model.
 
-The command parses and refuses bad input, then hands the run to its model's
-command: :mod:`pympi_gpu.cli.nbody_gravity` (all-pairs gravity) or
-:mod:`pympi_gpu.cli.nbody_lj` (``--model lj``).  Both share the harness in
-:mod:`pympi_gpu.cli.simulation`; neither imports the other.
+The command parses and refuses bad input, then runs its model's recipe
+(:func:`pympi_gpu.cli.models.run`): ``--model`` takes the names of the
+registry (:data:`pympi_gpu.cli.models.MODULES`), each model adds its own
+options (refused for every other model), and its defaults of ``--dt``,
+``--seed`` and ``--energy-tolerance`` stand in their help.  The models share
+the harness in :mod:`pympi_gpu.cli.simulation`; none imports another.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 import click
 
+from pympi_gpu.cli import models
 from pympi_gpu.cli.common import fail, mpi_command, world_rank_hint
 from pympi_gpu.cli.options import CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, given, version_option
 from pympi_gpu.device.device import AUTO, CHOICES
 from pympi_gpu.mpi.cuda_aware import TRANSPORTS
-from pympi_gpu.nbody.gravity.config import DEFAULT_SEED as GRAVITY_SEED
-from pympi_gpu.nbody.gravity.config import NbodyConfig
-from pympi_gpu.nbody.lj.config import DEFAULT_SEED as LJ_SEED
-from pympi_gpu.nbody.lj import pairs
-from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.loop import RunOptions
 
 MAX_BODIES = 2**31 - 1
-MODELS = ("gravity", "lj")
-#: gravity options that mean nothing to the LJ model, and the reverse
-GRAVITY_ONLY = ("softening", "precision", "exchange", "init")
-LJ_ONLY = ("density", "temperature", "cutoff", "skin", "pair", "pair_coeff")
+#: the model of a run that names none
+DEFAULT_MODEL = "gravity"
 
 
 class _Count(Count):
@@ -53,66 +51,19 @@ class _Bodies(_Count):
         return n
 
 
-class PairCoeff(click.ParamType):
-    """``NAME=VALUE``: one coefficient of the pair style (checked against the style once it is known)."""
-
-    name = "name=value"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        import math
-
-        name, eq, number = str(value).partition("=")
-        try:
-            if not number.isascii():  # float() reads any script's digits
-                raise ValueError(number)
-            x = float(number)
-        except ValueError:
-            x = math.nan
-        if not eq or not name.strip() or not math.isfinite(x):
-            self.fail(f"{value!r} is not NAME=VALUE with a finite number (e.g. d0=1.5)", param, ctx)
-        return name.strip(), x
-
-
-def _float(allow_zero=False):
-    return PositiveFloat(allow_zero=allow_zero)
-
-
-def lj_options(f):
-    """Add ``--model`` and the LJ options to a click command."""
-    opts = [
-        click.option("--model", type=click.Choice(MODELS), default="gravity", show_default=True,
-                     help="gravity: all-pairs softened gravity over a ring; lj: Lennard-Jones 12-6 with "
-                          "cutoff over a 3-D domain decomposition (LAMMPS bench/in.lj)."),
-        click.option("--density", type=_float(), default=LjConfig.density, show_default=True,
-                     help="lj: reduced number density of the fcc lattice."),
-        click.option("--temperature", type=_float(allow_zero=True), default=LjConfig.temperature, show_default=True,
-                     help="lj: initial temperature (zero total momentum)."),
-        click.option("--cutoff", type=_float(), default=LjConfig.cutoff, show_default=True,
-                     help="lj: pair cutoff (sigma)."),
-        click.option("--skin", type=_float(allow_zero=True), default=LjConfig.skin, show_default=True,
-                     help="lj: Verlet-list skin (sigma); lists are rebuilt when an atom moves skin/2."),
-        click.option("--pair", type=click.Choice(sorted(pairs.styles())), default=LjConfig.pair, show_default=True,
-                     help="lj: the pair style, as LAMMPS names it: "
-                          + "; ".join(f"{s.name}: {s.summary}" for s in pairs.styles().values()) + "."),
-        click.option("--pair-coeff", "pair_coeff", type=PairCoeff(), multiple=True, metavar="NAME=VALUE",
-                     help="lj: a coefficient of the pair style (repeat for more): "
-                          + "; ".join(f"{s.name}: " + ", ".join(f"{c.name} ({c.help}, default {c.default:g})"
-                                                                 for c in s.coeffs)
-                                      for s in pairs.styles().values()) + "."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
-
-
 def check_model_options(ctx, model: str) -> None:
-    """Refuse options of the other model (exit 2)."""
-    wrong = LJ_ONLY if model == "gravity" else GRAVITY_ONLY
-    for name in wrong:
-        if given(ctx, name):
-            fail(f"--{name.replace('_', '-')} applies to --model {'lj' if model == 'gravity' else 'gravity'} only")
+    """Refuse the options of another model than ``model`` (exit 2): each model's own, from the registry."""
+    for name, owner in models.owner_of().items():
+        if owner != model and given(ctx, name):
+            fail(f"--{name.replace('_', '-')} applies to --model {owner} only")
+
+
+def _model_options(f):
+    """Add ``--model`` (the registry's names) and every model's own options to a click command."""
+    f.__click_params__ = getattr(f, "__click_params__", []) + list(reversed(models.options()))
+    return click.option("--model", type=click.Choice(sorted(models.models())), default=DEFAULT_MODEL,
+                        show_default=True,
+                        help="; ".join(f"{m.name}: {m.summary}" for m in models.models().values()) + ".")(f)
 
 
 @mpi_command
@@ -122,26 +73,18 @@ def check_model_options(ctx, model: str) -> None:
 @click.option("--steps", type=_Count(minimum=0, maximum=10**12), default=10, show_default=True,
               help="Leapfrog steps; with --restart, the step to reach.")
 @click.option("--dt", type=PositiveFloat(), default=None,
-              help=f"Time step (model units)  [default: {NbodyConfig.dt:g} gravity, {LjConfig.dt:g} lj]")
-@click.option("--softening", type=PositiveFloat(), default=NbodyConfig.softening, show_default=True,
-              help="Softening length eps (> 0): forces ~ 1/(r^2 + eps^2).")
-@click.option("--precision", type=click.Choice(["fp32", "fp64"]), default=NbodyConfig.precision, show_default=True,
-              help="Floating-point precision of positions, velocities and forces.")
+              help=f"Time step (model units)  {models.default_help('dt', lambda v: f'{v:g}')}")
 @click.option("--backend", type=click.Choice(CHOICES), default=AUTO,
               show_default=True, help="Kernels: the GPU if every rank has one, else numba (auto).")
-@click.option("--exchange", type=click.Choice(["ring", "allgather"]), default="ring", show_default=True,
-              help="How bodies travel between ranks.")
 @click.option("--transport", type=click.Choice(TRANSPORTS), default="auto", show_default=True,
               help="GPU only: device buffers straight to MPI (CUDA-aware) or staged through host memory.")
 @click.option("--seed", type=IntRange(0, 2**64 - 1), default=None,
               help="Seed of the initial conditions (same seed, same bodies at any rank count)  "
-                   f"[default: {GRAVITY_SEED} gravity, {LJ_SEED} lj]")
-@click.option("--init", type=click.Choice(["plummer", "uniform"]), default=NbodyConfig.init, show_default=True,
-              help="Initial conditions: Plummer sphere or cold uniform ball.")
+                   f"{models.default_help('seed')}")
 @click.option("--verify", is_flag=True, help="Check sampled accelerations and the energy drift; exit 1 on failure.")
 @click.option("--energy-tolerance", type=PositiveFloat(), default=None,
-              help="Relative energy drift that --verify accepts  [default: 1e-3 gravity, 1e-2 lj]")
-@click.option("--benchmark", is_flag=True, help="Time the steps only: skip energy diagnostics (unless --verify).")
+              help="Relative energy drift that --verify accepts  "
+                   f"{models.default_help('energy_tolerance', lambda v: f'{v:g}')}")
 @click.option("--checkpoint", "checkpoint", type=str, default=None, metavar="PATH",
               help="Write the state here at the end (and every K steps, on SIGTERM); a checkpoint already "
                    "there is continued only by --restart of its run, replaced only with --overwrite.  "
@@ -173,7 +116,7 @@ def check_model_options(ctx, model: str) -> None:
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress on stderr (else rank 0 shows a bar on a terminal, or a line every "
                    "~10 s, PYMPI_PROGRESS_INTERVAL, when stderr is a file or pipe).")
-@lj_options
+@_model_options
 @click.pass_context
 def nbody(ctx, **params):
     """N-body simulations over MPI ranks: BODIES bodies (or atoms), leapfrog / velocity Verlet.
@@ -192,38 +135,28 @@ def nbody(ctx, **params):
     from pympi_gpu.cli import settings
     from pympi_gpu.device import jitcache
 
-    args = Job(**params)
+    args = Job.of(params)
     simd_note = jitcache.tune_cpu(settings.wide_vectors())  # before configure(), which would find it done
     jitcache.configure(settings.numba_cache_seed(), settings.wide_vectors())
     check_model_options(ctx, args.model)
     if world_rank_hint() == 0:  # rank 0 writes every output: its node's verdict counts (agreed in mpi_world)
         check_outputs(args)
-    if args.model == "lj":
-        from pympi_gpu.cli.nbody_lj import run_lj
-
-        return run_lj(ctx, args)
-    from pympi_gpu.cli.nbody_gravity import run_gravity
-
-    return run_gravity(ctx, args, simd_note)
+    models.run(ctx, args, simd_note)
 
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """What ``pympi-nbody`` was asked, parsed (``None``: the model's default)."""
+    """What ``pympi-nbody`` was asked, parsed (``None``: the model's default); ``model_options`` holds the
+    values of the model's own options (its recipe's), by name."""
 
     bodies: int
     steps: int
     dt: float | None
-    softening: float
-    precision: str
     backend: str
-    exchange: str
     transport: str
     seed: int | None
-    init: str
     verify: bool
     energy_tolerance: float | None
-    benchmark: bool
     checkpoint: str | None
     checkpoint_every: int | None
     restart: str | None
@@ -237,12 +170,15 @@ class Job:
     as_json: bool
     quiet: bool
     model: str
-    density: float
-    temperature: float
-    cutoff: float
-    skin: float
-    pair: str
-    pair_coeff: tuple[tuple[str, float], ...]
+    model_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, params: dict) -> Job:
+        """The job of the command's parameters: the shared ones, and the chosen model's own."""
+        owner = models.owner_of()
+        shared = {k: v for k, v in params.items() if k not in owner}
+        own = {k: v for k, v in params.items() if owner.get(k) == params["model"]}
+        return cls(**shared, model_options=own)
 
     def run_options(self, *, name: str, thermo: bool = True) -> RunOptions:
         """The loop's options; ``name`` (``pympi-nbody-N``) names the files a stop and a blow-up write."""

@@ -1,14 +1,16 @@
-"""``pympi-nbody BODIES`` (the gravity model): the run and its summary."""
+"""``pympi-nbody BODIES`` (the gravity model): its recipe (:mod:`pympi_gpu.cli.models`) and its summary."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from pympi_gpu.cli.common import configure_threads, fail, mpi_world, select_gpu_early
-from pympi_gpu.cli.signals import Stop
-from pympi_gpu.cli.devices import choose_device
-from pympi_gpu.cli.simulation import TWICE, execute, format_tail, report, restart_values
-from pympi_gpu.nbody.gravity.config import NbodyConfig
+import click
+
+from pympi_gpu.cli.common import fail
+from pympi_gpu.cli.models import Restart
+from pympi_gpu.cli.options import PositiveFloat
+from pympi_gpu.cli.simulation import format_tail, restart_values
+from pympi_gpu.nbody.gravity.config import DEFAULT_SEED, NbodyConfig
 
 SCHEMA = "pympi_gpu.nbody/1"
 MIN_SOFTENING = 1e-15
@@ -50,47 +52,16 @@ def format_run(run, threads: int, shown: bool = False) -> str:
     return "\n".join(lines)
 
 
-def run_gravity(ctx, args, simd_note: str) -> None:
-    """The gravity run of a parsed ``pympi-nbody`` (:class:`~pympi_gpu.cli.nbody.Job`)."""
-    config = _config(args)
-    early = select_gpu_early(args.backend)
-    comm = mpi_world()
-    # From here on SIGTERM only asks for a stop at the end of the current step.
-    stop = Stop("pympi-nbody", TWICE).install()
-    _check_size(comm, config)
-    restart = _restart(ctx, comm, args, config)
-    config = restart[0] if restart else config
-    from pympi_gpu.nbody.gravity.precision import PRECISIONS
-
-    device = choose_device(comm, args.backend, early, transport=args.transport, dtype=PRECISIONS[config.precision])
-    nthreads = configure_threads(comm, args.threads)
-    outputs = _claim(comm, args, config)
-    system = _system(comm, config, args, device, restart)
-    from pympi_gpu.run.provenance import collect
-
-    provenance = collect(comm, extra={**device.provenance(), "threads_per_rank": str(nthreads),
-                                      "simd": simd_note})
-    options = args.run_options(name=f"pympi-nbody-{config.bodies}", thermo=not args.benchmark or args.verify)
-    from pympi_gpu.nbody.gravity import thermo as gravity_thermo
-
-    run, shown = execute(comm, system, options, device=device, provenance=provenance, stop=stop,
-                         thermo_module=gravity_thermo, title=gravity_title(config, comm.Get_size()), args=args,
-                         box=None, outputs=outputs)
-    if args.verify:
-        run = _verify(comm, system, config, run, args)
-    report(comm, run, as_json=args.as_json, human=lambda: format_run(run, nthreads, shown=shown),
-           document=lambda: _document(run, nthreads, device))
-
-
 def _config(args) -> NbodyConfig:
     """The system the command line asks for (a restart may replace it); refusals before MPI starts."""
+    own = args.model_options
     if args.bodies < 2:
         fail(f"BODIES ({args.bodies}) must be at least 2: a lone body feels no force, and its virial ratio "
              "-2K/U has no potential energy to divide by")
-    if why := _softening_problem(args.softening, args.precision):
+    if why := _softening_problem(own["softening"], own["precision"]):
         fail(why)
     return NbodyConfig(bodies=args.bodies, dt=NbodyConfig.dt if args.dt is None else args.dt,
-                       softening=args.softening, precision=args.precision, init=args.init,
+                       softening=own["softening"], precision=own["precision"], init=own["init"],
                        seed=NbodyConfig.seed if args.seed is None else args.seed)
 
 
@@ -109,14 +80,6 @@ def _softening_problem(softening: float, precision: str) -> str | None:
     if softening > largest:
         return f"--softening {softening:g} is above {largest:.3g}, where eps^2 overflows {precision}"
     return None
-
-
-def _claim(comm, args, config: NbodyConfig):
-    """Lock the checkpoint, claim --dump and --thermo-file for this run (refusals on every rank)."""
-    from pympi_gpu.cli.simulation import claim_outputs
-    from pympi_gpu.nbody.gravity import thermo as gravity_thermo
-
-    return claim_outputs(comm, args, config.identity(), thermo_module=gravity_thermo, box=None)
 
 
 def _check_size(comm, config: NbodyConfig) -> None:
@@ -159,7 +122,7 @@ def _restart(ctx, comm, args, config: NbodyConfig):
     initial = recorded_row(path, meta, Diagnostics)
     if meta["step"] > args.steps:
         fail(f"--restart: {path!r} is at step {meta['step']}, beyond --steps {args.steps}")
-    return dataclasses.replace(config, **fixed), meta, local, initial
+    return Restart(dataclasses.replace(config, **fixed), meta, local, initial)
 
 
 def _system(comm, config: NbodyConfig, args, device, restart):
@@ -170,10 +133,9 @@ def _system(comm, config: NbodyConfig, args, device, restart):
 
     backend = make_backend(device, config.precision)
     backend.warmup()
-    exchange = make_exchange(comm, backend, config.bodies, args.exchange, device.transport)
+    exchange = make_exchange(comm, backend, config.bodies, args.model_options["exchange"], device.transport)
     if restart:
-        _, meta, local, initial = restart
-        state = state_from_arrays(backend, local, meta["step"], initial)
+        state = state_from_arrays(backend, restart.local, restart.meta["step"], restart.initial)
     else:
         state = initial_state(comm, backend, config)
     return GravitySystem(comm, config, backend, exchange, state)
@@ -198,3 +160,84 @@ def _document(run, nthreads: int, device) -> dict:
     doc["awareness"] = None if aware is None else {"supported": aware.supported, "method": aware.method,
                                                   "detail": aware.detail}
     return doc
+
+
+class Gravity:
+    """All-pairs softened gravity (the recipe :class:`~pympi_gpu.cli.models.Model` describes)."""
+
+    name = "gravity"
+    summary = "all-pairs softened gravity over a ring"
+    defaults = {"dt": NbodyConfig.dt, "seed": DEFAULT_SEED, "energy_tolerance": 1e-3}
+    options = (
+        click.Option(["--softening"], type=PositiveFloat(), default=NbodyConfig.softening, show_default=True,
+                     help="gravity: softening length eps (> 0): forces ~ 1/(r^2 + eps^2)."),
+        click.Option(["--precision"], type=click.Choice(["fp32", "fp64"]), default=NbodyConfig.precision,
+                     show_default=True, help="gravity: floating-point precision of positions, velocities and "
+                                             "forces."),
+        click.Option(["--exchange"], type=click.Choice(["ring", "allgather"]), default="ring", show_default=True,
+                     help="gravity: how bodies travel between ranks."),
+        click.Option(["--init"], type=click.Choice(["plummer", "uniform"]), default=NbodyConfig.init,
+                     show_default=True, help="gravity: initial conditions, Plummer sphere or cold uniform ball."),
+        click.Option(["--benchmark"], is_flag=True,
+                     help="gravity: time the steps only, no energy diagnostics (unless --verify)."),
+    )
+
+    @property
+    def thermo(self):
+        from pympi_gpu.nbody.gravity import thermo
+
+        return thermo
+
+    def config(self, args) -> NbodyConfig:
+        return _config(args)
+
+    def communicator(self, world):
+        return world
+
+    def check(self, comm, config: NbodyConfig, args) -> None:
+        _check_size(comm, config)
+
+    def restart(self, ctx, comm, args, config: NbodyConfig) -> Restart | None:
+        return _restart(ctx, comm, args, config)
+
+    def fits(self, comm, config: NbodyConfig, args) -> None:
+        """(Any system that passed :meth:`check` runs on any rank count.)"""
+
+    def dtype(self, config: NbodyConfig):
+        from pympi_gpu.nbody.gravity.precision import PRECISIONS
+
+        return PRECISIONS[config.precision]
+
+    def on_device(self, comm, config: NbodyConfig, device, threads: int) -> NbodyConfig:
+        return config
+
+    def system(self, comm, config: NbodyConfig, device, restart: Restart | None, args):
+        return _system(comm, config, args, device, restart)
+
+    def box(self, config: NbodyConfig) -> None:
+        return None  # open space
+
+    def stop_name(self, config: NbodyConfig) -> str:
+        return f"pympi-nbody-{config.bodies}"
+
+    def title(self, config: NbodyConfig, comm) -> str:
+        return gravity_title(config, comm.Get_size())
+
+    def provenance(self, note: str) -> dict[str, str]:
+        return {"simd": note}
+
+    def thermo_rows(self, args) -> bool:
+        return not args.model_options["benchmark"] or args.verify
+
+    def verify(self, comm, system, config: NbodyConfig, run, args):
+        return _verify(comm, system, config, run, args)
+
+    def human(self, run, threads: int, shown: bool) -> str:
+        return format_run(run, threads, shown=shown)
+
+    def document(self, run, threads: int, device) -> dict:
+        return _document(run, threads, device)
+
+
+#: this module's model, as the registry (:data:`pympi_gpu.cli.models.MODULES`) finds it
+MODEL = Gravity()

@@ -1,22 +1,44 @@
-"""``pympi-nbody ATOMS --model lj``: the Lennard-Jones run and its summary."""
+"""``pympi-nbody ATOMS --model lj``: the Lennard-Jones recipe (:mod:`pympi_gpu.cli.models`) and its summary."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import click
 import numpy as np
 
-from pympi_gpu.cli.common import configure_threads, fail, largest, mpi_world, select_gpu_early
-from pympi_gpu.cli.options import given
-from pympi_gpu.cli.signals import Stop
-from pympi_gpu.cli.devices import choose_device
-from pympi_gpu.cli.simulation import TWICE, execute, format_tail, report, restart_values
+from pympi_gpu.cli.common import fail, largest
+from pympi_gpu.cli.models import Restart
+from pympi_gpu.cli.options import PositiveFloat, given
+from pympi_gpu.cli.simulation import format_tail, restart_values
 from pympi_gpu.nbody.lj import pairs
-from pympi_gpu.nbody.lj.config import LjConfig, half_lists
+from pympi_gpu.nbody.lj.config import DEFAULT_SEED, LjConfig, half_lists
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
 #: options a restart file fixes
 _FROM_FILE = ("dt", "seed", "density", "temperature", "cutoff", "skin")
+
+
+class PairCoeff(click.ParamType):
+    """``NAME=VALUE``: one coefficient of the pair style (checked against the style once it is known)."""
+
+    name = "name=value"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        import math
+
+        name, eq, number = str(value).partition("=")
+        try:
+            if not number.isascii():  # float() reads any script's digits
+                raise ValueError(number)
+            x = float(number)
+        except ValueError:
+            x = math.nan
+        if not eq or not name.strip() or not math.isfinite(x):
+            self.fail(f"{value!r} is not NAME=VALUE with a finite number (e.g. d0=1.5)", param, ctx)
+        return name.strip(), x
 
 
 def lj_title(config, ranks: int, grid) -> str:
@@ -58,55 +80,19 @@ def format_lj(run, threads: int, shown: bool = False) -> str:
     return "\n".join(lines)
 
 
-def run_lj(ctx, args) -> None:
-    """The ``--model lj`` run of a parsed ``pympi-nbody`` (:class:`~pympi_gpu.cli.nbody.Job`)."""
-    from pympi_gpu.nbody.lj.domain import make_cart
-
-    config = _config(args)
-    if args.backend == "numpy":
-        fail("--model lj runs on --backend numba or gpu (auto picks one)")
-    early = select_gpu_early(args.backend)
-    comm = mpi_world()
-    stop = Stop("pympi-nbody", TWICE).install()
-    cart = make_cart(comm)
-    system = None
-    try:
-        _check_memory(cart, config, args.backend)
-        restart = _restart(ctx, cart, args, config)
-        config = restart[0] if restart else config
-        _check_grid(cart, config, args.bodies)
-        device = choose_device(comm, args.backend, early, transport=args.transport, dtype=np.float64)
-        if device.gpu:  # the device-resident path holds its arrays in CuPy (NumPy under the simulator)
-            _need_cupy(comm)
-        nthreads = configure_threads(comm, args.threads)
-        # one list kind for all: each rank's thread count is its node's (numba caps it at the cpuset)
-        config = dataclasses.replace(config, newton=half_lists(device.gpu, largest(comm, nthreads)))
-        outputs = _claim(cart, args, config)
-        system = _system(cart, config, device, restart)
-        from pympi_gpu.run.provenance import collect
-
-        provenance = collect(comm, extra={**device.provenance(), "threads_per_rank": str(nthreads), "model": "lj"})
-        run, shown = _execute(cart, system, config, args, device, provenance, stop, outputs)
-        if args.verify:
-            run = _verify(cart, system, config, run, args)
-    finally:
-        if system is not None:
-            system.close()
-        cart.Free()
-    report(comm, run, as_json=args.as_json, human=lambda: format_lj(run, nthreads, shown=shown),
-           document=lambda: _document(run, nthreads))
-
-
 def _config(args) -> LjConfig:
     """The system the command line asks for (a restart may replace it); refusals before MPI starts."""
     from pympi_gpu.nbody.lj.lattice import cells_for
 
+    own = args.model_options
+    if args.backend == "numpy":
+        fail("--model lj runs on --backend numba or gpu (auto picks one)")
     if args.bodies < 4:
         fail(f"ATOMS ({args.bodies}) is too few for the fcc lattice: one cell holds 4 atoms")
-    config = LjConfig(cells=cells_for(args.bodies), density=args.density, temperature=args.temperature,
-                      cutoff=args.cutoff, skin=args.skin, dt=LjConfig.dt if args.dt is None else args.dt,
-                      seed=LjConfig.seed if args.seed is None else args.seed, pair=args.pair,
-                      pair_coeffs=tuple(args.pair_coeff))
+    config = LjConfig(cells=cells_for(args.bodies), density=own["density"], temperature=own["temperature"],
+                      cutoff=own["cutoff"], skin=own["skin"], dt=LjConfig.dt if args.dt is None else args.dt,
+                      seed=LjConfig.seed if args.seed is None else args.seed, pair=own["pair"],
+                      pair_coeffs=tuple(own["pair_coeff"]))
     if not args.restart:  # a restart's coefficients are judged against its checkpoint's style (_restart_pair)
         try:
             config.coefficients
@@ -143,16 +129,9 @@ def _check_memory(cart, config: LjConfig, backend: str) -> None:
         fail(next(v for v in verdicts if v))
 
 
-def _claim(cart, args, config: LjConfig):
-    """Lock the checkpoint, claim --dump and --thermo-file for this run (refusals on every rank)."""
-    from pympi_gpu.cli.simulation import claim_outputs
-    from pympi_gpu.nbody.lj import thermo as lj_thermo
-
-    return claim_outputs(cart, args, config.identity(), thermo_module=lj_thermo, box=config.box)
-
-
 def _restart(ctx, cart, args, config: LjConfig):
-    """``(config, meta, local, initial)`` of ``--restart`` (each rank's atoms), or None; refusals on every rank.
+    """The :class:`~pympi_gpu.cli.models.Restart` of ``--restart`` (each rank's atoms), or None; refusals
+    on every rank.
 
     Every parameter the checkpoint records is judged by the command line's
     rules (:func:`~pympi_gpu.cli.simulation.recorded_values`); one given on the
@@ -181,7 +160,7 @@ def _restart(ctx, cart, args, config: LjConfig):
     initial = recorded_row(path, meta, Thermo)
     if meta["step"] > args.steps:
         fail(f"--restart: {path!r} is at step {meta['step']}, beyond --steps {args.steps}")
-    return restarted, meta, local, initial
+    return Restart(restarted, meta, local, initial)
 
 
 def _restart_pair(ctx, path: str, meta: dict, config: LjConfig) -> dict:
@@ -248,18 +227,9 @@ def _system(cart, config: LjConfig, device, restart):
     if restart is None:
         brick = brick_of(config.box, tuple(cart.Get_topo()[0]), cart.Get_coords(cart.Get_rank()))
         return LjSystem(cart, config, *initial_arrays(config, brick, cart), device=device)
-    _, meta, local, initial = restart
+    local = restart.local
     return LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"], device=device,
-                    timestep=meta["step"], initial=initial)
-
-
-def _execute(cart, system, config: LjConfig, args, device, provenance, stop, outputs=None):
-    from pympi_gpu.nbody.lj import thermo as lj_thermo
-
-    options = args.run_options(name=f"pympi-nbody-lj-{config.atoms}")
-    return execute(cart, system, options, device=device, provenance=provenance, stop=stop,
-                   thermo_module=lj_thermo, title=lj_title(config, cart.Get_size(), tuple(cart.Get_topo()[0])),
-                   args=args, box=config.box, outputs=outputs)
+                    timestep=restart.meta["step"], initial=restart.initial)
 
 
 def _verify(cart, system, config: LjConfig, run, args):
@@ -278,3 +248,94 @@ def _document(run, nthreads: int) -> dict:
     doc["threads_per_rank"] = nthreads
     doc["throughput"] = run.rate  # the key pympi-scale reads, in work_unit per second
     return doc
+
+
+class Lj:
+    """Lennard-Jones atoms over a 3-D domain decomposition (the recipe :class:`~pympi_gpu.cli.models.Model`
+    describes)."""
+
+    name = "lj"
+    summary = "Lennard-Jones 12-6 with cutoff over a 3-D domain decomposition (LAMMPS bench/in.lj)"
+    defaults = {"dt": LjConfig.dt, "seed": DEFAULT_SEED, "energy_tolerance": 1e-2}
+    options = (
+        click.Option(["--density"], type=PositiveFloat(), default=LjConfig.density, show_default=True,
+                     help="lj: reduced number density of the fcc lattice."),
+        click.Option(["--temperature"], type=PositiveFloat(allow_zero=True), default=LjConfig.temperature,
+                     show_default=True, help="lj: initial temperature (zero total momentum)."),
+        click.Option(["--cutoff"], type=PositiveFloat(), default=LjConfig.cutoff, show_default=True,
+                     help="lj: pair cutoff (sigma)."),
+        click.Option(["--skin"], type=PositiveFloat(allow_zero=True), default=LjConfig.skin, show_default=True,
+                     help="lj: Verlet-list skin (sigma); lists are rebuilt when an atom moves skin/2."),
+        click.Option(["--pair"], type=click.Choice(sorted(pairs.styles())), default=LjConfig.pair, show_default=True,
+                     help="lj: the pair style, as LAMMPS names it: "
+                          + "; ".join(f"{s.name}: {s.summary}" for s in pairs.styles().values()) + "."),
+        click.Option(["--pair-coeff", "pair_coeff"], type=PairCoeff(), multiple=True, metavar="NAME=VALUE",
+                     help="lj: a coefficient of the pair style (repeat for more): "
+                          + "; ".join(f"{s.name}: " + ", ".join(f"{c.name} ({c.help}, default {c.default:g})"
+                                                                 for c in s.coeffs)
+                                      for s in pairs.styles().values()) + "."),
+    )
+
+    @property
+    def thermo(self):
+        from pympi_gpu.nbody.lj import thermo
+
+        return thermo
+
+    def config(self, args) -> LjConfig:
+        return _config(args)
+
+    def communicator(self, world):
+        from pympi_gpu.nbody.lj.domain import make_cart
+
+        return make_cart(world)
+
+    def check(self, cart, config: LjConfig, args) -> None:
+        _check_memory(cart, config, args.backend)
+
+    def restart(self, ctx, cart, args, config: LjConfig) -> Restart | None:
+        return _restart(ctx, cart, args, config)
+
+    def fits(self, cart, config: LjConfig, args) -> None:
+        _check_grid(cart, config, args.bodies)
+
+    def dtype(self, config: LjConfig):
+        return np.float64
+
+    def on_device(self, cart, config: LjConfig, device, threads: int) -> LjConfig:
+        """CuPy on every rank where the atoms live on the GPU; one list kind for all ranks (each rank's
+        thread count is its node's: numba caps it at the cpuset)."""
+        if device.gpu:  # the device-resident path holds its arrays in CuPy (NumPy under the simulator)
+            _need_cupy(cart)
+        return dataclasses.replace(config, newton=half_lists(device.gpu, largest(cart, threads)))
+
+    def system(self, cart, config: LjConfig, device, restart: Restart | None, args):
+        return _system(cart, config, device, restart)
+
+    def box(self, config: LjConfig) -> float:
+        return config.box
+
+    def stop_name(self, config: LjConfig) -> str:
+        return f"pympi-nbody-lj-{config.atoms}"
+
+    def title(self, config: LjConfig, cart) -> str:
+        return lj_title(config, cart.Get_size(), tuple(cart.Get_topo()[0]))
+
+    def provenance(self, note: str) -> dict[str, str]:
+        return {"model": "lj"}
+
+    def thermo_rows(self, args) -> bool:
+        return True
+
+    def verify(self, cart, system, config: LjConfig, run, args):
+        return _verify(cart, system, config, run, args)
+
+    def human(self, run, threads: int, shown: bool) -> str:
+        return format_lj(run, threads, shown=shown)
+
+    def document(self, run, threads: int, device) -> dict:
+        return _document(run, threads)
+
+
+#: this module's model, as the registry (:data:`pympi_gpu.cli.models.MODULES`) finds it
+MODEL = Lj()

@@ -163,7 +163,6 @@ def probe_mpi(environ: Mapping[str, str] | None = None,
     (:func:`loaded_mpi_library`), then :func:`mpi_from_env`, then
     ``mpiexec --version``.
     """
-    env = os.environ if environ is None else environ
     if not told:
         text = library()
         vendor = vendor_of_text(text) if text else None

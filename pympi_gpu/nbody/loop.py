@@ -123,6 +123,7 @@ class System(Protocol):
     def save_broken(self, path: str, initial, note: str) -> None: ...  # collective: a blown-up state
     def fault(self) -> BlowUp: ...                                # the error of a state found not finite
     def record(self, result: LoopResult, labels: Labels) -> Any: ...  # collective: the model's run record
+    def close(self) -> None: ...                                  # what it holds on comm, freed
 
 
 class Writer:
@@ -497,9 +498,9 @@ def run(comm, system: System, options: RunOptions, writers: Sequence[Writer] = (
         if options.blowup_save:
             from pympi_gpu.nbody.checkpoint import CheckpointError
 
+            note = f"{exc.check}: {exc.cause}"
             try:
-                exc.saved = save_new(comm, options.blowup_save,
-                                     lambda name: system.save_broken(name, r.initial, f"{exc.check}: {exc.cause}"))
+                exc.saved = save_new(comm, options.blowup_save, lambda name: system.save_broken(name, r.initial, note))
             except CheckpointError as failed:  # still a blow-up (exit 3), which says what could not be saved
                 exc.unsaved = str(failed)
         raise

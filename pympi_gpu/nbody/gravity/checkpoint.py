@@ -51,7 +51,7 @@ def _validate_header(f: NpzRows) -> None:
     """The meta record and each array's shape and dtype (not the values)."""
     name, meta = f.path, f.meta
     if not isinstance(meta, dict):
-        raise unusable(name, f"the meta record is not a JSON object")
+        raise unusable(name, "the meta record is not a JSON object")
     if meta.get("format") != FORMAT:
         raise unusable(name, f"format {meta.get('format')!r}, expected {FORMAT!r}")
     for key, kind in _META_KEYS.items():
@@ -61,12 +61,12 @@ def _validate_header(f: NpzRows) -> None:
             raise unusable(name, f"meta field {key!r} is missing or not a {kind.__name__}")
     n = meta["bodies"]
     if n < 1 or meta["step"] < 0 or meta["ranks"] < 1:
-        raise unusable(name, f"meta bodies/step/ranks out of range")
+        raise unusable(name, "meta bodies/step/ranks out of range")
     if meta["precision"] not in _DTYPES:
         raise unusable(name, f"unknown precision {meta['precision']!r}")
     if not (math.isfinite(meta["dt"]) and meta["dt"] > 0 and math.isfinite(meta["softening"])
             and meta["softening"] > 0):
-        raise unusable(name, f"dt and softening must be finite and > 0")
+        raise unusable(name, "dt and softening must be finite and > 0")
     dtype = _DTYPES[meta["precision"]]
     f.open(FIELDS)
     for k in FIELDS:

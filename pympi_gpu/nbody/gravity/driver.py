@@ -200,6 +200,9 @@ class GravitySystem:
     def save(self, path: str, initial) -> None:
         ckpt.save(self.comm, path, local_arrays(self.backend, self.state), self.meta(initial))
 
+    def close(self) -> None:
+        """(Nothing to free: the exchange's messages are made and waited for within each step.)"""
+
     def save_broken(self, path: str, initial, note: str) -> None:
         ckpt.save(self.comm, path, local_arrays(self.backend, self.state), dict(self.meta(initial), blowup=note))
 

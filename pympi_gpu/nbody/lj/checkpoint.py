@@ -80,9 +80,9 @@ def _validate_header(f: NpzRows) -> None:
             raise unusable(path, f"meta field {key!r} is missing or not a {kind.__name__}")
     n = meta["atoms"]
     if meta["cells"] < 1 or n != 4 * meta["cells"] ** 3 or meta["step"] < 0:
-        raise unusable(path, f"meta atoms/cells/step out of range")
+        raise unusable(path, "meta atoms/cells/step out of range")
     if not all(math.isfinite(meta[k]) and meta[k] > 0 for k in ("density", "cutoff", "dt")):
-        raise unusable(path, f"density, cutoff and dt must be finite and > 0")
+        raise unusable(path, "density, cutoff and dt must be finite and > 0")
     f.open(FIELDS)
     for k in ("x", "v", "f"):
         if f.shape[k] != (n, 3) or f.dtype[k] != np.float64:
@@ -98,7 +98,7 @@ def _validate_rows(path: str, first: int, rows: dict[str, np.ndarray]) -> None:
             raise unusable(path, f"array {k!r} holds non-finite values")
     m = rows["id"].size
     if not np.array_equal(rows["id"], np.arange(first + 1, first + m + 1)):
-        raise unusable(path, f"array 'id' is not 1..N in order")
+        raise unusable(path, "array 'id' is not 1..N in order")
 
 
 def load(comm, path: str, box_of, dims, block: int = BLOCK_ROWS) -> tuple[dict, dict[str, np.ndarray]]:
@@ -122,7 +122,7 @@ def load(comm, path: str, box_of, dims, block: int = BLOCK_ROWS) -> tuple[dict, 
             counts = np.zeros(size, np.int64)
             for first, rows in f.blocks(("x",), block):
                 if not np.isfinite(rows["x"]).all():
-                    raise unusable(path, f"array 'x' holds non-finite values")
+                    raise unusable(path, "array 'x' holds non-finite values")
                 counts += np.bincount(_dest(rows["x"], box, dims, ranks_of), minlength=size)
             # the second pass reads the same file: were the path replaced between the passes (a run
             # checkpointing there), other positions would go to other bricks than counted
