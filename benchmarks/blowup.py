@@ -77,7 +77,7 @@ def lj_case(comm, atoms: int, steps: int) -> dict:
     from mpi4py import MPI
 
     from pympi_gpu.nbody.blowup import finite_rows
-    from pympi_gpu.nbody.lj import kernels_cpu as kc
+    from pympi_gpu.nbody.lj.cpu import kernels as kc
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
     from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
     from pympi_gpu.nbody.lj.lattice import cells_for

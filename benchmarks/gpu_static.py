@@ -57,10 +57,9 @@ DEFAULT_OUT = ROOT / "benchmarks" / "results" / "gpu-static.json"
 ARCHS = (80, 90)
 
 #: the sources whose kernels are measured: the JSON holds their hash, so a stale file is seen
-SOURCES = ("pympi_gpu/nbody/gravity/kernels_cuda.py", "pympi_gpu/nbody/lj/kernels_cuda.py",
-           "pympi_gpu/nbody/lj/pairs/lj_cut.py",
-           "pympi_gpu/nbody/lj/kernels_cpu.py", "pympi_gpu/pi/kernels_cuda.py", "pympi_gpu/rng.py",
-           "benchmarks/gpu_static.py")
+SOURCES = ("pympi_gpu/nbody/gravity/kernels_cuda.py", "pympi_gpu/nbody/lj/gpu/kernels.py",
+           "pympi_gpu/nbody/lj/pairs/lj_cut.py", "pympi_gpu/nbody/lj/pairs/__init__.py",
+           "pympi_gpu/pi/kernels_cuda.py", "pympi_gpu/rng.py", "benchmarks/gpu_static.py")
 
 #: what an SM offers, for the occupancy arithmetic (CUDA C Programming Guide, table of
 #: compute capabilities; shared memory is the largest carve-out)
@@ -275,7 +274,7 @@ cc = (int(sys.argv[1]) // 10, int(sys.argv[1]) % 10)
 # device functions ask the current device for its capability: there is none here
 dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=cc)
 from pympi_gpu.nbody.gravity import kernels_cuda as grav
-from pympi_gpu.nbody.lj import kernels_cuda as lj
+from pympi_gpu.nbody.lj.gpu import kernels as lj
 from pympi_gpu.pi import kernels_cuda as pik
 
 def ptx(kernel, sig):

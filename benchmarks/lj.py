@@ -247,19 +247,19 @@ def _rel_diff(ours: dict, theirs: dict) -> dict:
 #: per "step" or per "rebuild").  The engine's own calls, one level each; "other" is the rest of a step
 #: (the run loop, Python between the calls), found by difference.
 PROFILED = (
-    ("pympi_gpu.nbody.lj.kernels_cpu", "kick_drift", "kick + drift + displacement", "step"),
+    ("pympi_gpu.nbody.lj.cpu.kernels", "kick_drift", "kick + drift + displacement", "step"),
     ("pympi_gpu.nbody.lj.system", "LjSystem.agree_displacement", "displacement reduction (+ stop)", "step"),
     ("forces", "run_ops", "kick, drift, forces, halo (compiled pieces, their MPI calls below)", "step"),
-    ("pympi_gpu.nbody.lj.host_atoms", "HostAtoms._run_steps", "quiet steps, a batch a call, rebuilds in it",
+    ("pympi_gpu.nbody.lj.cpu.atoms", "HostAtoms._run_steps", "quiet steps, a batch a call, rebuilds in it",
      "step"),
-    ("pympi_gpu.nbody.lj.halo", "Halo.post", "halo: messages started", "step"),
-    ("pympi_gpu.nbody.lj.halo", "Halo.wait", "halo: messages waited for", "step"),
-    ("pympi_gpu.nbody.lj.host_atoms", "HostAtoms.rebuild", "rebuild: sort, copies, Python", "rebuild"),
-    ("pympi_gpu.nbody.lj.rebuild_cpu", "rebuild_brick", "rebuild: one compiled call (migration to lists)", "rebuild"),
-    ("pympi_gpu.nbody.lj.halo", "Halo.migrate_rows", "rebuild: migration", "rebuild"),
+    ("pympi_gpu.nbody.lj.cpu.halo", "Halo.post", "halo: messages started", "step"),
+    ("pympi_gpu.nbody.lj.cpu.halo", "Halo.wait", "halo: messages waited for", "step"),
+    ("pympi_gpu.nbody.lj.cpu.atoms", "HostAtoms.rebuild", "rebuild: sort, copies, Python", "rebuild"),
+    ("pympi_gpu.nbody.lj.cpu.rebuild", "rebuild_brick", "rebuild: one compiled call (migration to lists)", "rebuild"),
+    ("pympi_gpu.nbody.lj.cpu.halo", "Halo.migrate_rows", "rebuild: migration", "rebuild"),
     ("pympi_gpu.nbody.lj.system", "LjSystem.agree_migration", "rebuild: atom-count reduction", "rebuild"),
-    ("pympi_gpu.nbody.lj.halo", "Halo.build", "rebuild: ghosts (borders)", "rebuild"),
-    ("pympi_gpu.nbody.lj.lists_cpu", "VerletLists.build", "rebuild: Verlet lists", "rebuild"),
+    ("pympi_gpu.nbody.lj.cpu.halo", "Halo.build", "rebuild: ghosts (borders)", "rebuild"),
+    ("pympi_gpu.nbody.lj.cpu.lists", "VerletLists.build", "rebuild: Verlet lists", "rebuild"),
 )
 
 
@@ -345,7 +345,7 @@ def _prepared(atoms: int, patches):
 
     from mpi4py import MPI
 
-    from pympi_gpu.nbody.lj import steps_cpu
+    from pympi_gpu.nbody.lj.cpu import steps as steps_cpu
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
     from pympi_gpu.nbody.lj.system import LjSystem, initial_arrays
 
@@ -394,10 +394,10 @@ def _profile_report(cart, prof, labels, total, steps, rebuilds, clock, config, k
 
 #: what ``--mode trace`` stamps, enter and leave: (module, attribute path, event)
 TRACED = (
-    ("pympi_gpu.nbody.lj.host_atoms", "HostAtoms.step", "step"),
+    ("pympi_gpu.nbody.lj.cpu.atoms", "HostAtoms.step", "step"),
     ("pympi_gpu.nbody.lj.system", "LjSystem.agree_displacement", "reduction"),
-    ("pympi_gpu.nbody.lj.halo", "Halo.post", "post"),
-    ("pympi_gpu.nbody.lj.halo", "Halo.wait", "wait"),
+    ("pympi_gpu.nbody.lj.cpu.halo", "Halo.post", "post"),
+    ("pympi_gpu.nbody.lj.cpu.halo", "Halo.wait", "wait"),
 )
 
 
@@ -584,7 +584,7 @@ def gpu_profile(atoms: int, steps: int) -> dict:
     """Both kinds of GPU lists on this process's ranks: rate, and seconds per step in each phase.
 
     For full lists and for half lists with Newton's third law
-    (:class:`~pympi_gpu.nbody.lj.device_atoms.DeviceAtoms`, ``config.newton``):
+    (:class:`~pympi_gpu.nbody.lj.gpu.atoms.DeviceAtoms`, ``config.newton``):
     ``steps`` steps timed as the command runs them (``rate``, atom-steps/s),
     ``steps`` more one at a time, the stream synchronised after each
     (``steps_one_by_one``: the median time of a step without a rebuild and of
@@ -603,7 +603,7 @@ def gpu_profile(atoms: int, steps: int) -> dict:
 
     from pympi_gpu.device.device import Device
     from pympi_gpu.device.gpu import bind_device, simulator
-    from pympi_gpu.nbody.lj.device_atoms import PHASES
+    from pympi_gpu.nbody.lj.gpu.atoms import PHASES
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
     from pympi_gpu.nbody.lj.lattice import cells_for
     from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays

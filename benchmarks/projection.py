@@ -24,7 +24,7 @@ LAMMPS (plain, OPT, OMP): projected the same way from its mean step times in
 the pympi fit's points, with the study's network and messages and twice its
 bytes: LAMMPS's ``Comm::borders`` stages are pympi's, but its ghosts are the
 full shell (every image within the cutoff), where pympi's half lists keep a
-half shell (``nbody/lj/halo.py``), half the rows each way.  A LAMMPS step
+half shell (``nbody/lj/cpu/halo.py``), half the rows each way.  A LAMMPS step
 time holds everything: its MPI calls and waits inside the node too, where
 pympi's compute + I/O does not; so pympi's own mean steps of the same file
 are projected beside them, like for like (``pympi (lj-sizes)``).

@@ -252,3 +252,45 @@ def test_no_private_name_is_imported_across_modules():
                 if private and f"{base}.{alias.name}" not in known:
                     found.append(f"{name} imports {base}.{alias.name}")
     assert not found, found
+
+
+def test_the_lj_engines_stand_side_by_side():
+    """``nbody/lj/cpu/`` and ``nbody/lj/gpu/`` each import what both share (``nbody/lj/``), never each other
+    (issue 51): a CPU edit changes nothing of the GPU's (its static figures' hash), and the reverse."""
+    g = package_graph()
+    for module, targets in g.items():
+        for engine, other in (("cpu", "gpu"), ("gpu", "cpu")):
+            if module.startswith(f"pympi_gpu.nbody.lj.{engine}"):
+                assert not [t for t in targets if t.startswith(f"pympi_gpu.nbody.lj.{other}")], module
+        if module.startswith("pympi_gpu.nbody.lj.") and not module.startswith(("pympi_gpu.nbody.lj.cpu",
+                                                                                "pympi_gpu.nbody.lj.gpu")):
+            shared = [t for t in targets if t.startswith(("pympi_gpu.nbody.lj.cpu", "pympi_gpu.nbody.lj.gpu"))]
+            allowed = module == "pympi_gpu.nbody.lj.system"  # it makes one engine's atoms (lazily)
+            assert allowed or not shared, f"{module} (shared) imports an engine: {shared}"
+
+
+def test_both_engines_meet_the_atoms_protocol():
+    """Every member of ``nbody.lj.atoms.Atoms`` is defined by both engines' atoms, so the system reaches
+    them without asking whether one has it (no getattr fallback: issue 51)."""
+    import typing
+
+    from pympi_gpu.nbody.lj import atoms
+
+    declared = set(typing.get_type_hints(atoms.Atoms)) | {
+        name for name, value in vars(atoms.Atoms).items()
+        if not name.startswith("_") and (callable(value) or isinstance(value, property))}
+    assert declared == set(atoms.MEMBERS)
+    for path in ("cpu/atoms.py", "gpu/atoms.py"):
+        tree = ast.parse((PACKAGE / "nbody" / "lj" / path).read_text())
+        cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name.endswith("Atoms"))
+        defined = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        defined |= {t.id for n in cls.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+        init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+        defined |= {t.attr for n in ast.walk(init) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+        missing = sorted(set(atoms.MEMBERS) - defined)
+        assert not missing, f"{cls.name} lacks {missing}"
+    system = (PACKAGE / "nbody" / "lj" / "system.py").read_text()
+    assert "getattr(self.atoms" not in system and "hasattr(self.atoms" not in system

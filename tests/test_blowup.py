@@ -202,7 +202,7 @@ def test_blowup_path_sits_beside_the_checkpoint_and_never_on_it():
 
 
 def test_largest_displacement_counts_nan_as_infinite():
-    from pympi_gpu.nbody.lj.kernels_cpu import max_displacement2
+    from pympi_gpu.nbody.lj.cpu.kernels import max_displacement2
 
     x0 = np.zeros((5, 3))
     x = np.zeros((5, 3))

@@ -392,9 +392,9 @@ def test_lj_lists_judged_from_a_real_profile(tmp_path):
         places = ops["by_place_us"]
         assert ops["rebuilds"] == 3 and ops["rebuild_us"] > 0
         assert {"kernel build_lists", "the rest"} <= set(places)
-        assert any(k.startswith("halo_device.fold:") for k in places)  # the migration's, on one rank
-        assert any(k.startswith("halo_device.borders:") for k in places)
-        assert any(k.startswith("device_atoms._cells:") for k in places)
+        assert any(k.startswith("gpu.halo.fold:") for k in places)  # the migration's, on one rank
+        assert any(k.startswith("gpu.halo.borders:") for k in places)
+        assert any(k.startswith("gpu.atoms._cells:") for k in places)
         assert not any(k.startswith(("kernel forces", "kernel integrate")) for k in places)  # the step's own
         assert abs(sum(places.values()) - ops["rebuild_us"]) <= 1e-6 * ops["rebuild_us"] + 1.0
 

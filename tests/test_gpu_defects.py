@@ -50,7 +50,7 @@ class _Dev:
 
 def test_pinned_buffers_grow_only():
     from pympi_gpu.nbody.lj.domain import Brick
-    from pympi_gpu.nbody.lj.halo_device import DeviceHalo
+    from pympi_gpu.nbody.lj.gpu.halo import DeviceHalo
 
     dev = _Dev()
     brick = Brick(dims=(2, 2, 2), coords=(0, 0, 0), box=20.0, lo=(0.0, 0.0, 0.0), hi=(10.0, 10.0, 10.0))
@@ -176,7 +176,7 @@ try:
 except CudaSupportError as exc:
     print("SKIP", exc)
     raise SystemExit(0)
-from pympi_gpu.nbody.lj import kernels_cuda as kg  # installs the filter
+from pympi_gpu.nbody.lj.gpu import kernels as kg  # installs the filter
 with warnings.catch_warnings(record=True) as after:
     kg.force_kernels(lambda r2: (r2, r2)).forces[1, kg.BLOCK]
     k[3, 32]

@@ -161,8 +161,8 @@ def test_each_event_costs_what_the_page_says(ranks, transport, lists):
         assert doc["profiled"]["total"][:same] == doc["rebuild"]["total"][:same], doc["profiled"]
         places = doc["places"]
         assert {"kernel build_lists", "kernel integrate"} <= set(places)
-        assert any(re.fullmatch(r"halo_device\.borders:\d+", k) for k in places)
-        assert any(re.fullmatch(r"device_atoms\.rebuild:\d+", k) for k in places)
+        assert any(re.fullmatch(r"gpu\.halo\.borders:\d+", k) for k in places)
+        assert any(re.fullmatch(r"gpu\.atoms\.rebuild:\d+", k) for k in places)
         assert all(v >= 0.0 for v in places.values())
 
 

@@ -269,7 +269,7 @@ import json, sys
 import numpy as np
 from mpi4py import MPI
 from pympi_gpu.device.device import Device
-from pympi_gpu.nbody.lj import kernels_cuda as kg
+from pympi_gpu.nbody.lj.gpu import kernels as kg
 from pympi_gpu.nbody.lj.domain import brick_of, make_cart
 from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
 

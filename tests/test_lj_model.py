@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from pympi_gpu.nbody.lj import kernels_cpu as kc
+from pympi_gpu.nbody.lj.cpu import kernels as kc
 from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.lj.domain import brick_of, grid_problem, owner_coords, wrap
 from pympi_gpu.nbody.lj.lattice import cell_edge, cells_for, dof, fcc_positions, temperature, velocities
@@ -130,8 +130,8 @@ def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, bloc
     compress, eight or four lanes and a table: LLVM compiles the vector code for any CPU), and
     whatever the cells a gather serves (1, or blocks of 2 or 4 that do not divide a column's 9 or 10
     cells); a row too long for the first widths is built again wider, not cut."""
-    from pympi_gpu.nbody.lj import lists_cpu
-    from pympi_gpu.nbody.lj.lists_cpu import VerletLists
+    from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
+    from pympi_gpu.nbody.lj.cpu.lists import VerletLists
     from pympi_gpu.nbody.lj.system import CellGrid
 
     monkeypatch.setattr(lists_cpu, "SIMD", simd)
@@ -159,8 +159,8 @@ def test_serial_lists_decide_a_hair_from_either_radius_in_double(simd, flown, mo
     single-precision scan cannot tell apart, are listed as the double build lists them (the test
     checks that single precision alone would list some wrongly); with an atom flown a long way off
     (``flown``: a margin of no use) every candidate is tested in double, and the rows still agree."""
-    from pympi_gpu.nbody.lj import lists_cpu
-    from pympi_gpu.nbody.lj.lists_cpu import VerletLists
+    from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
+    from pympi_gpu.nbody.lj.cpu.lists import VerletLists
     from pympi_gpu.nbody.lj.system import CellGrid
 
     monkeypatch.setattr(lists_cpu, "SIMD", simd)
@@ -198,7 +198,7 @@ def test_the_scan_lanes_follow_the_cpu_numba_compiles_for(name, features, lanes,
     its features counts as having none (the code must run on every CPU the name covers)."""
     from numba.core import config
 
-    from pympi_gpu.nbody.lj import lists_cpu
+    from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
 
     monkeypatch.setattr(config, "CPU_NAME", name)
     monkeypatch.setattr(config, "CPU_FEATURES", features)
@@ -217,7 +217,7 @@ def test_serial_lists_without_avx512_compress(tmp_path):
 
     env = clean_env(NUMBA_CPU_NAME="generic", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
     env.pop("NUMBA_CPU_FEATURES", None)
-    probe = run([sys.executable, "-c", "from pympi_gpu.nbody.lj import lists_cpu as m; print(m.SIMD)"],
+    probe = run([sys.executable, "-c", "from pympi_gpu.nbody.lj.cpu import lists as m; print(m.SIMD)"],
                 env=env, cwd=ROOT)
     assert probe.stdout.split() == ["4"], probe.stderr
     out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::"

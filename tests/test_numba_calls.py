@@ -14,6 +14,7 @@ import pytest
 from numba import njit
 
 from pympi_gpu.mpi import numba_calls
+from pympi_gpu.nbody.lj.pairs import compiled
 
 
 @pytest.fixture(scope="module")
@@ -95,10 +96,10 @@ def test_an_mpi_error_code_becomes_mpi4pys_exception():
 
 def test_a_step_kernel_stops_at_a_failed_call():
     """``run_ops`` compiled without the symbols, given a program that posts: MPI_FAILED, and the code."""
-    from pympi_gpu.nbody.lj import kernels_cpu as kc
+    from pympi_gpu.nbody.lj.cpu import kernels as kc
     from pympi_gpu.nbody.lj.config import LjConfig
 
-    run_ops = kc.make_run_ops(kc.make_newton(kc.jitable(LjConfig(cells=1).pair_term)), False)
+    run_ops = kc.make_run_ops(kc.make_newton(compiled(LjConfig(cells=1).pair_term)), False)
     pos, f, v = np.zeros((4, 3)), np.ones((4, 3)), np.zeros((4, 3))
     i8 = np.zeros(4, np.int64)
     cnt, nbr = np.zeros(4, np.int64), np.zeros((4, 1), np.int64)

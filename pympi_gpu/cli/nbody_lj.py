@@ -221,7 +221,7 @@ def _system(cart, config: LjConfig, device, restart):
     from pympi_gpu.nbody.lj.system import LjSystem, initial_arrays
 
     if not device.gpu:
-        from pympi_gpu.nbody.lj import steps_cpu
+        from pympi_gpu.nbody.lj.cpu import steps as steps_cpu
 
         steps_cpu.warm(config.pair_term, device.compiled_mpi)
     if restart is None:

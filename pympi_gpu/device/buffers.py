@@ -181,8 +181,9 @@ class DeviceArrays:
         #: the phase the next calls are counted under (the caller's: ``DeviceAtoms`` names its phases)
         self.phase = "other"
         #: a profile, where set to a dict: the seconds of each :meth:`ops` block (by its place,
-        #: ``module.function:line``) and each :meth:`launch` (``kernel NAME``), the stream waited for before
-        #: and after each (waits that :attr:`calls` does not count); None, the default: nothing timed, no waits
+        #: ``package.module.function:line``) and each :meth:`launch` (``kernel NAME``), the stream waited
+        #: for before and after each (waits that :attr:`calls` does not count); None, the default: nothing
+        #: timed, no waits
         self.op_seconds: dict[str, float] | None = None
 
     def count(self, launches: int = 0, syncs: int = 0, uploads: int = 0) -> None:
@@ -209,7 +210,7 @@ class DeviceArrays:
         caller = sys._getframe(1)  # out past contextlib and any ops() wrapping this one: the block's own frame
         while caller.f_code.co_filename == contextlib.__file__ or caller.f_code.co_name == "ops":
             caller = caller.f_back
-        module = caller.f_globals.get("__name__", "?").rpartition(".")[2]
+        module = ".".join(caller.f_globals.get("__name__", "?").split(".")[-2:])  # its package and module
         with self._timed(f"{module}.{caller.f_code.co_name}:{caller.f_lineno}"):
             yield
 

@@ -1,7 +1,7 @@
 """A random atom system over a periodic Cartesian grid, and what its halo must hold, computed directly.
 
-Shared by ``test_halo_mpi.py`` (:class:`~pympi_gpu.nbody.lj.halo.Halo`) and
-``test_halo_device_mpi.py`` (:class:`~pympi_gpu.nbody.lj.halo_device.DeviceHalo`).
+Shared by ``test_halo_mpi.py`` (:class:`~pympi_gpu.nbody.lj.cpu.halo.Halo`) and
+``test_halo_device_mpi.py`` (:class:`~pympi_gpu.nbody.lj.gpu.halo.DeviceHalo`).
 Every rank builds the whole system from one seed; the references below look at
 every atom and every periodic image (no stages, no messages): the owner of a
 position is ``floor(x p / L)`` per dimension, and a rank's ghosts are every

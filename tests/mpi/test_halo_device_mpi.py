@@ -1,8 +1,8 @@
-"""``pympi_gpu.nbody.lj.halo_device.DeviceHalo`` under numba's CUDA simulator, at 2 and 3 ranks.
+"""``pympi_gpu.nbody.lj.gpu.halo.DeviceHalo`` under numba's CUDA simulator, at 2 and 3 ranks.
 
 ``tests/test_mpi_suite.py`` runs this file with ``NUMBA_ENABLE_CUDASIM=1`` (marker
 ``cudasim``), where the device arrays are NumPy's.  The device halo promises the
-same stages, hops and order of rows as the CPU's :class:`~pympi_gpu.nbody.lj.halo.Halo`:
+same stages, hops and order of rows as the CPU's :class:`~pympi_gpu.nbody.lj.cpu.halo.Halo`:
 on the same system (``halo_cases``: ranks along x, y or z, and COMM_SELF; the
 full shell and the half shell of half lists), with both transports (device
 arrays straight to MPI, or staged through host memory), migrate, borders,
@@ -14,7 +14,7 @@ used; what comes to the host is read from the copy counter.
 import numpy as np
 import pytest
 
-from pympi_gpu.nbody.lj.halo import Halo
+from pympi_gpu.nbody.lj.cpu.halo import Halo
 
 from . import halo_cases as hc
 from .test_halo_mpi import LAYOUTS, check_borders, check_forward, check_migrate, check_reverse, make_cart, run_halo
@@ -29,7 +29,7 @@ class OnTheHost:
 
     def __init__(self, cart, brick, transport, half_shell):
         from pympi_gpu.device.buffers import DeviceArrays
-        from pympi_gpu.nbody.lj.halo_device import DeviceHalo
+        from pympi_gpu.nbody.lj.gpu.halo import DeviceHalo
 
         self.dev = DeviceArrays(simulated=True)
         self.halo = DeviceHalo(cart, brick, hc.CUT, self.dev, transport, half_shell=half_shell)

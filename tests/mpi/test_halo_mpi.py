@@ -1,4 +1,4 @@
-"""``pympi_gpu.nbody.lj.halo.Halo`` directly: run under ``mpiexec -n 2`` and ``-n 3`` with ``--with-mpi``.
+"""``pympi_gpu.nbody.lj.cpu.halo.Halo`` directly: run under ``mpiexec -n 2`` and ``-n 3`` with ``--with-mpi``.
 
 On real periodic Cartesian communicators with the ranks along x, along y and
 along z (so the other two dimensions are one brick wide: a brick that is its
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from pympi_gpu.nbody.lj.halo import Halo
+from pympi_gpu.nbody.lj.cpu.halo import Halo
 
 from . import halo_cases as hc
 
@@ -204,7 +204,7 @@ def test_exchange_rows_of_any_count(agree, made_by):
     its neighbours, the upper's then the lower's, after the rows kept at the head of the buffer they
     go to (one message each way on 2 ranks), which is replaced by a larger copy where they do not fit.
     The messages made by mpi4py's calls, or by one compiled call (``numba_calls.exchange_rows``)."""
-    from pympi_gpu.nbody.lj.halo import _KernelExchange, _exchange
+    from pympi_gpu.nbody.lj.cpu.halo import _KernelExchange, _exchange
     from pympi_gpu.run.phases import PhaseClock
 
     cart = make_cart("x")

@@ -8,9 +8,12 @@ sigma and thermo to 1e-11 relative (measured: 4e-15 and 1e-15 at 2, 3, 4 and
 8 ranks; the bounds leave room for other rank grids and compilers).
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from pympi_gpu.device.device import CPU
 from pympi_gpu.nbody.lj import checkpoint as ckpt
 from pympi_gpu.nbody.lj.domain import brick_of, make_cart
 from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
@@ -22,8 +25,9 @@ POS_TOL = 1e-11
 THERMO_TOL = 1e-11
 
 
-def _run(comm, config, options, drift=(0.0, 0.0, 0.0), restart=None):
-    """Run ``config`` with ``options`` over comm's bricks; return (record, whole system by id on every rank)."""
+def _run(comm, config, options, drift=(0.0, 0.0, 0.0), restart=None, device=CPU):
+    """Run ``config`` with ``options`` over comm's bricks on ``device``; return (record, whole system by id on
+    every rank)."""
     cart = make_cart(comm)
     system = None
     try:
@@ -31,14 +35,14 @@ def _run(comm, config, options, drift=(0.0, 0.0, 0.0), restart=None):
         if restart is None:
             x, v, ids = initial_arrays(config, brick)
             v = v + np.array(drift)
-            system = LjSystem(cart, config, x, v, ids)
+            system = LjSystem(cart, config, x, v, ids, device=device)
         else:
             meta, local = ckpt.load(cart, restart, lambda m: config.box, cart.Get_topo()[0])
             from pympi_gpu.nbody.lj.record import Thermo
 
             init = Thermo(**{**meta["initial"], "momentum": tuple(meta["initial"]["momentum"])})
             system = LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"], timestep=meta["step"],
-                              initial=init)
+                              initial=init, device=device)
         run = simulate(cart, system, options)
         full = ckpt.gather(cart, system.atoms.owned())
         return run, cart.bcast(full, root=0)
@@ -139,12 +143,8 @@ def _kernels_as_python(config, options, rebuilds, monkeypatch):
     traffic, the messages counted by the kernels or by Python.  Returns the kernels' record."""
     from mpi4py import MPI
 
-    from pympi_gpu.mpi import numba_calls
-
     kernels, full_k = _run(MPI.COMM_WORLD, config, options)
-    monkeypatch.setenv(numba_calls.ENV, "0")
-    python, full_p = _run(MPI.COMM_WORLD, config, options)
-    monkeypatch.delenv(numba_calls.ENV)
+    python, full_p = _run(MPI.COMM_WORLD, config, options, device=dataclasses.replace(CPU, compiled_mpi=False))
     assert (kernels.step_mpi, python.step_mpi) == ("kernels", "python")
     for k in ("x", "v", "f", "id"):
         assert np.array_equal(full_k[k], full_p[k]), k
@@ -162,8 +162,9 @@ def test_a_compiled_rebuild_grows_short_buffers_as_python_does(monkeypatch):
     stopped at one."""
     from mpi4py import MPI
 
-    from pympi_gpu.nbody.lj import host_atoms, rebuild_cpu
-    from pympi_gpu.nbody.lj.lists_cpu import VerletLists
+    from pympi_gpu.nbody.lj.cpu import atoms as host_atoms
+    from pympi_gpu.nbody.lj.cpu import rebuild as rebuild_cpu
+    from pympi_gpu.nbody.lj.cpu.lists import VerletLists
 
     met, in_batch = set(), set()
     compiled, batch, rebuild_brick = (host_atoms.HostAtoms._rebuild_compiled, host_atoms.HostAtoms._run_steps,
@@ -209,7 +210,9 @@ def test_the_warmups_compile_what_a_run_calls():
     inside the timed steps."""
     from mpi4py import MPI
 
-    from pympi_gpu.nbody.lj import kernels_cpu, rebuild_cpu, steps_cpu
+    from pympi_gpu.nbody.lj.cpu import kernels as kernels_cpu
+    from pympi_gpu.nbody.lj.cpu import rebuild as rebuild_cpu
+    from pympi_gpu.nbody.lj.cpu import steps as steps_cpu
 
     config = LjConfig(cells=5)
     forces = kernels_cpu.force_kernels(config.pair_term)
@@ -226,7 +229,7 @@ def test_the_warmups_compile_what_a_run_calls():
 
 def _counting_batches(monkeypatch):
     """``HostAtoms.steps`` counted: a list of the steps each call took, on this rank."""
-    from pympi_gpu.nbody.lj import host_atoms
+    from pympi_gpu.nbody.lj.cpu import atoms as host_atoms
 
     taken, steps = [], host_atoms.HostAtoms.steps
 
@@ -279,7 +282,7 @@ def test_rebuilds_keep_the_halo_messages_and_the_batch_goes_on(monkeypatch):
     from mpi4py import MPI
 
     from pympi_gpu.nbody import loop
-    from pympi_gpu.nbody.lj import halo
+    from pympi_gpu.nbody.lj.cpu import halo as halo
 
     comm = MPI.COMM_WORLD
     made, init = [], halo._Stage.__init__

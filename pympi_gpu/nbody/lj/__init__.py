@@ -3,15 +3,18 @@
 The LAMMPS ``bench/in.lj`` system: LJ 12-6 (epsilon = sigma = mass = 1) cut at
 2.5 sigma, fcc lattice at reduced density 0.8442, T = 1.44, velocity Verlet
 with dt = 0.005, Verlet lists with a 0.3 sigma skin; other pair styles in
-``pairs``.  Modules: ``config`` (the system), ``lattice`` (initial state),
-``pairs`` (one file a pair style), ``kernels_cpu`` (cells, neighbour lists,
-forces; numba), ``lists_cpu`` (the one-thread build of the same lists), ``kernels_cuda`` (lists and forces on a GPU), ``domain``
-(Cartesian bricks), ``halo`` and ``halo_device`` (ghost exchange and
-migration, on the host and on the device), ``system`` (what the run loop
-drives, shared by both backends), ``host_atoms`` and ``device_atoms`` (a
-brick's atoms, ghosts and lists in host memory with numba's kernels, or
-device-resident on a GPU), ``thermo`` (LAMMPS-style thermo), ``memory``,
-``lammps`` (the same system for LAMMPS), ``checkpoint``, ``record``.  Importing this
+``pairs``.
+
+What both engines share, here: ``config`` (the system), ``lattice`` (the
+initial state), ``pairs`` (one file a pair style), ``domain`` (Cartesian
+bricks, the halo's message tags), ``atoms`` (the :class:`~pympi_gpu.nbody.lj.atoms.Atoms`
+protocol a brick's atoms meet on either engine), ``system`` (what the run loop
+drives, on either engine), ``thermo`` (LAMMPS-style thermo), ``checkpoint``,
+``record``, ``verify``, ``memory`` and ``lammps`` (the same system for LAMMPS).
+The engines beside them: ``cpu/`` (numba: the atoms in host memory, the
+kernels, the lists, the rebuild, the steps between two outputs in one compiled
+call, the halo) and ``gpu/`` (numba.cuda and CuPy: the atoms device-resident,
+the kernels, the device halo); neither imports the other.  Importing this
 package imports neither mpi4py nor numba.  May import the shared modules of
 ``pympi_gpu.nbody``, never the gravity model.
 """

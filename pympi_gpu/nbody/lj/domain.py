@@ -14,7 +14,15 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["Brick", "brick_of", "grid_problem", "owner_coords", "wrap", "make_cart"]
+__all__ = ["Brick", "brick_of", "grid_problem", "owner_coords", "wrap", "make_cart", "TAG_MIGRATE", "TAG_BORDER",
+           "TAG_FORWARD", "TAG_REVERSE"]
+
+#: the tags of the halo's messages between bricks (each plus an offset of its dimension and side), on
+#: either engine: the migration, the ghosts' borders, the forward (positions) and reverse (forces) halo
+TAG_MIGRATE = 0x4C00
+TAG_BORDER = 0x4C10
+TAG_FORWARD = 0x4C20
+TAG_REVERSE = 0x4C30
 
 
 @dataclasses.dataclass(frozen=True)

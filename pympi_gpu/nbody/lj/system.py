@@ -15,9 +15,9 @@ checkpoints of this model) and holds what they share: the config, the brick,
 the cell grid (:class:`CellGrid`) and the agreements every rank makes
 together (the displacement test, which carries the run loop's stop request,
 and the migration's tally).  The atoms themselves, their ghosts, lists,
-halo and kernels are its ``atoms``: :class:`~pympi_gpu.nbody.lj.host_atoms.HostAtoms`
+halo and kernels are its ``atoms``: :class:`~pympi_gpu.nbody.lj.cpu.atoms.HostAtoms`
 (numba, host memory) or, on a GPU,
-:class:`~pympi_gpu.nbody.lj.device_atoms.DeviceAtoms` (device-resident),
+:class:`~pympi_gpu.nbody.lj.gpu.atoms.DeviceAtoms` (device-resident),
 chosen by the :class:`~pympi_gpu.device.device.Device` it is given.
 
 After every checkpoint the next step rebuilds, as a restarted run does, so a
@@ -38,6 +38,7 @@ import numpy as np
 from pympi_gpu.device.device import CPU
 from pympi_gpu.nbody.blowup import BlowUp, moved_too_far
 from pympi_gpu.nbody.lj import lattice
+from pympi_gpu.nbody.lj.atoms import Atoms
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED, LjConfig
 from pympi_gpu.nbody.lj.domain import Brick, brick_of, wrap
 from pympi_gpu.nbody.lj.record import LjRun
@@ -167,11 +168,11 @@ class LjSystem:
         self.kernels_call_mpi = kernels_call_mpi(cart, config, device)
         self._gpu = device.gpu
         if device.gpu:
-            from pympi_gpu.nbody.lj.device_atoms import DeviceAtoms
+            from pympi_gpu.nbody.lj.gpu.atoms import DeviceAtoms
 
-            self.atoms = DeviceAtoms(self, x, v, ids, f, device, profile)
+            self.atoms: Atoms = DeviceAtoms(self, x, v, ids, f, device, profile)
         else:
-            from pympi_gpu.nbody.lj.host_atoms import HostAtoms
+            from pympi_gpu.nbody.lj.cpu.atoms import HostAtoms
 
             self.atoms = HostAtoms(self, x, v, ids, f)
         #: the agreement's persistent reduction as bytes, for a step's kernel that starts it (empty where
@@ -268,10 +269,9 @@ class LjSystem:
         """Lists and forces before the first step (:meth:`start`); collective."""
         self._copies0, self._rebuilds0 = self.atoms.host_copies, self.atoms.rebuilds
         self._rebuild_next = self.atoms.start()
-        counted = getattr(self.atoms, "calls", None)  # the device's launches and syncs (GPU only)
-        self._calls0 = counted() if counted else None
+        self._calls0 = self.atoms.calls()  # the device's launches and syncs (None on the CPU)
         # the rebuilds of the steps from here on (the loop times those): their count and seconds
-        self._timed0 = (self.atoms.rebuilds, getattr(self.atoms, "rebuild_seconds", None))
+        self._timed0 = (self.atoms.rebuilds, self.atoms.rebuild_seconds)
 
     def advance(self, energy: bool, stop: int) -> int | None:
         """One step (``timestep += 1``); ``energy``: sum energy and virial on the way (a thermo step).
@@ -349,9 +349,7 @@ class LjSystem:
         """Free what the atoms hold on the communicator (the host halo's persistent messages); call it
         before ``cart.Free()``: a request freed after its communicator, by a garbage collection at
         any point, destroys the communicator there, and a rank of the MPI suite hung in it."""
-        close = getattr(self.atoms, "close", None)  # (the device path holds none)
-        if close is not None:
-            close()
+        self.atoms.close()
 
     def record(self, result, labels) -> LjRun:
         """The run's record from the loop's :class:`~pympi_gpu.nbody.loop.LoopResult`; collective."""
@@ -392,7 +390,7 @@ class LjSystem:
         from mpi4py import MPI
 
         count0, seconds0 = self._timed0
-        seconds = getattr(self.atoms, "rebuild_seconds", None)
+        seconds = self.atoms.rebuild_seconds
         if seconds is None or seconds0 is None:
             return {}
         total = comm.allreduce(seconds - seconds0, op=MPI.MAX)

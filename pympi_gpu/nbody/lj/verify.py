@@ -53,9 +53,9 @@ def _direct_sum(pair):
     """The direct sum of :func:`reference_forces`, compiled around ``pair``."""
     from numba import njit
 
-    from pympi_gpu.nbody.lj.kernels_cpu import jitable
+    from pympi_gpu.nbody.lj.pairs import compiled
 
-    pair = jitable(pair)
+    pair = compiled(pair)
 
     @njit(cache=True)
     def direct(xw, box, rc2, which, out, mag):

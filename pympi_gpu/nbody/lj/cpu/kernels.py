@@ -16,7 +16,7 @@ that radius, searched two cells out):
   (LAMMPS's ``newton on``): the halo is a half shell, so each pair between
   bricks has its ghost on one side only and is listed once over all ranks;
   its force is added to the ghost's row too, and
-  :meth:`~pympi_gpu.nbody.lj.halo.Halo.reverse` sends the ghosts' forces back
+  :meth:`~pympi_gpu.nbody.lj.cpu.halo.Halo.reverse` sends the ghosts' forces back
   to their owners.  ``half=False`` (the full shell): listed on the owned side
   only, on both ranks; the pair's energy and virial count half on each (no
   reverse communication; several threads per rank, and the GPU's full lists).
@@ -38,10 +38,11 @@ from numba.extending import register_jitable
 
 from pympi_gpu.device.jitcache import keyed_by_code
 from pympi_gpu.mpi import numba_calls
-from pympi_gpu.nbody.lj.lists_cpu import build as build_lists
-from pympi_gpu.nbody.lj.lists_cpu import cell_index as _cell_index
+from pympi_gpu.nbody.lj.cpu.lists import build as build_lists
+from pympi_gpu.nbody.lj.cpu.lists import cell_index as _cell_index
+from pympi_gpu.nbody.lj.pairs import compiled
 
-__all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "jitable", "make_row", "kick", "drift",
+__all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "make_row", "kick", "drift",
            "max_displacement2", "kinetic_sums", "pack_rows", "add_rows", "warmup", "kick_drift", "kick_serial",
            "pack_migrants", "wrap_rows", "leaving_rows", "cell_order", "sort_migrants", "border_plan", "border_pack",
            "local_stages",
@@ -81,7 +82,7 @@ def neighbor_lists(pos, nlocal, cell_of, start, atoms, ncell, reach, cut2, rc2, 
     ``own_nbr[i, :own_cnt[i]]`` are the owned neighbours of owned atom i (j > i
     if ``half``), ``gh_nbr[i, :gh_cnt[i]]`` its ghost neighbours (all of them:
     with ``half`` the halo's half shell holds each pair between bricks on one
-    side only, see :class:`~pympi_gpu.nbody.lj.halo.Halo`).  Cells within ``reach`` cells in each
+    side only, see :class:`~pympi_gpu.nbody.lj.cpu.halo.Halo`).  Cells within ``reach`` cells in each
     direction are searched.  With ``half`` the owned atoms must be sorted by cell
     (as :meth:`LjSystem.rebuild` leaves them): the owned atoms of cells before
     atom i's are then skipped unread.  Each row lists the pairs within ``rc2``
@@ -264,12 +265,6 @@ def make_row(pair):
 
 
 @functools.cache
-def jitable(pair):
-    """``pair`` made callable from numba-compiled code, CPU and CUDA (registered once)."""
-    return register_jitable(pair)
-
-
-@functools.cache
 def force_kernels(pair) -> ForceKernels:
     """The CPU force kernels compiled around ``pair`` (a style's pair term, :mod:`~pympi_gpu.nbody.lj.pairs`).
 
@@ -277,7 +272,7 @@ def force_kernels(pair) -> ForceKernels:
     x_j)`` and the pair's virial ``r2 * fpair``.  numba compiles on first use
     (or loads from its cache, keyed by the pair term's code and coefficients).
     """
-    pair = jitable(pair)
+    pair = compiled(pair)
     row = make_row(pair)
     newton = make_newton(pair)
     linked = numba_calls.link()

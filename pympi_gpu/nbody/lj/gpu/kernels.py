@@ -2,7 +2,7 @@
 
 The kernels take device arrays of any library that exposes
 ``__cuda_array_interface__`` (CuPy's, on a GPU) or, under the simulator, NumPy
-arrays; :class:`~pympi_gpu.nbody.lj.device_atoms.DeviceAtoms` launches them on
+arrays; :class:`~pympi_gpu.nbody.lj.gpu.atoms.DeviceAtoms` launches them on
 the stream its CuPy work runs on.  One thread per atom throughout.  With full lists
 (each pair listed from both sides) a thread writes only its own atom's rows
 and no two threads write the same memory; with half lists (Newton's third
@@ -41,7 +41,7 @@ import numpy as np
 from numba import boolean, cuda, float64, int32, int64, uint32, uint64, void
 
 from pympi_gpu.device.buffers import quiet_small_grids
-from pympi_gpu.nbody.lj.kernels_cpu import jitable
+from pympi_gpu.nbody.lj.pairs import compiled
 
 __all__ = ["BLOCK", "grid", "CudaForceKernels", "force_kernels", "build_lists", "integrate", "kick", "gather_rows",
            "chain_rows", "FORCES_SIGNATURE", "FORCES_KICK_SIGNATURE", "BUILD_SIGNATURE", "INTEGRATE_SIGNATURE",
@@ -115,10 +115,10 @@ def force_kernels(pair) -> CudaForceKernels:
     """The CUDA force kernels compiled around ``pair`` (a style's pair term, :mod:`~pympi_gpu.nbody.lj.pairs`).
 
     ``pair(r2) -> (fpair, energy)``, as the CPU's
-    :func:`~pympi_gpu.nbody.lj.kernels_cpu.force_kernels` takes it; the
+    :func:`~pympi_gpu.nbody.lj.cpu.kernels.force_kernels` takes it; the
     coefficients are folded in as constants.  Compiled on first launch.
     """
-    pair = jitable(pair)
+    pair = compiled(pair)
     row = _make_row(pair)
     return CudaForceKernels(_make_forces(row), _make_forces_newton(pair), _make_forces_kick(row))
 
@@ -130,7 +130,7 @@ def _make_row(pair):
     def row(pos, i, nbr, stride, c, rc2):
         """Force on atom i from its c listed neighbours, and their energy and virial: ``(fx, fy, fz, e, w)``.
 
-        The CPU's row (:func:`~pympi_gpu.nbody.lj.kernels_cpu.make_row`), in the same order of operations,
+        The CPU's row (:func:`~pympi_gpu.nbody.lj.cpu.kernels.make_row`), in the same order of operations,
         with the index arithmetic of a GPU loop: ``pos`` flat (atom j's x, y, z at 3j, 3j+1, 3j+2),
         row i's k-th neighbour at ``nbr[i + k * stride]`` (the lists column-major, flat), all indices
         unsigned (no negative-index wraparound) and the position in the list advanced by one add.

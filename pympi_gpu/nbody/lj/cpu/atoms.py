@@ -1,13 +1,13 @@
 """The atoms of one brick in host memory, with numba's kernels: the CPU half of an LJ system.
 
 :class:`HostAtoms` holds the owned atoms and their ghosts, the Verlet lists
-and the halo (:class:`~pympi_gpu.nbody.lj.halo.Halo`), and does what a step
+and the halo (:class:`~pympi_gpu.nbody.lj.cpu.halo.Halo`), and does what a step
 needs on the CPU: kicks and drifts, the displacement test, the rebuild
 (migration, a sort by (cell, id), ghosts, lists) and the pair forces, with
 half lists and Newton's third law across bricks (``config.newton``: one
 thread per rank; the halo a half shell) or full lists.  What every rank agrees on (the displacement,
 the migration's tally) it asks of its :class:`~pympi_gpu.nbody.lj.system.LjSystem`,
-which the device twin (:class:`~pympi_gpu.nbody.lj.device_atoms.DeviceAtoms`)
+which the device twin (:class:`~pympi_gpu.nbody.lj.gpu.atoms.DeviceAtoms`)
 shares.
 
 Order of summation: atoms are sorted by (cell, id) at every rebuild, so a
@@ -17,10 +17,10 @@ What a step costs at a few hundred atoms a rank is mostly what surrounds the
 pair loops, so the one-thread engine keeps it small: serial kernels (no
 parallel launch), kick, drift and the displacement in one pass, the state in
 buffers kept from one rebuild to the next (two sets: a rebuild sorts from one
-into the other), the lists built by :mod:`~pympi_gpu.nbody.lj.lists_cpu`, and
+into the other), the lists built by :mod:`~pympi_gpu.nbody.lj.cpu.lists`, and
 a step in one compiled call, its MPI calls included, and the steps between
 two outputs in one compiled call, their rebuilds included
-(:meth:`HostAtoms.steps`, :mod:`~pympi_gpu.nbody.lj.steps_cpu`).  The kernels
+(:meth:`HostAtoms.steps`, :mod:`~pympi_gpu.nbody.lj.cpu.steps`).  The kernels
 do the NumPy code's IEEE operations in its order: the states are the same bit
 for bit.
 """
@@ -33,11 +33,13 @@ import numpy as np
 
 from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.blowup import finite_rows
-from pympi_gpu.nbody.lj import kernels_cpu as kc
-from pympi_gpu.nbody.lj import lists_cpu, rebuild_cpu, steps_cpu
+from pympi_gpu.nbody.lj.cpu import kernels as kc
+from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
+from pympi_gpu.nbody.lj.cpu import rebuild as rebuild_cpu
+from pympi_gpu.nbody.lj.cpu import steps as steps_cpu
 from pympi_gpu.nbody.lj.domain import wrap
-from pympi_gpu.nbody.lj.halo import LOST, Halo, grown
-from pympi_gpu.nbody.lj.lists_cpu import VerletLists
+from pympi_gpu.nbody.lj.cpu.halo import LOST, Halo, grown
+from pympi_gpu.nbody.lj.cpu.lists import VerletLists
 
 __all__ = ["HostAtoms"]
 
@@ -58,7 +60,8 @@ class _Rows:
 
 
 class HostAtoms:
-    """This brick's atoms, ghosts and lists in host memory (see the module docstring).
+    """This brick's atoms, ghosts and lists in host memory (see the module docstring): an
+    :class:`~pympi_gpu.nbody.lj.atoms.Atoms`.
 
     ``system`` is the :class:`~pympi_gpu.nbody.lj.system.LjSystem` they belong
     to (its config, brick, cell grid and agreements); ``x, v`` ``(n, 3)``,
@@ -180,7 +183,7 @@ class HostAtoms:
 
     def _rebuild_compiled(self, done: int | None = None) -> None:
         """:meth:`rebuild` after the ranks agreed on the displacement, as one compiled call
-        (:func:`~pympi_gpu.nbody.lj.rebuild_cpu.rebuild_brick`; again after growing a short buffer).
+        (:func:`~pympi_gpu.nbody.lj.cpu.rebuild.rebuild_brick`; again after growing a short buffer).
         ``done``: the code of a rebuild a batch of steps began and stopped short (:meth:`steps`),
         to finish from where it stopped."""
         t0 = time.perf_counter()
@@ -206,7 +209,7 @@ class HostAtoms:
         self._sorting(self.nlocal)
 
     def _rebuild_args(self) -> tuple:
-        """:func:`~pympi_gpu.nbody.lj.rebuild_cpu.rebuild_brick`'s arguments after ``st``: the current set
+        """:func:`~pympi_gpu.nbody.lj.cpu.rebuild.rebuild_brick`'s arguments after ``st``: the current set
         (the atoms), the spare (sorted into), the halo's, the grid's and the lists' buffers."""
         halo, grid, config, new = self.halo, self.system.grid, self.config, self._spare
         brick, nbrs, tags, up0, mpi, got = halo.kernel_parts()
@@ -450,7 +453,7 @@ class HostAtoms:
         """Up to ``most`` steps without energy sums, ``system.timestep`` moved on by those taken; collective.
 
         Only where :attr:`batched`, after the first lists: compiled calls
-        (:mod:`~pympi_gpu.nbody.lj.steps_cpu`), the
+        (:mod:`~pympi_gpu.nbody.lj.cpu.steps`), the
         rebuilds the ranks agree on made inside where the rebuild is compiled;
         where a rebuild needs Python (a short buffer, new messages, an atom
         that moved too far) it is made here, in the step that asked for it (as
@@ -551,6 +554,13 @@ class HostAtoms:
     def close(self) -> None:
         """Free the halo's persistent messages (before the communicator is freed)."""
         self.halo.free()
+
+    def calls(self) -> None:
+        """(The CPU counts no device launches or host syncs.)"""
+        return None
+
+    def calls_per_step(self, comm, since, steps: int) -> None:
+        return None
 
 
 def _program(remote, refresh: bool, kick: bool, step: bool = False,

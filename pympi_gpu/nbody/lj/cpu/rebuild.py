@@ -1,8 +1,8 @@
 """A brick's rebuild as one compiled call, its MPI calls included: migration, sort, ghosts, Verlet lists.
 
 At a few hundred atoms a rank a rebuild is some fifteen compiled pieces
-(:mod:`~pympi_gpu.nbody.lj.kernels_cpu`, the list build of
-:mod:`~pympi_gpu.nbody.lj.lists_cpu`, the messages of
+(:mod:`~pympi_gpu.nbody.lj.cpu.kernels`, the list build of
+:mod:`~pympi_gpu.nbody.lj.cpu.lists`, the messages of
 :func:`~pympi_gpu.mpi.numba_calls.exchange_rows`) and the Python between
 them, which cost about a third of it.  :func:`rebuild_brick` runs the same
 pieces in the same order on the same buffers, from one call:
@@ -22,7 +22,7 @@ them, and calls again with the same ``st``: the call goes on from there,
 receiving the messages already on their way where a probe found the
 receive buffer short.  The state, the plan, the messages and their bytes are
 the Python path's, bit for bit (:meth:`HostAtoms.rebuild
-<pympi_gpu.nbody.lj.host_atoms.HostAtoms.rebuild>` takes it where the
+<pympi_gpu.nbody.lj.cpu.atoms.HostAtoms.rebuild>` takes it where the
 step's kernels make its MPI calls).
 """
 
@@ -33,8 +33,8 @@ from numba import njit
 
 from pympi_gpu.device.jitcache import sources
 from pympi_gpu.mpi import numba_calls
-from pympi_gpu.nbody.lj import kernels_cpu as kc
-from pympi_gpu.nbody.lj import lists_cpu
+from pympi_gpu.nbody.lj.cpu import kernels as kc
+from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
 
 __all__ = ["rebuild_brick", "warmup", "idle_args", "state", "DONE", "GROW", "LOST", "FAILED", "ST_N", "ST_HELD",
            "ST_NEED", "ST_STAY", "ST_WIDTHS", "ST_D", "ST_CHANGED", "TALLY_SECONDS", "TALLY_BYTES",
@@ -210,11 +210,11 @@ def rebuild_brick(st, got, tally, x, vel, force, ids, box, rows, leaving, dims, 
     the sort's workspace ``order cell start``; the cell grid ``lo inv ncell
     reach``; the halo's plan ``below ... pshift``, ``up0`` (the half shell),
     a border stage's ``message`` and ``received`` buffers, the plan's
-    message regions (``one ... nrecv``: :func:`~pympi_gpu.nbody.lj.kernels_cpu.message_regions`,
+    message regions (``one ... nrecv``: :func:`~pympi_gpu.nbody.lj.cpu.kernels.message_regions`,
     whether they changed in ``st[ST_CHANGED]``); the lists' radii
-    and :class:`~pympi_gpu.nbody.lj.lists_cpu.VerletLists` buffers
+    and :class:`~pympi_gpu.nbody.lj.cpu.lists.VerletLists` buffers
     (``lcell ... gh_nbr``, ``simd``, ``block``); the handles of
-    :class:`~pympi_gpu.nbody.lj.halo._KernelExchange` (``comm ... status``).
+    :class:`~pympi_gpu.nbody.lj.cpu.halo._KernelExchange` (``comm ... status``).
     Every array is an argument of its own: numba types a tuple of arrays
     in Python, some microseconds an array.  Returns :data:`DONE`, a
     ``GROW_*`` code (:data:`GROW`), :data:`LOST` or :data:`FAILED`;
@@ -258,7 +258,7 @@ rebuild_brick = numba_calls.keyed_by_handles(rebuild_brick, sources(kc, lists_cp
 
 def warmup() -> None:
     """Compile (or load from numba's cache) :func:`rebuild_brick` for the argument types
-    :class:`~pympi_gpu.nbody.lj.host_atoms.HostAtoms` gives it, by a call that stops at once (its list
+    :class:`~pympi_gpu.nbody.lj.cpu.atoms.HostAtoms` gives it, by a call that stops at once (its list
     buffers short), where numba can call MPI (:func:`~pympi_gpu.mpi.numba_calls.link`)."""
     if not numba_calls.link():
         return

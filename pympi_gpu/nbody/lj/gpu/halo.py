@@ -1,6 +1,6 @@
 """Migration and ghosts on the device; collective over the Cartesian communicator.
 
-The device twin of :class:`~pympi_gpu.nbody.lj.halo.Halo` for the GPU path,
+The device twin of :class:`~pympi_gpu.nbody.lj.cpu.halo.Halo` for the GPU path,
 written against the array namespace of a
 :class:`~pympi_gpu.device.buffers.DeviceArrays` (CuPy on a GPU, NumPy under
 the simulator): the same stages, hops and order of rows as the CPU's, so the
@@ -11,7 +11,7 @@ rows (one integer per message) and, with ``transport="host"``, the packed
 messages themselves come to the host.  With ``transport="device"`` the device
 arrays go to MPI, the stream synchronised first.  Between rebuilds
 :meth:`DeviceHalo.forward` costs one launch per stage that travels (both of
-its messages packed by :func:`~pympi_gpu.nbody.lj.kernels_cuda.gather_rows`)
+its messages packed by :func:`~pympi_gpu.nbody.lj.gpu.kernels.gather_rows`)
 and one wait for the device, and one launch for the brick's own periodic
 images of all stages between two that travel.
 
@@ -27,9 +27,8 @@ import numpy as np
 
 from typing import NamedTuple
 
-from pympi_gpu.nbody.lj.domain import Brick
-from pympi_gpu.nbody.lj.halo import TAG_BORDER, TAG_FORWARD, TAG_MIGRATE, TAG_REVERSE
-from pympi_gpu.nbody.lj.kernels_cuda import BLOCK, add_rows, chain_rows, gather_rows, grid
+from pympi_gpu.nbody.lj.domain import TAG_BORDER, TAG_FORWARD, TAG_MIGRATE, TAG_REVERSE, Brick
+from pympi_gpu.nbody.lj.gpu.kernels import BLOCK, add_rows, chain_rows, gather_rows, grid
 from pympi_gpu.run.phases import PhaseClock
 
 __all__ = ["DeviceHalo", "fold"]
@@ -87,7 +86,7 @@ class DeviceHalo:
     cutneigh : halo thickness, ``rc + skin`` (sigma)
     dev : :class:`~pympi_gpu.device.buffers.DeviceArrays` (the namespace, the stream, the copy counter)
     transport : ``"device"`` (device arrays to CUDA-aware MPI) or ``"host"`` (staged through pinned memory)
-    half_shell : the ghosts of half lists, as the CPU's (:class:`~pympi_gpu.nbody.lj.halo.Halo`)
+    half_shell : the ghosts of half lists, as the CPU's (:class:`~pympi_gpu.nbody.lj.cpu.halo.Halo`)
     """
 
     def __init__(self, cart, brick: Brick, cutneigh: float, dev, transport: str, half_shell: bool = False):
@@ -376,7 +375,7 @@ class DeviceHalo:
         """Add the forces on the ghost rows of device ``f`` ``(n_all, 3)`` into the rows they came from.
 
         Stage by stage in reverse order, as the CPU's ``Halo.reverse``, one launch a message
-        (:func:`~pympi_gpu.nbody.lj.kernels_cuda.add_rows`; a message's rows are distinct): a
+        (:func:`~pympi_gpu.nbody.lj.gpu.kernels.add_rows`; a message's rows are distinct): a
         brick's own periodic image adds its ghost rows in place; a stage that travels sends them
         back and adds what comes back.  The same additions in the same order as the CPU's: the
         same forces bit for bit.  Collective over the Cartesian communicator.

@@ -1,6 +1,6 @@
 """The Verlet lists of one brick on one CPU thread: the same rows as ``kernels_cpu.neighbor_lists``, faster.
 
-The rows are those of :func:`~pympi_gpu.nbody.lj.kernels_cpu.neighbor_lists`
+The rows are those of :func:`~pympi_gpu.nbody.lj.cpu.kernels.neighbor_lists`
 (the parallel build, which several threads per rank keep), entry for entry
 and in the same order, so that the GPU's build still equals the CPU's row
 for row: owned atoms in cells of half the list radius, searched two cells
@@ -43,7 +43,7 @@ and stored whole; elsewhere four at a time the same way (SSE2's vectors).
 on AVX2's code 0.88-0.90x, on generic code 0.79-0.81x.)  The half
 lists' rule for owned pairs (``j > i``, the atoms sorted by (cell, id)) is
 where the scan starts, and every ghost within reach is listed: with half
-lists the halo is a half shell (:class:`~pympi_gpu.nbody.lj.halo.Halo`),
+lists the halo is a half shell (:class:`~pympi_gpu.nbody.lj.cpu.halo.Halo`),
 whose ghosts are each pair's one side.  Nothing is allocated per build
 once the buffers are large enough.
 
@@ -489,7 +489,7 @@ class VerletLists:
     build finds a longer row.  :meth:`build` returns ``(own_cnt, own_nbr,
     gh_cnt, gh_nbr)``, views of the kept buffers: ``own_nbr[i, :own_cnt[i]]``
     are the owned neighbours of owned atom i, ``gh_nbr[i, :gh_cnt[i]]`` its
-    ghosts, as :func:`~pympi_gpu.nbody.lj.kernels_cpu.neighbor_lists` returns them.
+    ghosts, as :func:`~pympi_gpu.nbody.lj.cpu.kernels.neighbor_lists` returns them.
     """
 
     def __init__(self, widths: tuple[int, int]):
@@ -533,7 +533,7 @@ class VerletLists:
             self.grow(nlocal, n_all - nlocal, ncells, (most_own, most_gh))
 
 
-    # -- the buffers as :func:`~pympi_gpu.nbody.lj.rebuild_cpu.rebuild_brick` builds the lists in them
+    # -- the buffers as :func:`~pympi_gpu.nbody.lj.cpu.rebuild.rebuild_brick` builds the lists in them
     def kernel_buffers(self) -> tuple:
         """The buffers the build writes, in :func:`_build`'s order (made, of no rows, before the first)."""
         if self._room[0] < 0:

@@ -13,7 +13,7 @@ without a rebuild is 4 launches and 1 wait on one rank (docs/gpu.md says what
 each costs on an H100).
 
 A rebuild on the device (:meth:`DeviceAtoms.rebuild`): migration
-(:class:`~pympi_gpu.nbody.lj.halo_device.DeviceHalo`: the atoms leaving the
+(:class:`~pympi_gpu.nbody.lj.gpu.halo.DeviceHalo`: the atoms leaving the
 brick found by comparisons, gathered by compaction and sent from the device),
 a sort by (cell, id) of the owned atoms (CuPy's radix sort of one key), the
 ghosts stage by stage, then the cells of all rows (elementwise keys, a sort,
@@ -46,8 +46,8 @@ import time
 
 import numpy as np
 
-from pympi_gpu.nbody.lj import kernels_cuda as kg
-from pympi_gpu.nbody.lj.halo_device import DeviceHalo, fold
+from pympi_gpu.nbody.lj.gpu import kernels as kg
+from pympi_gpu.nbody.lj.gpu.halo import DeviceHalo, fold
 
 __all__ = ["DeviceAtoms", "PHASES", "COUNTED"]
 
@@ -65,8 +65,8 @@ def _flat(a):
 
 
 class DeviceAtoms:
-    """This brick's atoms, ghosts and lists in GPU memory: the twin of
-    :class:`~pympi_gpu.nbody.lj.host_atoms.HostAtoms`.
+    """This brick's atoms, ghosts and lists in GPU memory, an :class:`~pympi_gpu.nbody.lj.atoms.Atoms`: the
+    twin of :class:`~pympi_gpu.nbody.lj.cpu.atoms.HostAtoms`.
 
     ``system`` is the :class:`~pympi_gpu.nbody.lj.system.LjSystem` they
     belong to (its config, brick, cell grid and agreements); ``device`` the
@@ -83,6 +83,8 @@ class DeviceAtoms:
 
     #: the steps one at a time, each launched from Python (``HostAtoms.steps`` batches them on the CPU)
     batched = False
+    #: (a rebuild's kernels run behind the host's back: their seconds are the profile's, ``phase_seconds``)
+    rebuild_seconds = None
 
     def __init__(self, system, x, v, ids, f, device, profile: bool = False):
         self.system = system
@@ -253,7 +255,7 @@ class DeviceAtoms:
         self.rebuilds += 1
 
     def _lists(self, n: int) -> tuple:
-        """The Verlet lists of the owned rows [0, n) of :attr:`pos` (:func:`~pympi_gpu.nbody.lj.kernels_cuda.build_lists`),
+        """The Verlet lists of the owned rows [0, n) of :attr:`pos` (:func:`~pympi_gpu.nbody.lj.gpu.kernels.build_lists`),
         built again wider while a row overflows: ``(own_cnt, own_nbr, gh_cnt, gh_nbr)``."""
         dev, xp = self.dev, self.dev.xp
         cell, start, atoms = self._cells(self.pos)
@@ -395,7 +397,7 @@ class DeviceAtoms:
         """One velocity-Verlet step on the device; collective.
 
         The first kick, the drift and the largest squared displacement in one launch
-        (:func:`~pympi_gpu.nbody.lj.kernels_cuda.integrate`), that one number read (the step's one
+        (:func:`~pympi_gpu.nbody.lj.gpu.kernels.integrate`), that one number read (the step's one
         wait for the device besides the halo's), the ranks' MAX; then the forces with the second
         kick (:meth:`compute_forces`).
         """
@@ -461,6 +463,15 @@ class DeviceAtoms:
             if self.lists is not None:
                 self.x0 += folded - self.pos[:n]
             self.pos[:n] = folded
+
+    def steps(self, most: int) -> list[float]:
+        """One step (``batched`` is False: the device's quiet steps are launched one at a time); its seconds."""
+        t0 = time.perf_counter()
+        self.step()
+        return [time.perf_counter() - t0]
+
+    def close(self) -> None:
+        """(The device halo's messages are made and waited for within each step: nothing to free.)"""
 
     def owned(self) -> dict[str, np.ndarray]:
         """Host copies of the owned atoms (four atom arrays, counted): ``x v f`` ``(n, 3)`` and ``id``."""

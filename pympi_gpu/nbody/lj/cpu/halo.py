@@ -58,18 +58,12 @@ import weakref
 import numpy as np
 
 from pympi_gpu.mpi import numba_calls
-from pympi_gpu.nbody.lj import kernels_cpu as kc
-from pympi_gpu.nbody.lj import rebuild_cpu
-from pympi_gpu.nbody.lj.domain import Brick
+from pympi_gpu.nbody.lj.cpu import kernels as kc
+from pympi_gpu.nbody.lj.cpu import rebuild as rebuild_cpu
+from pympi_gpu.nbody.lj.domain import TAG_BORDER, TAG_FORWARD, TAG_MIGRATE, TAG_REVERSE, Brick
 from pympi_gpu.run.phases import PhaseClock
 
-__all__ = ["Halo", "grown", "LOST", "TAG_MIGRATE", "TAG_BORDER", "TAG_FORWARD", "TAG_REVERSE"]
-
-#: the tags of the halo's messages (each plus an offset of its dimension and side): the device halo's too
-TAG_MIGRATE = 0x4C00
-TAG_BORDER = 0x4C10
-TAG_FORWARD = 0x4C20
-TAG_REVERSE = 0x4C30
+__all__ = ["Halo", "grown", "LOST"]
 
 #: a migration's error: an atom neither in its brick nor in a neighbour's
 LOST = ("an atom moved more than one brick between neighbour-list rebuilds "
@@ -414,7 +408,7 @@ class Halo:
         from ``roff[e]``, stage d's ``nrecv[d]`` of them.  Each message is a
         region a little longer than its rows, kept, rows of padding and all,
         while the rows fit it with at most two paddings to spare
-        (:func:`~pympi_gpu.nbody.lj.kernels_cpu.message_regions`; both ranks
+        (:func:`~pympi_gpu.nbody.lj.cpu.kernels.message_regions`; both ranks
         see the same counts, the sender's rows being the receiver's ghosts, so
         they agree on it), and with it the persistent messages: most rebuilds
         make none.  ``changed``: the regions already worked out (a compiled
@@ -438,14 +432,14 @@ class Halo:
                                          self.fsend[s0:s1], self.frecv[r0:r1], self.rsend[r0:r1], self.rrecv[s0:s1])
         self._handles()
 
-    # -- the rebuild as one compiled call (:mod:`~pympi_gpu.nbody.lj.rebuild_cpu`) -------------------------
+    # -- the rebuild as one compiled call (:mod:`~pympi_gpu.nbody.lj.cpu.rebuild`) -------------------------
     @property
     def compiled(self) -> bool:
         """Do compiled calls make the rebuild's messages (``kernels``)?"""
         return self._kernel is not None
 
     def kernel_parts(self) -> tuple:
-        """What :func:`~pympi_gpu.nbody.lj.rebuild_cpu.rebuild_brick` takes of the halo that stays the same
+        """What :func:`~pympi_gpu.nbody.lj.cpu.rebuild.rebuild_brick` takes of the halo that stays the same
         from one rebuild to the next: ``(brick, nbrs, tags, up0, mpi, got)``; the orphans' messages freed
         first, as :meth:`build` does."""
         _free_orphans()

@@ -3,11 +3,11 @@
 Between two steps at which a collective writer may be due the run loop hands
 the system a number of *quiet* steps (:meth:`LjSystem.advance_quiet
 <pympi_gpu.nbody.lj.system.LjSystem.advance_quiet>`), which
-:meth:`HostAtoms.steps <pympi_gpu.nbody.lj.host_atoms.HostAtoms.steps>` takes
+:meth:`HostAtoms.steps <pympi_gpu.nbody.lj.cpu.atoms.HostAtoms.steps>` takes
 with :func:`make_run_steps`'s kernel (:func:`kernel`): step after step the step's one
 program (``ForceKernels.run_ops``: kick, drift, the displacement's
 agreement, forces, halo, closing kick), and where the ranks agree on a
-rebuild, the rebuild (:func:`~pympi_gpu.nbody.lj.rebuild_cpu.rebuild_brick`)
+rebuild, the rebuild (:func:`~pympi_gpu.nbody.lj.cpu.rebuild.rebuild_brick`)
 and the forces after it (the program of a step right after a rebuild) in the
 same call, the atoms sorted into the other set of buffers and the step's
 arguments taken from there.  The operations, their order and their buffers
@@ -19,7 +19,7 @@ The call returns to Python where a rebuild needs what only Python does:
   raises), or the rebuild's workspace is short for the atoms now owned;
   nothing of the rebuild was done;
 * :data:`REBUILDING`: the rebuild found a buffer short and stopped (its code,
-  :data:`~pympi_gpu.nbody.lj.rebuild_cpu.GROW`, is the third value returned):
+  :data:`~pympi_gpu.nbody.lj.cpu.rebuild.GROW`, is the third value returned):
   Python grows it and finishes the rebuild from where it stopped;
 * :data:`REBUILT`: the rebuild is done but the plan's message regions changed,
   so the persistent messages are made anew (MPI handles, in Python).
@@ -51,8 +51,9 @@ from numba import njit
 
 from pympi_gpu.device.jitcache import keyed_by_code, sources
 from pympi_gpu.mpi import numba_calls
-from pympi_gpu.nbody.lj import kernels_cpu as kc
-from pympi_gpu.nbody.lj import lists_cpu, rebuild_cpu
+from pympi_gpu.nbody.lj.cpu import kernels as kc
+from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
+from pympi_gpu.nbody.lj.cpu import rebuild as rebuild_cpu
 
 __all__ = ["make_run_steps", "kernel", "warm", "warmup", "no_rebuild", "REBUILDING", "REBUILT", "H_N", "H_HELD",
            "H_REBUILDS"]
@@ -141,7 +142,7 @@ def no_rebuild() -> tuple:
 
 def warmup(forces) -> None:
     """Compile (or load from numba's cache) the batch of steps of ``forces`` (:func:`kernel`) for the
-    argument types :class:`~pympi_gpu.nbody.lj.host_atoms.HostAtoms` gives it, by a call of no step, where
+    argument types :class:`~pympi_gpu.nbody.lj.cpu.atoms.HostAtoms` gives it, by a call of no step, where
     numba can call MPI (:func:`~pympi_gpu.mpi.numba_calls.link`: else no batch is taken)."""
     if not forces.linked or not numba_calls.link():
         return
