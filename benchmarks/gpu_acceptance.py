@@ -304,10 +304,12 @@ def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path, mpi: str = "build
                         ("resumed", ["--steps", "8", "--restart", str(out_dir / "lj-restart.npz")])):
         add("lj", Step(f"lj restart {name}", mpiexec + ["-n", "2", *restart, *extra], env=env, check="lj",
                        group="lj-restart", timeout=240, est=25))
-    for ranks, transport in ((1, "host"), (2, "host"), (2, "device")):
-        add("lj", Step(f"lj gpu {transport} {ranks} rank(s) {LJ_BENCH_ATOMS}",
+    for ranks, transport, policy in ((1, "host", ()), (1, "host", ("--neigh-every", "20", "--neigh-check", "no")),
+                                     (2, "host", ()), (2, "device", ())):
+        add("lj", Step(f"lj gpu {transport} {ranks} rank(s) {LJ_BENCH_ATOMS}"
+                       + (" every 20 check no" if policy else ""),
                        mpiexec + ["-n", str(ranks), nbody, str(LJ_BENCH_ATOMS), "--model", "lj", "--steps", "200",
-                                  "--backend", "gpu", "--transport", transport, "--json"],
+                                  "--backend", "gpu", "--transport", transport, *policy, "--json"],
                        env=env, check="lj", group="lj-rate", timeout=300, est=60))
     nbody_bin = work / "cuda-samples-nbody"
     gl_lib = carry / "gl" / "root" / "usr/lib/x86_64-linux-gnu"
@@ -485,7 +487,11 @@ def check_lj(doc: dict) -> dict:
     return {"backend": doc["backend"], "transport": doc["transport"], "ranks": doc["ranks"], "atoms": doc["atoms"],
             "atom_steps_per_s": doc["rate"], "comm_per_step_s": doc["comm_per_step"],
             "median_step_s": doc["median_step_time"], "thermo": doc["thermo"][-1],
-            "host_copies_per_step": doc.get("host_copies_per_step")}
+            "host_copies_per_step": doc.get("host_copies_per_step"), "rebuilds": doc.get("rebuilds"),
+            "launches_per_step": doc.get("launches_per_step"),
+            "host_syncs_per_step": doc.get("host_syncs_per_step"),
+            "neigh_modify": f"every {doc.get('neigh_every', 1)} check "
+                            + ("yes" if doc.get("neigh_check", True) else "no")}
 
 
 def judge(step: Step, rc: int, stdout: str, stderr: str) -> None:
@@ -620,8 +626,8 @@ def _check(group: str, ran: list[Step], out_dir: Path) -> list[dict]:
                     "status": "passed" if straight == resumed else "failed",
                     "detail": f"last thermo straight {json.dumps(straight)}, resumed {json.dumps(resumed)}"})
     elif group == "lj-rate":
-        rates = {f"{s.figures['ranks']}r {s.figures['transport']}": (s.figures["atom_steps_per_s"],
-                                                                    s.figures["comm_per_step_s"]) for s in ran}
+        rates = {f"{s.figures['ranks']}r {s.figures['transport']} {s.figures['neigh_modify']}":
+                 (s.figures["atom_steps_per_s"], s.figures["comm_per_step_s"]) for s in ran}
         copies = {s.figures.get("host_copies_per_step") for s in ran}
         out.append({"check": f"LJ GPU atom-steps/s and comm s/step at {LJ_BENCH_ATOMS} atoms; no atom arrays "
                              f"to the host", "status": "passed" if copies == {0} else "failed",

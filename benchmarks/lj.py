@@ -2,11 +2,12 @@
 """Benchmark of ``pympi-nbody --model lj`` beside LAMMPS (not a test): prints a table, writes JSON.
 
 The system is LAMMPS's ``bench/in.lj`` (fcc at density 0.8442, T 1.44, LJ cut
-at 2.5, skin 0.3, dt 0.005), with one change: both codes rebuild their
+at 2.5, skin 0.3, dt 0.005), with one change by default: both codes rebuild their
 neighbour lists when an atom has moved half the skin (LAMMPS:
 ``neigh_modify delay 0 every 1 check yes``), where in.lj rebuilds every 20
-steps unchecked, which misses pairs ("dangerous builds") and moves its thermo
-by ~2e-4 after 100 steps.  With the same rule both codes do the same work and
+steps unchecked, which can miss pairs and moves its thermo by ~2e-4 after 100
+steps; ``--neigh-every 20 --neigh-check no`` races in.lj's own policy, both
+codes again under the same one.  With the same rule both codes do the same work and
 compute the same trajectory: LAMMPS starts from *our* initial state, written
 as a LAMMPS data file (``read_data``), and the thermo of both after N steps
 agrees to round-off (the table shows the largest relative difference).
@@ -153,10 +154,11 @@ def run_lammps(venv: Path, ranks: int, config: LjConfig, data: Path, steps: int,
             "sections_per_step_s": {k: v / steps for k, v in sections.items()}}
 
 
-def run_pympi(ranks: int, atoms: int, steps: int, backend: str = "numba", pair: str = "lj/cut") -> dict:
+def run_pympi(ranks: int, atoms: int, steps: int, backend: str = "numba", pair: str = "lj/cut",
+              policy: tuple[int, bool] = (1, True)) -> dict:
     argv = [_exe("mpiexec"), "-n", str(ranks), _exe("pympi-nbody"), str(atoms), "--model", "lj", "--steps",
             str(steps), "--thermo", str(steps), "--backend", backend, "--threads", "1", "--json",
-            "--pair", pair]
+            "--pair", pair, "--neigh-every", str(policy[0]), "--neigh-check", "yes" if policy[1] else "no"]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=3600, env=_env())
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({out.returncode}): {out.stderr[-2000:]}")
@@ -170,14 +172,17 @@ def run_pympi(ranks: int, atoms: int, steps: int, backend: str = "numba", pair: 
             "per_rebuild_s": doc.get("time_per_rebuild")}
 
 
-def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = "lj/cut") -> list[dict]:
+def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = "lj/cut",
+             policy: tuple[int, bool] = (1, True)) -> list[dict]:
+    """The CPU race: both codes from the same state, with the same pair style and lists' policy
+    (``(neigh_every, neigh_check)``, LAMMPS's ``neigh_modify every K check yes|no``)."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="pympi-lj-bench-") as tmp:
         work = Path(tmp)
         for cells in sizes:
             atoms = 4 * cells ** 3
             data = work / f"data.{cells}"
-            config = LjConfig(cells=cells, seed=SEED, pair=pair)
+            config = LjConfig(cells=cells, seed=SEED, pair=pair, neigh_every=policy[0], neigh_check=policy[1])
             write_data(data, config)
             steps = steps_for(atoms)
             for ranks in (1, 2):
@@ -186,11 +191,13 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = 
                 for _ in range(repeats):  # interleaved: every code sees the same machine load
                     for variant in LAMMPS_VARIANTS:
                         runs[variant].append(run_lammps(venv, ranks, config, data, steps, work, variant))
-                    runs["pympi"].append(run_pympi(ranks, atoms, steps, pair=pair))
+                    runs["pympi"].append(run_pympi(ranks, atoms, steps, pair=pair, policy=policy))
                 first_row = len(rows)
                 for code, rs in runs.items():
                     last, first = rs[0]["thermo"][-1], rs[0]["thermo"][0]
-                    rows.append({"code": code, "pair": pair, "atoms": atoms, "ranks": ranks, "threads": 1,
+                    rows.append({"code": code, "pair": pair, "neigh_every": policy[0],
+                                 "neigh_check": "yes" if policy[1] else "no", "atoms": atoms, "ranks": ranks,
+                                 "threads": 1,
                                  "steps": steps, "load_average": load,
                                  "rate": statistics.median(r["rate"] for r in rs),
                                  "per_core": statistics.median(r["rate"] for r in rs) / ranks,
@@ -746,6 +753,11 @@ def main() -> int:
     ap.add_argument("--hoomd-rate", type=float, default=None,
                     help="HOOMD-blue's published LJ atom-steps/s for this GPU class, shown beside ours")
     ap.add_argument("--pair", default="lj/cut", help="the pair style both codes run (a registered --pair style)")
+    ap.add_argument("--neigh-every", type=int, default=1,
+                    help="both codes look at their lists every K steps (neigh_modify every K) [1]")
+    ap.add_argument("--neigh-check", choices=["yes", "no"], default="yes",
+                    help="and rebuild there if an atom moved half the skin, or always (in.lj: every 20 check "
+                         "no) [yes]")
     ap.add_argument("--out", default=None, help="JSON output [benchmarks/results/lj-<host>.json]")
     args = ap.parse_args()
     if args.mode == "profile":
@@ -793,13 +805,15 @@ def main() -> int:
               "cpu": _cpu_model(), "cpu_detail": _cpu_detail(), "cores": os.cpu_count(),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "load_average_before": os.getloadavg(), "repeats": repeats, "rows": [], "skipped": []}
+    policy = (args.neigh_every, args.neigh_check == "yes")
+    result["neigh_modify"] = f"every {policy[0]} check {args.neigh_check}"
     if args.mode in ("all", "cpu"):
         setup_lammps(venv)
         result["lammps"] = lammps_version(venv)
         atoms = [int(a) for a in args.sizes.split(",")] if args.sizes else \
             [500, 32000] if args.quick else [500, 4000, 32000, 256000]
         result["rows"] += cpu_rows(venv, [cells_for(a) for a in atoms], repeats,
-                                   lambda n: args.steps or STEPS.get(n, 50), args.pair)
+                                   lambda n: args.steps or STEPS.get(n, 50), args.pair, policy)
         result["profiles"] = [run_profile(ranks, min(atoms), STEPS.get(min(atoms), 1000)) for ranks in (1, 2)]
     if args.mode in ("all", "gpu"):
         ok, why = gpu_usable()
@@ -807,7 +821,7 @@ def main() -> int:
             result["skipped"].append(f"GPU: {why}")
         else:
             try:
-                r = run_pympi(1, args.gpu_atoms, args.steps or 200, backend="gpu")
+                r = run_pympi(1, args.gpu_atoms, args.steps or 200, backend="gpu", policy=policy)
                 result["gpu"] = {"atoms": args.gpu_atoms, "rate": r["rate"], "hoomd_rate": args.hoomd_rate,
                                  "rebuilds": r["rebuilds"], "host_copies_per_step": r["host_copies_per_step"]}
                 prof = run_gpu_profile(args.gpu_atoms, args.steps or 100)

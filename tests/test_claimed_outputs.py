@@ -249,6 +249,9 @@ LJ_FAULTS = {  # a meta field changed, and what the refusal says
     "initial row with NaN": ({"initial": "nan"}, "its initial thermo row"),
     "no cells": ({"cells": 0, "atoms": 0}, "meta atoms/cells/step out of range"),
     "no seed": ({"seed": None}, "meta field 'seed' is missing"),
+    "lists looked at never": ({"neigh_every": 0}, "its --neigh-every 0 is refused: 0 is not in the range"),
+    "lists looked at every 7.5 steps": ({"neigh_every": 7.5}, "its --neigh-every 7.5 is refused: 7.5 is not a whole"),
+    "lists checked maybe": ({"neigh_check": "maybe"}, "its --neigh-check 'maybe' is refused"),
 }
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from pympi_gpu.cli.common import fail, largest
 from pympi_gpu.cli.models import Restart
-from pympi_gpu.cli.options import PositiveFloat, given
+from pympi_gpu.cli.options import IntRange, PositiveFloat, given
 from pympi_gpu.cli.simulation import format_tail, restart_values
 from pympi_gpu.nbody.lj import pairs
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED, LjConfig, half_lists
@@ -64,7 +64,7 @@ def format_lj(run, threads: int, shown: bool = False) -> str:
                  f"({run.transport_reason})" + (f", MPI calls from {run.step_mpi}" if run.step_mpi else ""))
     lines.append(f"  atoms      {min(run.atoms_per_rank):,}..{max(run.atoms_per_rank):,} per rank, "
                  f"{run.ghosts_per_rank:,.0f} ghosts per rank, {run.neighbors_per_atom:.2f} neighbours per atom "
-                 f"(cutoff + skin), {run.rebuilds} rebuilds")
+                 f"(cutoff + skin), {run.rebuilds} rebuilds" + _policy(run))
     if run.steps:
         lines.append(f"  time       {run.wall_time:.4f} s, {run.time_per_step:.4e} s/step "
                      f"(median {run.median_step_time:.4e}), halo/migration {run.comm_per_step:.3e} s/step "
@@ -80,6 +80,14 @@ def format_lj(run, threads: int, shown: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _policy(run) -> str:
+    """The lists' policy in the summary's atoms line, where it is not the default (every step, checked)."""
+    if (run.neigh_every, run.neigh_check) == (1, True):
+        return ""
+    danger = ("not checked" if run.dangerous_builds is None else f"{run.dangerous_builds} dangerous")
+    return f" (neigh_modify every {run.neigh_every} check {'yes' if run.neigh_check else 'no'}: {danger})"
+
+
 def _config(args) -> LjConfig:
     """The system the command line asks for (a restart may replace it); refusals before MPI starts."""
     from pympi_gpu.nbody.lj.lattice import cells_for
@@ -92,7 +100,8 @@ def _config(args) -> LjConfig:
     config = LjConfig(cells=cells_for(args.bodies), density=own["density"], temperature=own["temperature"],
                       cutoff=own["cutoff"], skin=own["skin"], dt=LjConfig.dt if args.dt is None else args.dt,
                       seed=LjConfig.seed if args.seed is None else args.seed, pair=own["pair"],
-                      pair_coeffs=tuple(own["pair_coeff"]))
+                      pair_coeffs=tuple(own["pair_coeff"]), neigh_every=own["neigh_every"],
+                      neigh_check=own["neigh_check"] == "yes")
     if not args.restart:  # a restart's coefficients are judged against its checkpoint's style (_restart_pair)
         try:
             config.coefficients
@@ -154,6 +163,7 @@ def _restart(ctx, cart, args, config: LjConfig):
         fail(f"--restart: {path!r} holds {meta['atoms']} atoms, but ATOMS is {args.bodies}")
     fixed = restart_values(ctx, path, meta, {name: getattr(config, name) for name in _FROM_FILE})
     fixed.update(_restart_pair(ctx, path, meta, config))
+    fixed.update(_restart_policy(ctx, path, meta, config))
     restarted = dataclasses.replace(config, **fixed)
     if why := _too_large(restarted):
         unusable(path, why)
@@ -196,6 +206,15 @@ def _restart_pair(ctx, path: str, meta: dict, config: LjConfig) -> dict:
                  f"{', '.join(f'{k}={recorded[k]:g}' for k in different)}, not "
                  f"{', '.join(f'{k}={v:g}' for k, v in different.items())}")
     return {"pair": pair, "pair_coeffs": tuple(recorded.items())}
+
+
+def _restart_policy(ctx, path: str, meta: dict, config: LjConfig) -> dict:
+    """The lists' policy a checkpoint fixes (one written before policies: every step, checked); given on the
+    command line, it must be the recorded one (a restart continues its run bit for bit)."""
+    recorded = {"neigh_every": meta.get("neigh_every", 1), "neigh_check": meta.get("neigh_check", "yes")}
+    asked = {"neigh_every": config.neigh_every, "neigh_check": "yes" if config.neigh_check else "no"}
+    values = restart_values(ctx, path, recorded, asked)
+    return {"neigh_every": values["neigh_every"], "neigh_check": values["neigh_check"] == "yes"}
 
 
 def _check_grid(cart, config: LjConfig, bodies: int) -> None:
@@ -269,6 +288,15 @@ class Lj:
         click.Option(["--pair"], type=click.Choice(sorted(pairs.styles())), default=LjConfig.pair, show_default=True,
                      help="lj: the pair style, as LAMMPS names it: "
                           + "; ".join(f"{s.name}: {s.summary}" for s in pairs.styles().values()) + "."),
+        click.Option(["--neigh-every"], type=IntRange(1, 10**6), default=LjConfig.neigh_every, show_default=True,
+                     metavar="K", help="lj: look at the Verlet lists every K steps after the last build, as "
+                                       "LAMMPS's neigh_modify every K (1: every step)."),
+        click.Option(["--neigh-check"], type=click.Choice(["yes", "no"]), default="yes", show_default=True,
+                     help="lj: where the lists are looked at, rebuild them if an atom moved half the skin "
+                          "(yes), or always (no), as LAMMPS's neigh_modify check; LAMMPS's bench/in.lj runs "
+                          "every 20 check no.  A K the atoms outrun misses pairs, as in LAMMPS: the record's "
+                          "dangerous_builds counts the rebuilds a check found late (none unchecked); an atom "
+                          "that outruns its ghosts ends the run."),
         click.Option(["--pair-coeff", "pair_coeff"], type=PairCoeff(), multiple=True, metavar="NAME=VALUE",
                      help="lj: a coefficient of the pair style (repeat for more): "
                           + "; ".join(f"{s.name}: " + ", ".join(f"{c.name} ({c.help}, default {c.default:g})"

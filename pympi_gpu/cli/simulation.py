@@ -358,8 +358,12 @@ def recorded_values(ctx, path: str, meta: dict, names) -> dict:
         label = param.opts[0]
         if name not in meta:
             unusable(path, f"it records no {label}")
+        value = meta[name]
         try:
-            out[name] = param.type.convert(meta[name], param, ctx)
+            if isinstance(param.type, click.types.IntParamType) and isinstance(value, float) \
+                    and not value.is_integer():  # click would cut 7.5 to 7
+                raise click.BadParameter(f"{value!r} is not a whole number")
+            out[name] = param.type.convert(value, param, ctx)
         except click.BadParameter as exc:
             unusable(path, f"its {label} {meta[name]!r} is refused: {exc.message}")
     return out

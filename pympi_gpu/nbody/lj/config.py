@@ -40,6 +40,10 @@ class LjConfig:
     ``cutoff``; ``pair_coeffs`` are its coefficients that differ from the
     style's defaults, as ``(name, value)`` pairs.  ``newton``: half lists with
     Newton's third law across bricks (one thread per rank), else full lists.
+    ``neigh_every`` and ``neigh_check``: LAMMPS's ``neigh_modify every K check
+    yes|no``: the lists are looked at every ``neigh_every`` steps after the
+    last build, and rebuilt there if some atom moved more than half the skin
+    (``neigh_check``), or always (not ``neigh_check``).
     """
 
     cells: int
@@ -52,6 +56,8 @@ class LjConfig:
     newton: bool = True
     pair: str = "lj/cut"
     pair_coeffs: tuple[tuple[str, float], ...] = ()
+    neigh_every: int = 1
+    neigh_check: bool = True
 
     @property
     def atoms(self) -> int:
@@ -81,13 +87,21 @@ class LjConfig:
 
     def identity(self) -> RunIdentity:
         """What names the run in its trajectory, thermo log and checkpoints (:mod:`pympi_gpu.run.outputs`)."""
+        policy = {} if self.neigh_policy == (1, True) else {"neigh_every": self.neigh_every,
+                                                             "neigh_check": "yes" if self.neigh_check else "no"}
         return RunIdentity.of("lj", self.atoms, self.box, self.seed, temperature=self.temperature, dt=self.dt,
                               cutoff=self.cutoff, skin=self.skin, pair=self.pair,
-                              **{f"pair_{k}": v for k, v in self.coefficients.items()})
+                              **{f"pair_{k}": v for k, v in self.coefficients.items()}, **policy)
+
+    @property
+    def neigh_policy(self) -> tuple[int, bool]:
+        """``(neigh_every, neigh_check)``: (1, True), the default, looks every step and rebuilds only when needed."""
+        return self.neigh_every, self.neigh_check
 
     def meta(self) -> dict:
         """The parameters a checkpoint records (and a restart must match), and the run's identity."""
         return {"model": "lj", "cells": self.cells, "atoms": self.atoms, "density": self.density,
                 "temperature": self.temperature, "cutoff": self.cutoff, "skin": self.skin, "dt": self.dt,
                 "seed": self.seed, "pair": self.pair, "pair_coeffs": self.coefficients,
+                "neigh_every": self.neigh_every, "neigh_check": "yes" if self.neigh_check else "no",
                 "run": self.identity().text()}

@@ -3,9 +3,10 @@
 LAMMPS (``lmp``) started on :func:`input_script` with :func:`write_data`'s
 file computes the trajectory ``pympi-nbody --model lj`` computes from the
 same state: the same pair style and coefficients, cut at the same distance,
-unshifted, the same velocity-Verlet step (``fix nve``), and lists rebuilt
-when an atom has moved half the skin (``neigh_modify delay 0 every 1 check
-yes``; LAMMPS's bench/in.lj rebuilds every 20 steps unchecked, which misses
+unshifted, the same velocity-Verlet step (``fix nve``), and the same lists'
+policy (``neigh_modify delay 0 every K check yes|no``, the config's; by
+default every 1 check yes, lists rebuilt when an atom has moved half the
+skin; LAMMPS's bench/in.lj rebuilds every 20 steps unchecked, which can miss
 pairs).  Its thermo then agrees with ours to round-off, which the chaotic
 dynamics amplifies slowly (``benchmarks/lj.py`` races the two; the tests
 compare them).
@@ -51,7 +52,9 @@ def input_script(config: LjConfig, data: str | os.PathLike, steps: int, thermo: 
     style, coeff = config.style.lammps(config.coefficients, config.cutoff)
     return "\n".join([
         "units lj", "atom_style atomic", f"read_data {os.fspath(data)}", style, coeff,
-        f"neighbor {config.skin!r} bin", "neigh_modify delay 0 every 1 check yes", "fix 1 all nve",
+        f"neighbor {config.skin!r} bin",
+        f"neigh_modify delay 0 every {config.neigh_every} check {'yes' if config.neigh_check else 'no'}",
+        "fix 1 all nve",
         f"timestep {config.dt!r}", "thermo_style custom step temp pe ke etotal press",
         "thermo_modify norm yes format float %.12g", f"thermo {thermo or steps}", f"run {steps}", ""])
 

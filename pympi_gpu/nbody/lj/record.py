@@ -61,7 +61,12 @@ class LjRun:
     ``kernels``, the step's compiled kernels themselves
     (:mod:`~pympi_gpu.mpi.numba_calls`), or ``python`` between them
     (``PYMPI_COMPILED_MPI=0``, an MPI without persistent collectives, full
-    lists); None on a GPU.
+    lists); None on a GPU.  ``neigh_every``, ``neigh_check``: the lists' policy
+    (LAMMPS's ``neigh_modify every K check yes|no``); ``dangerous_builds``: as
+    LAMMPS counts them, the rebuilds made at the first step the policy allowed
+    (an atom may have moved more than half the skin before: pairs may have
+    been missed); 0 where every step is checked, None where nothing is
+    (``neigh_check`` no).
     """
 
     atoms: int
@@ -114,3 +119,6 @@ class LjRun:
     rebuild_time: float | None = None
     time_per_rebuild: float | None = None
     step_mpi: str | None = None
+    neigh_every: int = 1
+    neigh_check: bool = True
+    dangerous_builds: int | None = 0

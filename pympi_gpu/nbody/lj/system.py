@@ -7,7 +7,10 @@ the Verlet lists are rebuilt; otherwise only the ghost positions are
 refreshed, while the owned-owned forces are computed; then the owned-ghost
 forces, with ``newton`` (one thread per rank, the CPU) the ghosts' forces sent
 back to their owners, and ``v += f dt/2``.  This is LAMMPS's ``fix nve`` with
-``neigh_modify delay 0 every 1 check yes`` and ``newton on``.
+``neigh_modify delay 0 every 1 check yes`` and ``newton on``; another lists'
+policy, ``every K check yes|no`` (``config.neigh_every``, ``neigh_check``),
+looks at the lists only every K steps after the last build (:meth:`LjSystem.threshold`),
+and there rebuilds if an atom moved half the skin, or always.
 
 :class:`LjSystem` is the one system of both backends
 (:class:`~pympi_gpu.nbody.loop.System`: the steps, thermo rows, frames and
@@ -152,8 +155,14 @@ class LjSystem:
         self._fold_next = False  # after a checkpoint the next step first folds the positions into the box
         self._stop_request, self._stop_agreed = 0, None  # carried by the displacement test (advance)
         self._ranks = cart.Get_size()
-        #: the squared displacement that asks for a rebuild
+        #: the squared displacement that asks for a rebuild (half the skin's)
         self.rebuild_distance2 = (0.5 * config.skin) ** 2
+        #: the step under way's: above it the step rebuilds (:meth:`threshold`; the lists' policy)
+        self.threshold2 = self.rebuild_distance2
+        #: the step of the last rebuild, and the rebuilds counted then (the policy counts from it)
+        self.built_at, self._built, self._agreed2 = timestep, 0, 0.0
+        #: rebuilds at the first step the policy allowed, where it checks (LAMMPS's "dangerous builds")
+        self.dangerous_builds = 0
         #: the step's agreement: this rank's [largest squared displacement, stop request], then the ranks'
         self.top = np.zeros(4)
         if self._ranks > 1:  # what the reduction of every step hands MPI, looked up once
@@ -238,10 +247,35 @@ class LjSystem:
     def agreed(self, d2: float, stop) -> bool:
         """What the ranks agreed (the largest squared displacement ``d2``, the stop request ``stop``):
         rebuild?  Raises where an atom moved too far; the stop request is :meth:`advance`'s answer."""
-        self._stop_agreed = int(stop)
+        self._stop_agreed, self._agreed2 = int(stop), d2
         if d2 > self.move_limit2 and (bad := moved_too_far(None, d2, self.move_limit, "sigma")):
             raise bad
-        return bool(d2 > self.rebuild_distance2)
+        return bool(d2 > self.threshold2)
+
+    def threshold(self, step: int) -> float:
+        """The squared displacement above which step ``step`` (its number once taken) rebuilds the lists:
+        LAMMPS's ``neigh_modify every K check yes|no`` (``config.neigh_every``, ``neigh_check``).  The lists
+        are looked at only where ``K`` steps have passed since the last build (infinity elsewhere: no
+        rebuild, but an atom that moved farther than its ghosts reach still ends the run); there half the
+        skin's, or -1 (a rebuild whatever the displacement) where the policy does not check."""
+        every, check = self.config.neigh_policy
+        if (step - self.built_at) % every:
+            return math.inf
+        return self.rebuild_distance2 if check else -1.0
+
+    def _steps_to_look(self) -> int:
+        """Steps from the current one to the next at which the policy looks at the lists (1: the next)."""
+        every = self.config.neigh_every
+        return every - (self.timestep - self.built_at) % every
+
+    def _note_rebuilds(self) -> None:
+        """After a step: where it rebuilt, the policy counts from it (and LAMMPS's dangerous builds)."""
+        if self.atoms.rebuilds != self._built:
+            every, check = self.config.neigh_policy
+            first = self.timestep - self.built_at == every  # rebuilt at the first step the policy allowed:
+            if check and every > 1 and first and self._agreed2 > self.rebuild_distance2:
+                self.dangerous_builds += 1  # an atom may have moved more than half the skin before
+            self.built_at, self._built = self.timestep, self.atoms.rebuilds
 
     @property
     def stop_request(self) -> int:
@@ -269,6 +303,7 @@ class LjSystem:
         """Lists and forces before the first step (:meth:`start`); collective."""
         self._copies0, self._rebuilds0 = self.atoms.host_copies, self.atoms.rebuilds
         self._rebuild_next = self.atoms.start()
+        self.built_at, self._built = self.timestep, self.atoms.rebuilds
         self._calls0 = self.atoms.calls()  # the device's launches and syncs (None on the CPU)
         # the rebuilds of the steps from here on (the loop times those): their count and seconds
         self._timed0 = (self.atoms.rebuilds, self.atoms.rebuild_seconds)
@@ -281,23 +316,33 @@ class LjSystem:
         """
         self.timestep += 1
         self._stop_request, self._stop_agreed = stop, None
+        self.threshold2 = self.threshold(self.timestep)
         if self._fold_next:  # the first step after a checkpoint starts where a restart from it would
             self.atoms.wrap()
             self._fold_next = False
         self.atoms.step(force_rebuild=self._rebuild_next, eflag=energy)
         self._rebuild_next = False
+        self._note_rebuilds()
         return self._stop_agreed
 
     def advance_quiet(self, most: int, stop: int) -> tuple[list[float], int | None]:
         """Up to ``most`` steps without energy sums, in compiled calls where the atoms can
         (``HostAtoms.steps``: a call until a rebuild, and on, until a stop request); collective.
         Returns the steps' seconds and the stop request agreed (as :meth:`advance`)."""
-        if self._fold_next or self._rebuild_next or not self.atoms.batched:
+        until = self._steps_to_look()  # the policy's next look at the lists (every step by default)
+        if self._fold_next or self._rebuild_next or not self.atoms.batched or until == 1 < self.config.neigh_every:
             t0 = time.perf_counter()
             stop = self.advance(False, stop)
             return [time.perf_counter() - t0], stop
         self._stop_request, self._stop_agreed = stop, None
-        return self.atoms.steps(most), self._stop_agreed
+        if self.config.neigh_every > 1:  # the steps before the look: none rebuilds (the look is a step alone);
+            most = min(most, until - 1)  # a batch stops only where an atom moved farther than its ghosts reach
+            self.threshold2, self.batch_stop2 = math.inf, self.move_limit2
+        else:
+            self.threshold2, self.batch_stop2 = self.rebuild_distance2, min(self.rebuild_distance2, self.move_limit2)
+        times = self.atoms.steps(most)
+        self._note_rebuilds()
+        return times, self._stop_agreed
 
     def healthy(self, thorough: bool) -> bool:
         """This brick's state finite?  Every step's rebuild test already catches positions that are not;
@@ -382,6 +427,8 @@ class LjSystem:
             launches_per_step=calls and calls["launches"], host_syncs_per_step=calls and calls["syncs"],
             device_calls_per_step=calls and calls["phases"],
             step_mpi=None if self._gpu else "kernels" if self.kernels_call_mpi else "python",
+            neigh_every=config.neigh_every, neigh_check=config.neigh_check,
+            dangerous_builds=comm.allreduce(self.dangerous_builds, op=MPI.MAX) if config.neigh_check else None,
             **self._rebuild_times(comm))
 
     def _rebuild_times(self, comm) -> dict:

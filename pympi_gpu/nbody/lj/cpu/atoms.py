@@ -324,14 +324,14 @@ class HostAtoms:
         the forces are left to be computed after it.
         """
         h, system = self.halo, self.system
-        sums, top, tally = self._sums, system.top, self._tally
+        sums, top = self._sums, system.top
         sums.fill(0.0)
         top[1] = system.stop_request
         run_ops = self.forces.run_ops
         kept = self._kept_args or self._keep_args()
         ran = True
         for ops, stage, then in self._programs[forward, kick is not None, step]:
-            status = run_ops(ops, kick or 0.0, eflag, -1.0 if force_rebuild else system.rebuild_distance2, *kept)
+            status = run_ops(ops, kick or 0.0, eflag, -1.0 if force_rebuild else system.threshold2, *kept)
             if status == kc.MPI_FAILED:
                 raise self._mpi_failure()
             if status == kc.REBUILD:
