@@ -179,6 +179,41 @@ def test_no_function_outside_the_compiled_kernels_is_longer_than_60_lines():
     assert not long, long
 
 
+#: the most arguments a compiled function takes (issue 51): more travel as records (nbody/lj/cpu/records.py)
+MOST_ARGUMENTS = 25
+
+
+def _compiled(node) -> bool:
+    """A compiled kernel, or a function compiled into one (``register_jitable``, an ``intrinsic``)."""
+    names = {ast.unparse(d.func if isinstance(d, ast.Call) else d).split(".")[-1] for d in node.decorator_list}
+    return _decorated_as_kernel(node) or bool(names & {"register_jitable", "intrinsic", "keyed_by_handles"})
+
+
+def test_no_compiled_function_takes_more_than_25_arguments():
+    """The state of a compiled step, batch or rebuild travels as named records, so no argument order is
+    long enough to be written out again by hand (was: 109, 65 and 33 positional arguments)."""
+    found, wide = 0, []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _compiled(node):
+                found += 1
+                count = len(node.args.posonlyargs) + len(node.args.args) + len(node.args.kwonlyargs)
+                if count > MOST_ARGUMENTS or node.args.vararg:  # (*args: any number)
+                    wide.append(f"{name}.{node.name}: {count}" + (" and *args" if node.args.vararg else ""))
+    assert found > 100, found  # (the scan sees the kernels)
+    assert not wide, wide
+
+
+def test_a_record_is_made_of_its_fields_by_name():
+    from pympi_gpu.nbody.lj.cpu import records
+
+    with pytest.raises(TypeError, match=r"Work: missing \['times'\], unknown \['time'\]"):
+        records.make(records.Work, **{k: None for k in records.Work.FIELDS if k != "times"}, time=None)
+    for record in (records.Rows, records.Lists, records.Build, records.Plan, records.Mpi, records.Grid,
+                   records.Work):
+        assert len(record.FIELDS) == len(set(record.FIELDS)) <= MOST_ARGUMENTS, record
+
+
 def test_launcher_variables_are_written_in_one_module():
     """A launcher's rank and size variables are data of the launcher table, nowhere else in the package."""
     said = {name for name, path in modules().items()

@@ -99,15 +99,18 @@ def test_a_step_kernel_stops_at_a_failed_call():
     from pympi_gpu.nbody.lj.cpu import kernels as kc
     from pympi_gpu.nbody.lj.config import LjConfig
 
+    from pympi_gpu.nbody.lj.cpu import records
+
     run_ops = kc.make_run_ops(kc.make_newton(compiled(LjConfig(cells=1).pair_term)), False)
-    pos, f, v = np.zeros((4, 3)), np.ones((4, 3)), np.zeros((4, 3))
-    i8 = np.zeros(4, np.int64)
-    cnt, nbr = np.zeros(4, np.int64), np.zeros((4, 1), np.int64)
-    none, no_requests, tally, top = np.empty((0, 3)), np.zeros(0, np.uint8), np.zeros(6), np.zeros(4)
+    f = np.ones((4, 3))
+    atoms = records.make(records.Rows, pos=np.zeros((4, 3)), f=f, v=np.zeros((4, 3)), gid=np.zeros(4, np.int64), n=4,
+                         held=4)
+    _, _, lists, _, plan, _, grid, work = records.idle(np.zeros(0, np.int64))
+    tally, no_requests = np.zeros(6), np.zeros(0, np.uint8)
+    mpi = records.make(records.Mpi, reqs=no_requests, req_at=np.zeros((6, 2), np.int64), agree=no_requests,
+                       top=np.zeros(4), status=np.zeros(64, np.uint8), tally=tally, comm=0, double=0,
+                       requests=no_requests, rsize=0, rstatus=no_requests, got=np.zeros(3, np.int64))
     ops = np.array([[kc.OP_ZERO, 0], [kc.OP_POST, 0], [kc.OP_KICK, 0]], np.int64)
-    status = run_ops(ops, 0.1, False, 1.0, pos, f, v, 4, cnt, nbr, cnt, nbr, 1.0, np.zeros(0, np.int64),
-                     np.zeros(7, np.int64), np.zeros((6, 3)), np.zeros(6, np.int64), none, none, none, none, i8, i8,
-                     np.zeros(3, np.int64), np.zeros(4), pos, 0.1, top, no_requests, np.zeros((6, 2), np.int64),
-                     no_requests, np.zeros(64, np.uint8), tally)
+    status = run_ops(ops, 0.1, False, 1.0, atoms, lists, plan, mpi, grid, work)
     assert status == kc.MPI_FAILED and tally[kc.TALLY_ERROR] == numba_calls.NOT_LINKED
     assert not f.any()  # zeroed, and no kick after the failed post

@@ -36,6 +36,7 @@ from pympi_gpu.nbody.blowup import finite_rows
 from pympi_gpu.nbody.lj.cpu import kernels as kc
 from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
 from pympi_gpu.nbody.lj.cpu import rebuild as rebuild_cpu
+from pympi_gpu.nbody.lj.cpu import records
 from pympi_gpu.nbody.lj.cpu import steps as steps_cpu
 from pympi_gpu.nbody.lj.domain import wrap
 from pympi_gpu.nbody.lj.cpu.halo import LOST, Halo, grown
@@ -43,20 +44,45 @@ from pympi_gpu.nbody.lj.cpu.lists import VerletLists
 
 __all__ = ["HostAtoms"]
 
+#: the lists' rows, as :class:`~pympi_gpu.nbody.lj.cpu.records.Lists` and ``Build`` name them
+LISTED = ("own_cnt", "own_nbr", "gh_cnt", "gh_nbr")
+
 
 class _Rows:
-    """One set of a brick's row buffers: positions, forces and ids of every row, velocities of the owned."""
+    """One set of a brick's row buffers: positions, forces and ids of every row, velocities of the owned;
+    and the set as the kernels take it (:meth:`record`)."""
 
     def __init__(self, rows: int):
         self.pos = np.empty((rows, 3))
         self.f = np.empty((rows, 3))
         self.gid = np.empty(rows, np.int64)
         self.v = np.empty((rows, 3))
+        self._record, self.counts = None, (0, 0)
 
     def ensure(self, rows: int) -> None:
         """Room for ``rows`` rows (their contents are not kept: the set is written next)."""
         if rows > self.pos.shape[0]:
             self.__init__(rows + rows // 4 + 64)
+
+    def replace(self, **arrays: np.ndarray) -> None:
+        """Buffers in place of some (grown, their first rows kept)."""
+        for name, a in arrays.items():
+            setattr(self, name, a)
+        self._record = None
+
+    def record(self, n: int, held: int) -> records.Rows:
+        """The set as a :class:`~pympi_gpu.nbody.lj.cpu.records.Rows` record of ``n`` owned rows and ``held``
+        rows in all (made once for its buffers; the counts set where they differ)."""
+        if self._record is None:
+            self._record = records.make(records.Rows, pos=self.pos, f=self.f, v=self.v, gid=self.gid, n=n, held=held)
+        elif self.counts != (n, held):
+            records.count(self._record, n, held)
+        self.counts = (n, held)
+        return self._record
+
+    def counted(self, n: int, held: int) -> None:
+        """The counts a compiled rebuild wrote into the record."""
+        self.counts = (n, held)
 
 
 class HostAtoms:
@@ -105,6 +131,7 @@ class HostAtoms:
         #: seconds in the MPI calls the kernels made (``MPI_Wtime``; the halo's clock has them by phase)
         self.kernel_mpi_seconds = 0.0
         self._status = numba_calls.statuses(4)
+        self._bound, self._bound_to = None, None  # the records but the rows' (:meth:`_records`)
         self.halo.clock.defer(self._account)
         # the kernels make the step's MPI calls (or there are none: one rank), else Python between pieces
         inline = self._inline = system.kernels_call_mpi or self.halo.local
@@ -119,7 +146,6 @@ class HostAtoms:
 
     def _view(self, n_all: int) -> None:
         """``pos``, ``f``, ``gid`` (rows held), ``v``, ``ids`` (owned rows): views of the current set."""
-        self._kept_args = None  # (the views and lists change: the kernels' arguments are gathered again)
         s, n = self._set, self.nlocal
         self.pos, self.f, self.gid = s.pos[:n_all], s.f[:n_all], s.gid[:n_all]
         self.v, self.ids = s.v[:n], s.gid[:n]
@@ -129,15 +155,22 @@ class HostAtoms:
         a = self._work.get(name)
         if a is None or a.shape[0] < shape[0]:
             a = self._work[name] = np.empty((shape[0] + shape[0] // 4 + 64, *shape[1:]), dtype)
+            self._bound = None
         return a
 
     def _sorting(self, n: int):
-        """The kept buffers of a rebuild's sort for ``n`` owned atoms: ``(x0, order, cell, start)``."""
+        """The kept buffers of a rebuild's sort for ``n`` owned atoms: ``(x0, order, cell, start)``.  ``x0``
+        holds the positions of the last build (the steps measure the displacement from them): kept where
+        the buffers grow."""
         space = self._sort_space
         if space is None or space[0].shape[0] < n:
-            rows = n + n // 4 + 64
+            rows = max(n, self.nlocal) + n // 4 + 64
             space = self._sort_space = (np.empty((rows, 3)), np.empty(rows, np.int64), np.empty(rows, np.int64),
                                         np.empty(self.system.grid.cells + 1, np.int64))
+            if self.x0 is not None:
+                space[0][:self.nlocal] = self.x0
+                self.x0 = space[0][:self.nlocal]
+            self._bound = None
         return space
 
     # -- neighbour lists --------------------------------------------------
@@ -152,8 +185,8 @@ class HostAtoms:
         that moved it; no atom farther than a brick from its own, so none lost
         or doubled), and the tally's reduction is left out.
         """
-        if checked and self.halo.compiled:
-            self._rebuild_compiled()
+        if self.halo.compiled:  # the one path where the kernels make the MPI calls
+            self._rebuild_compiled(check=not checked)
             return
         t0 = time.perf_counter()
         n = self.nlocal
@@ -170,34 +203,36 @@ class HostAtoms:
         self.x0 = x0[:n]
         kc.sort_migrants(rows, n, grid.lo, grid.inv, grid.ncell, order, cell, start, new.pos, new.v, new.f, new.gid,
                          self.x0)
-        new.pos, new.gid, n_all = self.halo.build(new.pos, new.gid, n)
-        if new.f.shape[0] < new.pos.shape[0]:  # the ghosts needed more rows: the other arrays follow
-            new.f, new.v = grown(new.f, n, new.pos.shape[0]), grown(new.v, n, new.pos.shape[0])
+        pos, gid, n_all = self.halo.build(new.pos, new.gid, n)
+        if pos is not new.pos:  # the ghosts needed more rows: the other arrays follow
+            new.replace(pos=pos, gid=gid, f=grown(new.f, n, pos.shape[0]), v=grown(new.v, n, pos.shape[0]))
         new.f[n:n_all] = 0.0  # forces have ghost rows too: with newton they gather the ghosts' share
         self._set, self._spare = new, self._set
         self.nlocal = n
         self._view(n_all)
         self._lists()
+        self._bound = None  # (the lists, the halo's plan and messages: made again)
         self.rebuilds += 1
         self.rebuild_seconds += time.perf_counter() - t0
 
-    def _rebuild_compiled(self, done: int | None = None) -> None:
-        """:meth:`rebuild` after the ranks agreed on the displacement, as one compiled call
-        (:func:`~pympi_gpu.nbody.lj.cpu.rebuild.rebuild_brick`; again after growing a short buffer).
-        ``done``: the code of a rebuild a batch of steps began and stopped short (:meth:`steps`),
-        to finish from where it stopped."""
+    def _rebuild_compiled(self, done: int | None = None, check: bool = False) -> None:
+        """:meth:`rebuild` as one compiled call (:func:`~pympi_gpu.nbody.lj.cpu.rebuild.rebuild_brick`;
+        again after growing a short buffer, and after the ranks agreed on the migration where ``check``:
+        no displacement's agreement vouched for the state).  ``done``: the code of a rebuild a batch
+        of steps began and stopped short (:meth:`steps`), to finish from where it stopped."""
         t0 = time.perf_counter()
         st, tally = self._rebuild_state, self._rebuild_tally
         if done is None:
-            rebuild_cpu.state(self.nlocal, st)
+            rebuild_cpu.state(self.nlocal, st, check)
             tally.fill(0.0)
             self._rebuild_room()
-        args = self._rebuild_args()
         while done != rebuild_cpu.DONE:
-            if done is not None:
-                self._grow(done, st, args[0])
-                args = self._rebuild_args()
-            done = rebuild_cpu.rebuild_brick(st, *args)
+            if done == rebuild_cpu.AGREE:
+                self.system.agree_migration(int(st[rebuild_cpu.ST_N]), bool(st[rebuild_cpu.ST_FINITE]))
+            elif done is not None:
+                self._grow(done, st)
+            new = self._spare
+            done = rebuild_cpu.rebuild_brick(self._current(), new.record(*new.counts), *self._records())
         self._set, self._spare = self._spare, self._set
         self._rebuilt(int(st[rebuild_cpu.ST_N]), int(st[rebuild_cpu.ST_HELD]), bool(st[rebuild_cpu.ST_CHANGED]))
         self.rebuilds += 1
@@ -208,17 +243,35 @@ class HostAtoms:
         self._buffer("rows", (self.nlocal, 10))
         self._sorting(self.nlocal)
 
-    def _rebuild_args(self) -> tuple:
-        """:func:`~pympi_gpu.nbody.lj.cpu.rebuild.rebuild_brick`'s arguments after ``st``: the current set
-        (the atoms), the spare (sorted into), the halo's, the grid's and the lists' buffers."""
-        halo, grid, config, new = self.halo, self.system.grid, self.config, self._spare
-        brick, nbrs, tags, up0, mpi, got = halo.kernel_parts()
-        leaving, plan, message, received, regions = halo.kernel_buffers()
-        return (got, self._rebuild_tally, self.pos, self.v, self.f, self.ids, config.box, self._work["rows"],
-                leaving, *brick, nbrs, tags, new.pos, new.v, new.f, new.gid, *self._sort_space, grid.lo, grid.inv,
-                grid.ncell, grid.reach, *plan, up0, message, received, *regions, config.cutneigh ** 2,
-                config.cutoff ** 2, config.newton, *self._verlet.kernel_buffers(), lists_cpu.SIMD, lists_cpu.BLOCK,
-                *mpi)
+    def _current(self) -> records.Rows:
+        """The current set of rows as the kernels take it (its owned rows and all rows as now)."""
+        return self._set.record(self.nlocal, self.pos.shape[0])
+
+    def _records(self) -> tuple:
+        """The records of the state but the rows (:mod:`~pympi_gpu.nbody.lj.cpu.records`), in the kernels'
+        order: ``(lists, build, plan, mpi, grid, work)``; made again where a buffer of theirs was replaced
+        (the halo's and the list build's own say so by their ``version``, this object's by forgetting
+        them).  After the first lists."""
+        key = (self.halo.version, self._verlet.version)
+        if self._bound is None or self._bound_to != key:
+            self._rebuild_room()
+            halo, grid, config, system = self.halo, self.system.grid, self.config, self.system
+            x0, order, cell, start = self._sort_space
+            built = self._verlet.kernel_buffers()
+            own_cnt, own_nbr, gh_cnt, gh_nbr = self.lists or (built[k][:0] for k in LISTED)  # (none yet: empty)
+            lists = records.make(records.Lists, x0=x0[:0] if self.x0 is None else self.x0, own_cnt=own_cnt,
+                                 own_nbr=own_nbr, gh_cnt=gh_cnt, gh_nbr=gh_nbr)
+            build = records.make(records.Build, rows=self._work["rows"], order=order, cell=cell, start=start, x0=x0,
+                                 **halo.rebuild_buffers(), **built)
+            mpi = records.make(records.Mpi, reqs=halo.requests, req_at=halo.request_at, agree=system.agreement,
+                               top=system.top, status=self._status, tally=self._tally, **halo.kernel_handles())
+            grid = records.make(records.Grid, lo=grid.lo, inv=grid.inv, ncell=grid.ncell, reach=grid.reach,
+                                box=config.box, cut2=config.cutneigh ** 2, rc2=config.cutoff ** 2, dt=config.dt,
+                                half=config.newton, simd=lists_cpu.SIMD, block=lists_cpu.BLOCK)
+            work = records.make(records.Work, sums=self._sums, times=self._times, held=self._held,
+                                seconds=self._rebuild_clock, state=self._rebuild_state, tally=self._rebuild_tally)
+            self._bound, self._bound_to = (lists, build, halo.plan(), mpi, grid, work), key
+        return self._bound
 
     def _rebuilt(self, n: int, n_all: int, changed: bool) -> None:
         """After compiled rebuilds (the current set theirs): the views, the lists, and the halo's
@@ -226,19 +279,21 @@ class HostAtoms:
         self.halo.kernel_rebuilt(self._rebuild_tally, changed)
         self._rebuild_tally.fill(0.0)
         self.nlocal = n
+        self._set.counted(n, n_all)
         self.x0 = self._sort_space[0][:n]
         self._view(n_all)
         self.lists = self._verlet.rows(n)
 
-    def _grow(self, done: int, st: np.ndarray, got: np.ndarray) -> None:
+    def _grow(self, done: int, st: np.ndarray) -> None:
         """What a compiled rebuild that stopped with ``done`` needs before it goes on (as the Python path
         grows its buffers), or its error."""
         if done == rebuild_cpu.LOST:
             raise RuntimeError(LOST)
         if done == rebuild_cpu.FAILED:
-            raise numba_calls.failure(int(got[2]))
+            raise numba_calls.failure(int(self.halo.kernel_handles()["got"][2]))
         short, need = rebuild_cpu.GROW[done], int(st[rebuild_cpu.ST_NEED])
         n, held, new = int(st[rebuild_cpu.ST_N]), int(st[rebuild_cpu.ST_HELD]), self._spare
+        self._bound = None
         if short == "rows":  # the migration's arrivals (on their way), after the rows staying
             self._work["rows"] = grown(self._work["rows"], int(st[rebuild_cpu.ST_STAY]), need + need // 4 + 64)
         elif short == "set":
@@ -247,9 +302,9 @@ class HostAtoms:
         elif short == "ghosts":  # the ghost rows (received, or the brick's own images), after the rows held
             if new.pos.shape[0] < need:
                 cap = max(need, 2 * new.pos.shape[0])
-                new.pos, new.gid = grown(new.pos, held, cap), grown(new.gid, held, cap)
+                new.replace(pos=grown(new.pos, held, cap), gid=grown(new.gid, held, cap))
             if new.f.shape[0] < new.pos.shape[0]:  # forces have ghost rows too, velocities follow
-                new.f, new.v = grown(new.f, n, new.pos.shape[0]), grown(new.v, n, new.pos.shape[0])
+                new.replace(f=grown(new.f, n, new.pos.shape[0]), v=grown(new.v, n, new.pos.shape[0]))
         elif short in ("lists", "widths"):
             widest = st[rebuild_cpu.ST_WIDTHS:rebuild_cpu.ST_WIDTHS + 2] if short == "widths" else None
             self._verlet.grow(n, held - n, self.system.grid.cells, widest)
@@ -273,7 +328,6 @@ class HostAtoms:
                 self.cap = [max(self.cap[0], int(lists[0].max(initial=0)) + 8),
                             max(self.cap[1], int(lists[2].max(initial=0)) + 8)]
         self.lists = tuple(lists)
-        self._kept_args = None
 
     @property
     def pairs(self) -> float:
@@ -328,10 +382,11 @@ class HostAtoms:
         sums.fill(0.0)
         top[1] = system.stop_request
         run_ops = self.forces.run_ops
-        kept = self._kept_args or self._keep_args()
+        atoms, (lists, _, plan, mpi, grid, work) = self._current(), self._records()
         ran = True
         for ops, stage, then in self._programs[forward, kick is not None, step]:
-            status = run_ops(ops, kick or 0.0, eflag, -1.0 if force_rebuild else system.threshold2, *kept)
+            status = run_ops(ops, kick or 0.0, eflag, -1.0 if force_rebuild else system.threshold2, atoms, lists,
+                             plan, mpi, grid, work)
             if status == kc.MPI_FAILED:
                 raise self._mpi_failure()
             if status == kc.REBUILD:
@@ -357,16 +412,6 @@ class HostAtoms:
         else:
             self.energy = self.virial = None
         return True
-
-    def _keep_args(self) -> tuple:
-        """The arguments of :meth:`ForceKernels.run_ops` after the three that change from step to step, kept
-        until the next rebuild (every array of theirs is the same object until then)."""
-        h, system = self.halo, self.system
-        self._kept_args = (self.pos, self.f, self.v, self.nlocal, *self.lists, self.config.cutoff ** 2, h.pidx, h.poff,
-                           h.pshift, h.pstart, h.fsend, h.frecv, h.rsend, h.rrecv, h.soff, h.roff, h.nrecv, self._sums,
-                           self.x0, self.config.dt, system.top, h.requests, h.request_at, system.agreement,
-                           self._status, self._tally)
-        return self._kept_args
 
     def _account(self) -> None:
         """The seconds, bytes and messages of the MPI calls the kernels made, onto the halo's clock: when the
@@ -466,6 +511,7 @@ class HostAtoms:
         system = self.system
         if self._times.shape[0] < most:
             self._times = np.zeros(most + 64)
+            self._bound = None
         h, top = 0.5 * self.config.dt, system.top
         times: list[float] = []
         while True:
@@ -496,16 +542,13 @@ class HostAtoms:
         inside = self.halo.compiled
         if inside:
             self._rebuild_room()
-            s = self._set
-            rebuild = (self.ids, s.pos, s.v, s.f, s.gid, self._rebuild_state, *self._rebuild_args())
-        else:  # no compiled rebuild: arguments of its types, of no use
-            rebuild = steps_cpu.no_rebuild()
         held.fill(0)
         seconds[0] = 0.0
         (ops, _, _), = self._programs[True, True, True]
         (after, _, _), = self._programs[False, True, False]
-        code, taken, done = self._batch(ops, after, most, self._times, h, system.batch_stop2, system.move_limit2,
-                                        inside, held, seconds, *(self._kept_args or self._keep_args()), *rebuild)
+        spare = self._spare
+        code, taken, done = self._batch(ops, after, most, h, system.batch_stop2, system.move_limit2, inside,
+                                        self._current(), spare.record(*spare.counts), *self._records())
         rebuilt = int(held[steps_cpu.H_REBUILDS])
         if rebuilt:
             if rebuilt % 2:

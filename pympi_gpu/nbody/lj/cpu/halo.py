@@ -60,6 +60,7 @@ import numpy as np
 from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj.cpu import kernels as kc
 from pympi_gpu.nbody.lj.cpu import rebuild as rebuild_cpu
+from pympi_gpu.nbody.lj.cpu import records
 from pympi_gpu.nbody.lj.domain import TAG_BORDER, TAG_FORWARD, TAG_MIGRATE, TAG_REVERSE, Brick
 from pympi_gpu.run.phases import PhaseClock
 
@@ -267,8 +268,15 @@ class Halo:
         self.soff, self.roff = np.zeros(7, np.int64), np.zeros(7, np.int64)
         self._one = np.array([self.nbrs[d][0] == self.nbrs[d][1] for d in range(3)])
         self._remote = np.array(self.remote)
-        self._parts = None  # what a compiled rebuild takes that stays (:meth:`kernel_parts`)
+        self._idle = None  # (kernel_handles where there is no compiled exchange)
+        self._place = (np.array(brick.dims, np.int64), np.array(brick.coords, np.int64),
+                       np.array(self.nbrs, np.int64), np.array([TAG_MIGRATE, TAG_BORDER], np.int64))
+        #: counts the replacements of the buffers the kernels hold (:meth:`plan`: its record is made again)
+        self.version = 0
+        self._plan = None  # (the record, the version it was made at)
         self.nrecv = np.zeros(3, np.int64)
+        #: the step's message buffers (:meth:`_messages`): none before the first plan
+        self.fsend = self.frecv = self.rsend = self.rrecv = _NONE
         self._stages: dict[int, _Stage] = {}
         self._held: dict[str, _Agreement] = {}  # persistent collectives of the step (:meth:`agreement`)
         #: the stages' persistent requests as bytes for the kernels that start them
@@ -316,6 +324,7 @@ class Halo:
                 rows, n = self._migrate_dim(d, rows, n)
         self.comm_time += time.perf_counter() - t0
         self.clock.add("communication", time.perf_counter() - t0)
+        self.version += 1  # (the migrants' buffer may be a new one)
         return rows[:n]
 
     def _migrate_dim(self, d: int, rows: np.ndarray, n: int) -> tuple[np.ndarray, int]:
@@ -381,6 +390,7 @@ class Halo:
         self._messages()
         self.comm_time += time.perf_counter() - t0
         self.clock.add("communication", time.perf_counter() - t0)
+        self.version += 1  # (the plan's and the messages' buffers may be new ones)
         return pos, gid, n
 
     def _remote_stage(self, d: int, pos, gid, n: int, up0: int):
@@ -419,6 +429,7 @@ class Halo:
                                          self.roff, self.nrecv)
         if not changed and self._stages:  # the same regions of the same buffer: the messages stand
             return
+        self.version += 1
         soff, roff = self.soff.tolist(), self.roff.tolist()
         ns, nr = soff[6], roff[6]
         flat = self._flat = _rows_for(self._flat, 2 * (ns + nr), 3)  # one kept buffer, four views
@@ -438,28 +449,48 @@ class Halo:
         """Do compiled calls make the rebuild's messages (``kernels``)?"""
         return self._kernel is not None
 
-    def kernel_parts(self) -> tuple:
-        """What :func:`~pympi_gpu.nbody.lj.cpu.rebuild.rebuild_brick` takes of the halo that stays the same
-        from one rebuild to the next: ``(brick, nbrs, tags, up0, mpi, got)``; the orphans' messages freed
-        first, as :meth:`build` does."""
-        _free_orphans()
-        if self._parts is None:
-            b, k = self.brick, self._kernel
-            self._parts = ((np.array(b.dims, np.int64), np.array(b.coords, np.int64), self._remote),
-                           np.array(self.nbrs, np.int64), np.array([TAG_MIGRATE, TAG_BORDER], np.int64),
-                           self.half_shell, (k.comm, k.double, k.requests, k.rsize, k.status), k.got)
-        return self._parts
+    def plan(self) -> records.Plan:
+        """The halo as the kernels take it, a :class:`~pympi_gpu.nbody.lj.cpu.records.Plan` record: made
+        again after its buffers were replaced (:attr:`version`).  After the first plan (:meth:`build`)."""
+        if self._plan is None or self._plan[1] != self.version:
+            dims, coords, nbrs, tags = self._place
+            plan = records.make(records.Plan, dims=dims, coords=coords, remote=self._remote, one=self._one, nbrs=nbrs,
+                                tags=tags, up0=self.half_shell, below=self._below, above=self._above,
+                                pidx=self.pidx, plan_rows=self._plan_rows, poff=self.poff, pstart=self.pstart,
+                                counts=self.counts, pshift=self.pshift, regions=self._regions, soff=self.soff,
+                                roff=self.roff, nrecv=self.nrecv, fsend=self.fsend, frecv=self.frecv,
+                                rsend=self.rsend, rrecv=self.rrecv)
+            self._plan = (plan, self.version)
+        return self._plan[0]
 
-    def kernel_buffers(self) -> tuple:
-        """The halo's buffers a compiled rebuild writes: ``(leaving, plan, message, received, regions)``."""
-        plan = (self._below, self._above, self._plan_rows, self.poff, self.pstart, self.counts, self.pshift)
-        regions = (self._one, self._regions, self.soff, self.roff, self.nrecv)
-        return self._leaving, plan, self._msg, self._kernel.rows, regions
+    def rebuild_buffers(self) -> dict:
+        """The halo's buffers a compiled rebuild writes, fields of a
+        :class:`~pympi_gpu.nbody.lj.cpu.records.Build` record: the migrants (``leaving``), a border stage's
+        rows sent (``message``) and received (``received``)."""
+        received = self._kernel.rows if self._kernel is not None else np.empty((0, 4))
+        return {"leaving": self._leaving, "message": self._msg, "received": received}
+
+    def kernel_handles(self) -> dict:
+        """The fields of an :class:`~pympi_gpu.nbody.lj.cpu.records.Mpi` record a compiled rebuild's
+        exchanges use (:class:`_KernelExchange`: the communicator's and ``MPI_DOUBLE``'s handles, room for
+        the requests and statuses, the counts ``got``); of no use, but of their types, where Python makes
+        the rebuild's messages."""
+        _free_orphans()  # (as :meth:`build` does)
+        k = self._kernel
+        if k is None:
+            if self._idle is None:
+                size = numba_calls.request_size()
+                self._idle = {"comm": 0, "double": 0, "requests": np.zeros(2 * size, np.uint8), "rsize": size,
+                              "rstatus": numba_calls.statuses(2), "got": np.zeros(3, np.int64)}
+            return self._idle
+        return {"comm": k.comm, "double": k.double, "requests": k.requests, "rsize": k.rsize, "rstatus": k.status,
+                "got": k.got}
 
     def grow(self, short: str, st: np.ndarray) -> None:
         """Grow the buffer a compiled rebuild found ``short`` (``rebuild_cpu.GROW``'s names), as the Python
         path grows it; ``st`` its state."""
         need = int(st[rebuild_cpu.ST_NEED])
+        self.version += 1
         if short == "leaving":
             self._leaving = _rows_for(self._leaving, need, 10)
         elif short == "plan":
@@ -492,6 +523,7 @@ class Halo:
                 at[2 * d + back] = (len(kept) * size, len(requests))
                 kept += requests
         self.requests, self.request_at = numba_calls.handles(kept), at
+        self.version += 1
 
     def agreement(self, send: np.ndarray, recv: np.ndarray) -> np.ndarray:
         """The step's agreement, a persistent reduction (MAX) of ``send`` into ``recv`` over the

@@ -40,6 +40,7 @@ from pympi_gpu.device.jitcache import keyed_by_code
 from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj.cpu.lists import build as build_lists
 from pympi_gpu.nbody.lj.cpu.lists import cell_index as _cell_index
+from pympi_gpu.nbody.lj.cpu import records
 from pympi_gpu.nbody.lj.pairs import compiled
 
 __all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "make_row", "kick", "drift",
@@ -392,21 +393,20 @@ def make_run_ops(newton, linked: bool):
     step_call = make_step_calls(linked)
 
     @njit(nogil=True, cache=True)
-    def run_ops(ops, h, eflag, rebuild2, pos, f, v, n, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, pidx, poff, pshift,
-                pstart, fsend, frecv, rsend, rrecv, soff, roff, nrecv, sums, x0, dt, top, reqs, req_at, agree, status,
-                tally):
+    def run_ops(ops, h, eflag, rebuild2, atoms, lists, plan, mpi, grid, work):
         """A piece of a step with half lists (:data:`OPS`), one call: :data:`RAN`, :data:`REBUILD`, :data:`MPI_FAILED`.
 
-        The arguments that change from step to step first (the kick ``h``, ``eflag``, ``rebuild2``).
-        ``ops`` ``(k, 2)``: opcode and argument (a stage, a third of the owned atoms), in order; the ghost
-        plan flat (``pidx``, ...); messages in ``fsend``/``frecv``, ``rsend``/``rrecv`` (back), entry e's from
-        ``soff[e]``/``roff[e]`` (:func:`message_regions`); ``sums``: the owned pairs' energy and virial
-        (``[0]``, ``[1]``), the ghost pairs' (``[2]``, ``[3]``).  Persistent requests as bytes
-        (:func:`~pympi_gpu.mpi.numba_calls.handles`): the halo's ``reqs``, stage d's forward ones
-        ``req_at[2d] = (first byte, count)``, reverse ``req_at[2d + 1]``; ``agree``, the reduction (MAX)
-        of ``top[:2]`` (the largest squared displacement since ``x0``, the stop request) into ``top[2:]``
-        (empty on one rank: a copy), after which a displacement above ``rebuild2`` stops the piece; ``tally``:
-        seconds, bytes and messages of the calls, added (``TALLY_*``)."""
+        The kick ``h``, ``eflag``, ``rebuild2``, then the state's records (:mod:`~pympi_gpu.nbody.lj.cpu.records`).
+        ``ops`` ``(k, 2)``: opcode and argument (a stage, a third of the owned atoms), in order.  ``work.sums``:
+        the owned pairs' energy and virial (``[0]``, ``[1]``), the ghost pairs' (``[2]``, ``[3]``).  After
+        ``OP_AGREE`` (the reduction (MAX) of ``mpi.top[:2]``, the largest squared displacement since
+        ``lists.x0`` and the stop request, into ``top[2:]``), a displacement above ``rebuild2`` stops the
+        piece; ``mpi.tally``: seconds, bytes and messages of the MPI calls, added (``TALLY_*``)."""
+        n = atoms.n
+        pos, f, v = atoms.pos[:atoms.held], atoms.f[:atoms.held], atoms.v[:n]
+        x0, own_cnt, own_nbr, gh_cnt, gh_nbr = lists.x0, lists.own_cnt, lists.own_nbr, lists.gh_cnt, lists.gh_nbr
+        pidx, poff, pshift, pstart, soff, roff = plan.pidx, plan.poff, plan.pshift, plan.pstart, plan.soff, plan.roff
+        top, tally, sums, rc2, dt = mpi.top, mpi.tally, work.sums, grid.rc2, grid.dt
         for q in range(ops.shape[0]):
             op = ops[q, 0]
             d = ops[q, 1]
@@ -417,17 +417,17 @@ def make_run_ops(newton, linked: bool):
             elif op == OP_KICK_DRIFT:
                 top[0] = kick_drift(v, f, pos, x0, h, dt, n)
             elif op >= OP_AGREE:  # an MPI call
-                rc = step_call(op, d, top, reqs, req_at, agree, status, tally, soff, roff)
+                rc = step_call(op, d, top, mpi.reqs, mpi.req_at, mpi.agree, mpi.status, tally, soff, roff)
                 if rc != 0:
                     tally[TALLY_ERROR] = rc
                     return MPI_FAILED
                 if op == OP_AGREE and top[2] > rebuild2:
                     return REBUILD
             elif op == OP_FORWARD or op == OP_PACK:  # in place (an empty message) or into the message
-                out, gap = stage_region(fsend[:0] if op == OP_FORWARD else fsend, soff, d)
+                out, gap = stage_region(plan.fsend[:0] if op == OP_FORWARD else plan.fsend, soff, d)
                 forward_stages(pos, pidx, poff, pshift, pstart, d, d + 1, out, gap)
             elif op == OP_PUT:
-                ghosts_in(pos, pstart, nrecv, d, frecv, roff, False)
+                ghosts_in(pos, pstart, plan.nrecv, d, plan.frecv, roff, False)
             elif op == OP_OWNED:
                 e, w = newton(pos, f, (d * n) // 3, ((d + 1) * n) // 3, own_cnt, own_nbr, rc2, eflag)
                 sums[0] += e
@@ -437,10 +437,10 @@ def make_run_ops(newton, linked: bool):
                 sums[2] = e
                 sums[3] = w
             elif op == OP_REVERSE or op == OP_ADD_BACK:  # in place, or from the message that came home
-                buf, gap = stage_region(rsend[:0] if op == OP_REVERSE else rrecv, soff, d)
+                buf, gap = stage_region(plan.rsend[:0] if op == OP_REVERSE else plan.rrecv, soff, d)
                 reverse_stages(f, pidx, poff, pstart, d, d + 1, buf, gap)
             elif op == OP_PACK_BACK:
-                ghosts_in(f, pstart, nrecv, d, rsend, roff, True)
+                ghosts_in(f, pstart, plan.nrecv, d, plan.rsend, roff, True)
             elif op == OP_KICK:
                 kick_serial(v, f, h, n)
         return RAN
@@ -927,20 +927,13 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
     none = np.empty((0, 3))
     forward_stages(x, pidx, poff, pshift, pstart, 0, 3, none, 0)
     reverse_stages(f, pidx, poff, pstart, 0, 3, none, 0)
-    sums = np.zeros(4)
-    # every operation but those that call MPI (compiled all the same), on one rank's empty plan
-    every = np.array([[op, 0] for op in range(len(OPS)) if op not in (OP_POST, OP_WAIT, OP_SEND_BACK)], np.int64)
-    top, tally = np.zeros(4), np.zeros(6)
-    no_requests, status = np.zeros(0, np.uint8), np.zeros(64, np.uint8)
     for half in (True, False):
-        grid = _Grid(lo, inv, ncell)
-        lists = build_lists(pos, n, grid, 1.0, 0.5, half, widths=(8, 8))
-        if half:
-            for eflag in (True, False):
-                rest = (x, f, v, n, *lists, 1.0, pidx, poff, pshift, pstart, none, none, none, none,
-                        np.zeros(7, np.int64), np.zeros(7, np.int64), np.zeros(3, np.int64), sums, pos, 0.1, top,
-                        no_requests, np.zeros((6, 2), np.int64), no_requests, status, tally)
-                forces.run_ops(every, 0.1, eflag, 1e300, *rest)
+        build_lists(pos, n, _Grid(lo, inv, ncell), 1.0, 0.5, half, widths=(8, 8))
+    # every operation but those that call MPI (compiled all the same), on the records of a brick of no atoms
+    every = np.array([[op, 0] for op in range(len(OPS)) if op not in (OP_POST, OP_WAIT, OP_SEND_BACK)], np.int64)
+    rows, _, lists, _, plan, mpi, grid, work = records.idle(np.zeros(0, np.int64))
+    for eflag in (True, False):
+        forces.run_ops(every, 0.1, eflag, 1e300, rows, lists, plan, mpi, grid, work)
 
 
 class _Grid(NamedTuple):

@@ -55,6 +55,8 @@ on AVX-512 and AVX2 code alike, and the second search went.)
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -62,7 +64,7 @@ from numba import uint64 as u64
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["VerletLists", "build", "cell_index"]
+__all__ = ["VerletLists", "build", "build_rows", "cell_index"]
 
 
 @njit(cache=True, inline="always")
@@ -474,12 +476,53 @@ def _search(pos, far_, ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, 
 
 
 @njit(nogil=True, cache=True)
-def _build(pos, nlocal, n_all, lo, inv, ncell, reach, cut2, rc2, half, cell, ostart, gstart, orec, grec, bo, bg,
-           near, far, own_cnt, own_nbr, gh_cnt, gh_nbr, simd, block):
-    """:func:`_records` then :func:`_search`, one compiled call: the longest owned and ghost rows."""
-    extent = _records(pos, nlocal, n_all, lo, inv, ncell, cell, ostart, gstart, orec, grec)
-    return _search(pos, extent, ncell, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr, ostart, gstart, orec,
-                   grec, bo, bg, near, far, simd, block)
+def build_rows(pos, nlocal, n_all, grid, bufs):
+    """:func:`_records` then :func:`_search`, one compiled call: the longest owned and ghost rows.
+
+    ``grid``: the cell grid (``lo``, ``inv``, ``ncell``, ``reach``), the
+    squared radii (``cut2``, ``rc2``), ``half`` and the scan's ``simd`` and
+    ``block``; ``bufs``: the buffers written (``lcell ... far``) and the
+    rows (``own_cnt ... gh_nbr``): a rebuild's records
+    (:class:`~pympi_gpu.nbody.lj.cpu.records.Grid`, ``Build``), or
+    :class:`_Scan` and :class:`_Buffers`.
+    """
+    extent = _records(pos, nlocal, n_all, grid.lo, grid.inv, grid.ncell, bufs.lcell, bufs.ostart, bufs.gstart,
+                      bufs.orec, bufs.grec)
+    return _search(pos, extent, grid.ncell, grid.reach, grid.cut2, grid.rc2, grid.half, bufs.own_cnt, bufs.own_nbr,
+                   bufs.gh_cnt, bufs.gh_nbr, bufs.ostart, bufs.gstart, bufs.orec, bufs.grec, bufs.bo, bufs.bg,
+                   bufs.near, bufs.far, grid.simd, grid.block)
+
+
+class _Scan(NamedTuple):
+    """What :func:`build_rows` reads of a build's grid, where no rebuild's record gives it."""
+
+    lo: np.ndarray
+    inv: np.ndarray
+    ncell: np.ndarray
+    reach: int
+    cut2: float
+    rc2: float
+    half: bool
+    simd: int
+    block: int
+
+
+class _Buffers(NamedTuple):
+    """:class:`VerletLists`' buffers as :func:`build_rows` takes them."""
+
+    lcell: np.ndarray
+    ostart: np.ndarray
+    gstart: np.ndarray
+    orec: np.ndarray
+    grec: np.ndarray
+    bo: np.ndarray
+    bg: np.ndarray
+    near: np.ndarray
+    far: np.ndarray
+    own_cnt: np.ndarray
+    own_nbr: np.ndarray
+    gh_cnt: np.ndarray
+    gh_nbr: np.ndarray
 
 
 class VerletLists:
@@ -495,6 +538,8 @@ class VerletLists:
     def __init__(self, widths: tuple[int, int]):
         self.widths = [int(widths[0]), int(widths[1])]
         self._room = (-1, -1, -1, -1, -1)  # (owned, ghosts, cells, widths) the buffers hold
+        #: counts the buffers made (a record of them is made again after a change: ``HostAtoms._records``)
+        self.version = 0
 
     def _buffers(self, nlocal: int, ng: int, ncells: int) -> None:
         """The kept buffers, for ``nlocal`` owned rows, ``ng`` ghosts and ``ncells`` cells, with headroom."""
@@ -510,6 +555,7 @@ class VerletLists:
         self.own_nbr = np.empty((o, self.widths[0] + 1), np.int32)
         self.gh_nbr = np.empty((o, self.widths[1] + 1), np.int32)
         self._room = (o, g, ncells, *self.widths)
+        self.version += 1
 
     def build(self, pos, nlocal: int, grid, cut2: float, rc2: float, half: bool):
         """The lists of the owned rows ``pos[:nlocal]`` among all rows of ``pos`` (owned first, then ghosts).
@@ -523,23 +569,23 @@ class VerletLists:
         o, g, c, w0, w1 = self._room
         if nlocal > o or n_all - nlocal > g or ncells != c or w0 != self.widths[0] or w1 != self.widths[1]:
             self._buffers(nlocal, n_all - nlocal, ncells)
+        scan = _Scan(grid.lo, grid.inv, ncell, grid.reach, cut2, rc2, half, SIMD, BLOCK)
         while True:
-            most_own, most_gh = _build(pos, nlocal, n_all, grid.lo, grid.inv, ncell, grid.reach, cut2, rc2, half,
-                                       self.cell, self.ostart, self.gstart, self.orec, self.grec, self.bo, self.bg,
-                                       self.near, self.far, self.own_cnt, self.own_nbr, self.gh_cnt, self.gh_nbr,
-                                       SIMD, BLOCK)
+            most_own, most_gh = build_rows(pos, nlocal, n_all, scan, _Buffers(**self.kernel_buffers()))
             if most_own <= self.widths[0] and most_gh <= self.widths[1]:
                 return self.rows(nlocal)
             self.grow(nlocal, n_all - nlocal, ncells, (most_own, most_gh))
 
 
     # -- the buffers as :func:`~pympi_gpu.nbody.lj.cpu.rebuild.rebuild_brick` builds the lists in them
-    def kernel_buffers(self) -> tuple:
-        """The buffers the build writes, in :func:`_build`'s order (made, of no rows, before the first)."""
+    def kernel_buffers(self) -> dict:
+        """The buffers the build writes, by name (made, of no rows, before the first): the fields of a
+        :class:`_Buffers`, and of a :class:`~pympi_gpu.nbody.lj.cpu.records.Build` record."""
         if self._room[0] < 0:
             self._buffers(0, 0, 0)
-        return (self.cell, self.ostart, self.gstart, self.orec, self.grec, self.bo, self.bg, self.near, self.far,
-                self.own_cnt, self.own_nbr, self.gh_cnt, self.gh_nbr)
+        return {"lcell": self.cell, "ostart": self.ostart, "gstart": self.gstart, "orec": self.orec,
+                "grec": self.grec, "bo": self.bo, "bg": self.bg, "near": self.near, "far": self.far,
+                "own_cnt": self.own_cnt, "own_nbr": self.own_nbr, "gh_cnt": self.gh_cnt, "gh_nbr": self.gh_nbr}
 
     def grow(self, nlocal: int, ng: int, ncells: int, longest: tuple[int, int] | None = None) -> None:
         """Buffers for ``nlocal`` owned rows, ``ng`` ghosts and ``ncells`` cells; ``longest``: a build's

@@ -35,40 +35,46 @@ from pympi_gpu.device.jitcache import sources
 from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj.cpu import kernels as kc
 from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
+from pympi_gpu.nbody.lj.cpu import records
 
-__all__ = ["rebuild_brick", "warmup", "idle_args", "state", "DONE", "GROW", "LOST", "FAILED", "ST_N", "ST_HELD",
-           "ST_NEED", "ST_STAY", "ST_WIDTHS", "ST_D", "ST_CHANGED", "TALLY_SECONDS", "TALLY_BYTES",
+__all__ = ["rebuild_brick", "warmup", "state", "DONE", "GROW", "LOST", "FAILED", "AGREE", "ST_N", "ST_HELD",
+           "ST_NEED", "ST_STAY", "ST_WIDTHS", "ST_D", "ST_CHANGED", "ST_FINITE", "TALLY_SECONDS", "TALLY_BYTES",
            "TALLY_MESSAGES"]
 
 #: ``st``'s entries: where the call is (phase, dimension, a message on its way), the owned rows and the
 #: rows held, what a short buffer needs, the migration's rows staying, leaving down and up, a border
-#: stage's rows to each side, whether the plan's message regions changed, and the longest list rows found
+#: stage's rows to each side, whether the plan's message regions changed, the longest list rows found (two);
+#: whether the ranks must agree on the migration (a rebuild no displacement's agreement vouched for: the
+#: run's first) and whether every velocity and force packed was finite
 (ST_PHASE, ST_D, ST_RESUME, ST_N, ST_HELD, ST_NEED, ST_STAY, ST_DOWN, ST_UP, ST_LOW, ST_HIGH, ST_CHANGED,
  ST_WIDTHS) = range(13)
-_ST_SIZE = ST_WIDTHS + 2
+ST_CHECK, ST_FINITE = ST_WIDTHS + 2, ST_WIDTHS + 3
+_ST_SIZE = ST_FINITE + 1
 _PACK, _MIGRATE, _SORT, _GHOSTS, _LISTS = range(5)
 #: ``st[ST_RESUME]``: nothing on its way; a probe found the receive buffer short (receive, then go on);
 #: the ghosts received, the rows they go to short
 _FRESH, _RECEIVE, _RECEIVED = range(3)
 
 #: what :func:`rebuild_brick` returns: done, or a short buffer (grow it and call again), an atom that
-#: moved more than a brick, or a failed MPI call (its code in ``got[2]``)
+#: moved more than a brick, a failed MPI call (its code in ``got[2]``), or (where ``st[ST_CHECK]``) the
+#: migration made: the ranks agree on it (``LjSystem.agree_migration``), and the call goes on
 DONE = 0
 GROW_ROWS, GROW_LEAVING, GROW_SET, GROW_PLAN, GROW_MESSAGE, GROW_RECEIVED, GROW_GHOSTS, GROW_LISTS, GROW_WIDTHS = \
     range(1, 10)
 GROW = {GROW_ROWS: "rows", GROW_LEAVING: "leaving", GROW_SET: "set", GROW_PLAN: "plan", GROW_MESSAGE: "message",
         GROW_RECEIVED: "received", GROW_GHOSTS: "ghosts", GROW_LISTS: "lists", GROW_WIDTHS: "widths"}
-LOST, FAILED = 10, 11
+LOST, FAILED, AGREE = 10, 11, 12
 #: ``tally``: seconds in the migration and the ghost plan (as the Python path's clock counts them),
 #: bytes and messages handed to MPI
 TALLY_SECONDS, TALLY_BYTES, TALLY_MESSAGES = range(3)
 
 
-def state(n: int, st: np.ndarray | None = None) -> np.ndarray:
-    """``st`` for a rebuild of ``n`` owned atoms: a new one, or ``st`` set back."""
+def state(n: int, st: np.ndarray | None = None, check: bool = False) -> np.ndarray:
+    """``st`` for a rebuild of ``n`` owned atoms: a new one, or ``st`` set back.  ``check``: the ranks
+    agree on the migration (:data:`AGREE`)."""
     st = np.zeros(_ST_SIZE, np.int64) if st is None else st
     st.fill(0)
-    st[ST_N] = n
+    st[ST_N], st[ST_CHECK] = n, check
     return st
 
 
@@ -117,10 +123,14 @@ def _migrate(st, got, tally, rows, leaving, box, dims, coords, remote, nbrs, tag
 
 
 @njit(inline="always")
-def _ghosts(st, got, tally, pos, gid, below, above, pidx, poff, pstart, counts, pshift, up0, remote, nbrs, tag,
-            message, received, mpi):
-    """Phase 4: the ghost plan from stage ``st[ST_D]`` on (``Halo.build``); :data:`DONE` or a code."""
+def _ghosts(st, got, tally, pos, gid, plan, build, up0, mpi):
+    """Phase 4: the ghost plan from stage ``st[ST_D]`` on (``Halo.build``), the rows into ``pos``, ``gid``;
+    :data:`DONE` or a code."""
     comm, double, requests, rsize, status = mpi
+    below, above, pidx, poff, pstart, counts = plan.below, plan.above, plan.plan_rows, plan.poff, plan.pstart, \
+        plan.counts
+    pshift, remote, nbrs, tag, message, received = plan.pshift, plan.remote, plan.nbrs, plan.tags[1], build.message, \
+        build.received
     d = st[ST_D]
     while d < 3:
         st[ST_D] = d
@@ -173,110 +183,97 @@ def _ghosts(st, got, tally, pos, gid, below, above, pidx, poff, pstart, counts, 
 
 
 @njit(inline="always")
-def _lists(st, pos, f, lo, inv, ncell, reach, cut2, rc2, half, lists, simd, block):
+def _lists(st, pos, f, build, grid):
     """Phase 5: the ghosts' force rows zeroed, the Verlet lists built; :data:`DONE` or a code."""
-    cell, ostart, gstart, orec, grec, bo, bg, near, far, own_cnt, own_nbr, gh_cnt, gh_nbr = lists
     n, held = st[ST_N], st[ST_HELD]
+    ncell = grid.ncell
     if f.shape[0] < held:
         st[ST_NEED] = held
         return GROW_GHOSTS
-    if (own_cnt.shape[0] < n or cell.shape[0] - own_cnt.shape[0] < held - n
-            or ostart.shape[0] != ncell[0] * ncell[1] * ncell[2] + 1):
+    if (build.own_cnt.shape[0] < n or build.lcell.shape[0] - build.own_cnt.shape[0] < held - n
+            or build.ostart.shape[0] != ncell[0] * ncell[1] * ncell[2] + 1):
         return GROW_LISTS
     for r in range(n, held):
         for c in range(3):
             f[r, c] = 0.0
-    most_own, most_gh = lists_cpu._build(pos, n, held, lo, inv, ncell, reach, cut2, rc2, half, cell, ostart, gstart,
-                                         orec, grec, bo, bg, near, far, own_cnt, own_nbr, gh_cnt, gh_nbr, simd, block)
-    if most_own > own_nbr.shape[1] - 1 or most_gh > gh_nbr.shape[1] - 1:
+    most_own, most_gh = lists_cpu.build_rows(pos, n, held, grid, build)
+    if most_own > build.own_nbr.shape[1] - 1 or most_gh > build.gh_nbr.shape[1] - 1:
         st[ST_WIDTHS], st[ST_WIDTHS + 1] = most_own, most_gh
         return GROW_WIDTHS
     return DONE
 
 
 @njit(nogil=True, cache=True)
-def rebuild_brick(st, got, tally, x, vel, force, ids, box, rows, leaving, dims, coords, remote, nbrs, tags, pos, v, f,
-                  gid, x0, order, cell, start, lo, inv, ncell, reach, below, above, pidx, poff, pstart, counts, pshift,
-                  up0, message, received, one, regions, soff, roff, nrecv, cut2, rc2, half, lcell, ostart, gstart, orec,
-                  grec, bo, bg, near, far, own_cnt, own_nbr, gh_cnt, gh_nbr, simd, block, comm, double, requests, rsize,
-                  status):
+def rebuild_brick(cur, new, lists, build, plan, mpi, grid, work):
     """One rebuild of a brick, or as much of it as the buffers allow (module docstring).
 
-    The owned atoms ``x vel force ids`` (``st[ST_N]`` of them); the
-    migration's buffers ``rows``, ``leaving``; the brick (``dims``,
-    ``coords``, ``remote``) and each dimension's lower and upper neighbour
-    (``nbrs`` ``(3, 2)``); the migration's and the borders' first ``tags``;
-    the other set ``pos v f gid`` the atoms are sorted into, with ``x0`` and
-    the sort's workspace ``order cell start``; the cell grid ``lo inv ncell
-    reach``; the halo's plan ``below ... pshift``, ``up0`` (the half shell),
-    a border stage's ``message`` and ``received`` buffers, the plan's
-    message regions (``one ... nrecv``: :func:`~pympi_gpu.nbody.lj.cpu.kernels.message_regions`,
-    whether they changed in ``st[ST_CHANGED]``); the lists' radii
-    and :class:`~pympi_gpu.nbody.lj.cpu.lists.VerletLists` buffers
-    (``lcell ... gh_nbr``, ``simd``, ``block``); the handles of
-    :class:`~pympi_gpu.nbody.lj.cpu.halo._KernelExchange` (``comm ... status``).
-    Every array is an argument of its own: numba types a tuple of arrays
-    in Python, some microseconds an array.  Returns :data:`DONE`, a
-    ``GROW_*`` code (:data:`GROW`), :data:`LOST` or :data:`FAILED`;
-    ``st[ST_N]``, ``st[ST_HELD]``: the owned rows and all rows after it.
+    The records of :mod:`~pympi_gpu.nbody.lj.cpu.records`: the owned atoms
+    of the current set ``cur`` (``work.state[ST_N]`` of them) are migrated
+    (``build.rows``, ``build.leaving``) and sorted by (cell, id) into the
+    other set ``new`` (``build.order``, ``cell``, ``start``, ``x0``), the
+    ghost plan and its rows made (``plan``; whether the message regions
+    changed in ``st[ST_CHANGED]``), the Verlet lists built (``build``), the
+    messages made with ``mpi``'s handles.  Returns :data:`DONE`, the
+    steps' ``lists`` and ``plan.pidx`` then views of what it built,
+    ``new.n``, ``new.held`` (and ``st[ST_N]``, ``st[ST_HELD]``) the owned
+    rows and all rows; or a ``GROW_*`` code (:data:`GROW`), :data:`LOST`
+    or :data:`FAILED`.
     """
-    mpi = (comm, double, requests, rsize, status)
+    st, got, tally = work.state, mpi.got, work.tally
+    handles = (mpi.comm, mpi.double, mpi.requests, mpi.rsize, mpi.rstatus)
     done = DONE
-    if st[ST_PHASE] == _PACK:
-        kc.pack_migrants(x, vel, force, ids, st[ST_N], rows, box)  # (finite: the displacement's agreement said so)
+    if st[ST_PHASE] == _PACK:  # (finite, unless ST_CHECK: the displacement's agreement said so)
+        st[ST_FINITE] = kc.pack_migrants(cur.pos, cur.v, cur.f, cur.gid, st[ST_N], build.rows, grid.box)
         st[ST_PHASE] = _MIGRATE
     if st[ST_PHASE] == _MIGRATE:
         t0 = numba_calls.wtime()
-        done = _migrate(st, got, tally, rows, leaving, box, dims, coords, remote, nbrs, tags[0], mpi)
+        done = _migrate(st, got, tally, build.rows, build.leaving, grid.box, plan.dims, plan.coords, plan.remote,
+                        plan.nbrs, plan.tags[0], handles)
         tally[TALLY_SECONDS] += numba_calls.wtime() - t0
         if done != DONE:
             return done
         st[ST_PHASE] = _SORT
+        if st[ST_CHECK]:
+            st[ST_CHECK] = 0
+            return AGREE
     if st[ST_PHASE] == _SORT:
         n = st[ST_N]
-        if pos.shape[0] < n or v.shape[0] < n or order.shape[0] < n:
+        if new.pos.shape[0] < n or new.v.shape[0] < n or build.order.shape[0] < n or build.x0.shape[0] < n:
             st[ST_NEED] = n
             return GROW_SET
-        kc.sort_migrants(rows, n, lo, inv, ncell, order, cell, start, pos, v, f, gid, x0)
+        kc.sort_migrants(build.rows, n, grid.lo, grid.inv, grid.ncell, build.order, build.cell, build.start,
+                         new.pos, new.v, new.f, new.gid, build.x0)
         st[ST_PHASE], st[ST_HELD], st[ST_D] = _GHOSTS, n, 0
     if st[ST_PHASE] == _GHOSTS:
         t0 = numba_calls.wtime()
-        done = _ghosts(st, got, tally, pos, gid, below, above, pidx, poff, pstart, counts, pshift,
-                       st[ST_N] if up0 else 0, remote, nbrs, tags[1], message, received, mpi)
+        done = _ghosts(st, got, tally, new.pos, new.gid, plan, build, st[ST_N] if plan.up0 else 0, handles)
         tally[TALLY_SECONDS] += numba_calls.wtime() - t0
         if done != DONE:
             return done
-        st[ST_CHANGED] = kc.message_regions(poff, counts, remote, one, regions, soff, roff, nrecv)
+        st[ST_CHANGED] = kc.message_regions(plan.poff, plan.counts, plan.remote, plan.one, plan.regions, plan.soff,
+                                            plan.roff, plan.nrecv)
         st[ST_PHASE] = _LISTS
-    lists = (lcell, ostart, gstart, orec, grec, bo, bg, near, far, own_cnt, own_nbr, gh_cnt, gh_nbr)
-    return _lists(st, pos, f, lo, inv, ncell, reach, cut2, rc2, half, lists, simd, block)
+    done = _lists(st, new.pos, new.f, build, grid)
+    if done == DONE:  # the steps go on with what it built
+        n = new.n = st[ST_N]
+        new.held = st[ST_HELD]
+        plan.pidx = plan.plan_rows[:plan.poff[6]]
+        lists.x0, lists.own_cnt, lists.own_nbr = build.x0[:n], build.own_cnt[:n], build.own_nbr[:n]
+        lists.gh_cnt, lists.gh_nbr = build.gh_cnt[:n], build.gh_nbr[:n]
+    return done
 
 
 # numba keys a kernel's cache entries by its own file only: the kernels it calls live in these
-rebuild_brick = numba_calls.keyed_by_handles(rebuild_brick, sources(kc, lists_cpu, numba_calls))
+rebuild_brick = numba_calls.keyed_by_handles(rebuild_brick, sources(kc, lists_cpu, numba_calls, records))
 
 
 def warmup() -> None:
-    """Compile (or load from numba's cache) :func:`rebuild_brick` for the argument types
-    :class:`~pympi_gpu.nbody.lj.cpu.atoms.HostAtoms` gives it, by a call that stops at once (its list
-    buffers short), where numba can call MPI (:func:`~pympi_gpu.mpi.numba_calls.link`)."""
+    """Compile (or load from numba's cache) :func:`rebuild_brick` for the record types
+    :class:`~pympi_gpu.nbody.lj.cpu.atoms.HostAtoms` gives it, by a call that stops at once (a brick of
+    no atoms at its lists, whose buffers hold no cell: :func:`~pympi_gpu.nbody.lj.cpu.records.idle`),
+    where numba can call MPI (:func:`~pympi_gpu.mpi.numba_calls.link`)."""
     if not numba_calls.link():
         return
-    rebuild_brick(*idle_args())
-
-
-def idle_args() -> tuple:
-    """:func:`rebuild_brick`'s arguments, of the types a run gives, for a call that stops at once: ``st``
-    at the lists, whose buffers hold no cell (:func:`warmup`; a batch of steps that makes no rebuild)."""
-    f3, f10, f4, i1 = np.zeros((1, 3)), np.zeros((1, 10)), np.zeros((1, 4)), np.zeros(1, np.int64)
-    b1, f1, i32 = np.zeros(3, np.bool_), np.zeros(3), np.zeros((1, 1), np.int32)
     st = state(0)
     st[ST_PHASE] = _LISTS
-    rsize = numba_calls.request_size()
-    i3, i2 = np.zeros(3, np.int64), np.zeros(2, np.int64)  # (no cells, and a cell count that is not theirs)
-    r32, n32 = np.zeros((4, 1), np.float32), np.zeros(1, np.int32)  # the lists' records and candidates
-    return (st, i3, np.zeros(3), f3, f3, f3, i1, 1.0, f10, f10, i1, i1, b1, np.zeros((3, 2), np.int64), i1, f3,
-            f3, f3, i1, f3, i1, i1, i1, f1, f1, i3, 2, f1, f1, i1, i1, i1, i1, np.zeros((6, 3)), True, f4, f4,
-            b1, i1, i1, i1, i1, 1.0, 1.0, True, i1, i2, i1, r32, r32, r32, r32, n32,
-            n32, i1, i32, i1, i32, lists_cpu.SIMD, lists_cpu.BLOCK, 0, 0, np.zeros(2 * rsize, np.uint8), rsize,
-            numba_calls.statuses(2))
+    rebuild_brick(*records.idle(st))

@@ -24,22 +24,20 @@ The call returns to Python where a rebuild needs what only Python does:
 * :data:`REBUILT`: the rebuild is done but the plan's message regions changed,
   so the persistent messages are made anew (MPI handles, in Python).
 
-Each returns with the forces of that step left to compute.  ``held``
+Each returns with the forces of that step left to compute.  ``work.held``
 (``H_*``) says what the rebuilds made inside left: the owned rows and all rows
 of the current set and how many there were (the sets swapped as many times).
 
 The kernel takes up to ``most`` steps of program ``ops`` (a whole step, its
 MPI calls in it) without energy sums and returns ``(code, steps, rebuild
-code)``, each step's seconds (``MPI_Wtime``) in ``times``:
+code)``, each step's seconds (``MPI_Wtime``) in ``work.times``:
 ``kernels_cpu.RAN`` after ``most`` steps or the step whose stop request the
-ranks agreed on (``top[3]``), else one of the codes above.  Where ``inside``
+ranks agreed on (``mpi.top[3]``), else one of the codes above.  Where ``inside``
 (the rebuild is compiled), a rebuild whose displacement is no more than
 ``limit2`` is made in the call, then the forces (program ``after``);
-``seconds[0]``: the rebuilds' seconds, added.  The arguments from ``pos`` to
-``tally`` are ``run_ops``'s (views of the current set); then the current
-set's ids and whole buffers, and ``rebuild_brick``'s arguments after ``st``
-(its atoms, the current set's when the call began, and those it shares with
-``run_ops``, as they are there).
+``work.seconds[0]``: the rebuilds' seconds, added.  The state is the records
+of :mod:`~pympi_gpu.nbody.lj.cpu.records`, the current set of rows and the
+spare one first.
 """
 
 from __future__ import annotations
@@ -54,8 +52,9 @@ from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj.cpu import kernels as kc
 from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
 from pympi_gpu.nbody.lj.cpu import rebuild as rebuild_cpu
+from pympi_gpu.nbody.lj.cpu import records
 
-__all__ = ["make_run_steps", "kernel", "warm", "warmup", "no_rebuild", "REBUILDING", "REBUILT", "H_N", "H_HELD",
+__all__ = ["make_run_steps", "kernel", "warm", "warmup", "REBUILDING", "REBUILT", "H_N", "H_HELD",
            "H_REBUILDS"]
 
 #: what :func:`make_run_steps`'s kernel returns besides ``kernels_cpu``'s RAN, REBUILD and MPI_FAILED
@@ -74,45 +73,28 @@ def make_run_steps(run_ops, linked: bool):
     rebuild = _rebuild_brick
 
     @njit(nogil=True, cache=True)
-    def run_steps(ops, after, most, times, h, stop2, limit2, inside, held, seconds,
-                  pos, f, v, n, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, pidx, poff, pshift, pstart, fsend, frecv,
-                  rsend, rrecv, soff, roff, nrecv, sums, x0, dt, top, reqs, req_at, agree, status, tally,
-                  ids, cpos, cv, cf, cgid, st, got, rtally, _x, _vel, _force, _ids, box, rows, leaving, dims, coords,
-                  remote, nbrs, tags, spos, sv, sf, sgid, sx0, order, cell, start, lo, inv, ncell, reach, below,
-                  above, plan_rows, _poff, _pstart, counts, _pshift, up0, message, received, one, regions, _soff,
-                  _roff, _nrecv, cut2, _rc2, half, lcell, ostart, gstart, orec, grec, bo, bg, near, far, lown_cnt,
-                  lown_nbr, lgh_cnt, lgh_nbr, simd, block, comm, double, requests, rsize, rstatus):
+    def run_steps(ops, after, most, h, stop2, limit2, inside, cur, spare, lists, build, plan, mpi, grid, work):
         """(:func:`make_run_steps`)"""
         t0, done = wtime(), rebuild_cpu.DONE
+        sums, times, held, st, top = work.sums, work.times, work.held, work.state, mpi.top
         for s in range(most):
             sums[:] = 0.0
-            code = run_ops(ops, h, False, stop2, pos, f, v, n, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2, pidx, poff,
-                           pshift, pstart, fsend, frecv, rsend, rrecv, soff, roff, nrecv, sums, x0, dt, top, reqs,
-                           req_at, agree, status, tally)
-            if code == kc.REBUILD and inside and top[2] <= limit2 and rows.shape[0] >= n and order.shape[0] >= n:
+            code = run_ops(ops, h, False, stop2, cur, lists, plan, mpi, grid, work)
+            if (code == kc.REBUILD and inside and top[2] <= limit2 and build.rows.shape[0] >= cur.n
+                    and build.order.shape[0] >= cur.n):
                 t1 = wtime()
                 st[:] = 0
-                st[rebuild_cpu.ST_N] = n
-                done = rebuild(st, got, rtally, pos, v, f, ids, box, rows, leaving, dims, coords, remote, nbrs,
-                               tags, spos, sv, sf, sgid, sx0, order, cell, start, lo, inv, ncell, reach, below,
-                               above, plan_rows, poff, pstart, counts, pshift, up0, message, received, one,
-                               regions, soff, roff, nrecv, cut2, rc2, half, lcell, ostart, gstart, orec, grec, bo,
-                               bg, near, far, lown_cnt, lown_nbr, lgh_cnt, lgh_nbr, simd, block, comm, double,
-                               requests, rsize, rstatus)
-                seconds[0] += wtime() - t1
+                st[rebuild_cpu.ST_N] = cur.n
+                done = rebuild(cur, spare, lists, build, plan, mpi, grid, work)
+                work.seconds[0] += wtime() - t1
                 code = REBUILDING
-                if done == rebuild_cpu.DONE:  # the atoms are in the other set: the step's arguments from there
-                    cpos, cv, cf, cgid, spos, sv, sf, sgid = spos, sv, sf, sgid, cpos, cv, cf, cgid
-                    n, m = st[rebuild_cpu.ST_N], st[rebuild_cpu.ST_HELD]
-                    held[H_N], held[H_HELD], held[H_REBUILDS] = n, m, held[H_REBUILDS] + 1
-                    pos, f, v, ids, x0, pidx = cpos[:m], cf[:m], cv[:n], cgid[:n], sx0[:n], plan_rows[:poff[6]]
-                    own_cnt, own_nbr, gh_cnt, gh_nbr = lown_cnt[:n], lown_nbr[:n], lgh_cnt[:n], lgh_nbr[:n]
+                if done == rebuild_cpu.DONE:  # the atoms are in the other set: the steps go on from there
+                    cur, spare = spare, cur
+                    held[H_N], held[H_HELD], held[H_REBUILDS] = cur.n, cur.held, held[H_REBUILDS] + 1
                     code = REBUILT if st[rebuild_cpu.ST_CHANGED] else kc.RAN
                 if code == kc.RAN:
                     sums[:] = 0.0
-                    code = run_ops(after, h, False, stop2, pos, f, v, n, own_cnt, own_nbr, gh_cnt, gh_nbr, rc2,
-                                   pidx, poff, pshift, pstart, fsend, frecv, rsend, rrecv, soff, roff, nrecv, sums,
-                                   x0, dt, top, reqs, req_at, agree, status, tally)
+                    code = run_ops(after, h, False, stop2, cur, lists, plan, mpi, grid, work)
             t1 = wtime()
             times[s] = t1 - t0
             t0 = t1
@@ -122,7 +104,7 @@ def make_run_steps(run_ops, linked: bool):
 
     # it closes over kernels (see jitcache), and the rebuild's code declares the library's handle types
     return keyed_by_code(run_steps, lambda: ("MPI handle bytes", numba_calls.handle_width()),
-                         sources(kc, lists_cpu, rebuild_cpu, numba_calls))
+                         sources(kc, lists_cpu, rebuild_cpu, numba_calls, records))
 
 
 @functools.cache
@@ -131,29 +113,14 @@ def kernel(forces):
     return make_run_steps(forces.run_ops, forces.linked)
 
 
-@functools.cache
-def no_rebuild() -> tuple:
-    """The arguments of :func:`make_run_steps`'s kernel after ``run_ops``'s for a batch that makes no
-    rebuild (one that is not compiled), of the types a run gives: the set's, then ``rebuild_brick``'s
-    (``rebuild_cpu.idle_args``)."""
-    f3, i1 = np.zeros((1, 3)), np.zeros(1, np.int64)
-    return (i1, f3, f3, f3, i1, *rebuild_cpu.idle_args())
-
-
 def warmup(forces) -> None:
     """Compile (or load from numba's cache) the batch of steps of ``forces`` (:func:`kernel`) for the
-    argument types :class:`~pympi_gpu.nbody.lj.cpu.atoms.HostAtoms` gives it, by a call of no step, where
+    record types :class:`~pympi_gpu.nbody.lj.cpu.atoms.HostAtoms` gives it, by a call of no step, where
     numba can call MPI (:func:`~pympi_gpu.mpi.numba_calls.link`: else no batch is taken)."""
     if not forces.linked or not numba_calls.link():
         return
-    f3, i1, i32, u8 = np.zeros((1, 3)), np.zeros(1, np.int64), np.zeros((1, 1), np.int32), \
-        np.zeros(2 * numba_calls.request_size(), np.uint8)
-    step = (f3, f3, f3, 1, i1, i32, i1, i32, 1.0, i1, i1, np.zeros((6, 3)), i1, f3, f3, f3, f3, i1, i1,
-            np.zeros(3, np.int64), np.zeros(4), f3, 0.1, np.zeros(4), u8, np.zeros((6, 2), np.int64), u8,
-            numba_calls.statuses(4), np.zeros(6))
     ops = np.zeros((0, 2), np.int64)
-    kernel(forces)(ops, ops, 0, np.zeros(1), 0.1, 1.0, 1.0, True, np.zeros(3, np.int64), np.zeros(1), *step,
-                   *no_rebuild())
+    kernel(forces)(ops, ops, 0, 0.1, 1.0, 1.0, True, *records.idle(rebuild_cpu.state(0)))
 
 
 def warm(pair, compiled_mpi: bool = True) -> None:
