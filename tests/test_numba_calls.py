@@ -101,7 +101,8 @@ def test_a_step_kernel_stops_at_a_failed_call():
 
     from pympi_gpu.nbody.lj.cpu import records
 
-    run_ops = kc.make_run_ops(kc.make_newton(compiled(LjConfig(cells=1).pair_term)), False)
+    forces = kc.force_kernels(LjConfig(cells=1).pair_term)
+    run_ops = kc.make_run_ops(forces.newton, forces.one_sided, False)
     f = np.ones((4, 3))
     atoms = records.make(records.Rows, pos=np.zeros((4, 3)), f=f, v=np.zeros((4, 3)), gid=np.zeros(4, np.int64), n=4,
                          held=4)

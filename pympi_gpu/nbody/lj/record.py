@@ -60,8 +60,8 @@ class LjRun:
     step's MPI calls (the halo's messages, the displacement's agreement):
     ``kernels``, the step's compiled kernels themselves
     (:mod:`~pympi_gpu.mpi.numba_calls`), or ``python`` between them
-    (``PYMPI_COMPILED_MPI=0``, an MPI without persistent collectives, full
-    lists); None on a GPU.  ``neigh_every``, ``neigh_check``: the lists' policy
+    (``PYMPI_COMPILED_MPI=0``, an MPI without persistent collectives, a
+    libmpi numba cannot call); None on a GPU.  ``neigh_every``, ``neigh_check``: the lists' policy
     (LAMMPS's ``neigh_modify every K check yes|no``); ``dangerous_builds``: as
     LAMMPS counts them, the rebuilds made at the first step the policy allowed
     (an atom may have moved more than half the skin before: pairs may have

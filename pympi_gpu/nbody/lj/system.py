@@ -111,19 +111,18 @@ class CellGrid:
                    capacity=(width, width))
 
 
-def kernels_call_mpi(cart, config: LjConfig, device=CPU) -> bool:
+def kernels_call_mpi(cart, device=CPU) -> bool:
     """Do the step's kernels make its MPI calls themselves (:mod:`~pympi_gpu.mpi.numba_calls`)?  On the
-    CPU with half lists (``config.newton``), where numba can call the loaded libmpi and it has MPI 4's
-    persistent collectives, unless the device says not (``device.compiled_mpi``: the command line's
-    ``PYMPI_COMPILED_MPI=0``).  Agreed by the ranks of ``cart``
+    CPU, where numba can call the loaded libmpi and it has MPI 4's persistent collectives, unless the
+    device says not (``device.compiled_mpi``: the command line's ``PYMPI_COMPILED_MPI=0``).  Agreed by
+    the ranks of ``cart``
     (collective): the step's reduction is a persistent collective where they do and a call from Python
     where they do not, and every rank must make the same."""
     from mpi4py import MPI
 
     from pympi_gpu.mpi import numba_calls
 
-    mine = (not device.gpu and config.newton and device.compiled_mpi and numba_calls.persistent_collectives()
-            and numba_calls.link())
+    mine = not device.gpu and device.compiled_mpi and numba_calls.persistent_collectives() and numba_calls.link()
     return bool(cart.allreduce(int(mine), op=MPI.MIN)) if cart.Get_size() > 1 else bool(mine)
 
 
@@ -174,7 +173,7 @@ class LjSystem:
         #: a displacement that ends a batch of steps (``HostAtoms.steps``): a rebuild's, or one too far
         self.batch_stop2 = min(self.rebuild_distance2, self.move_limit2)
         #: do the step's kernels make its MPI calls themselves (:func:`kernels_call_mpi`)?
-        self.kernels_call_mpi = kernels_call_mpi(cart, config, device)
+        self.kernels_call_mpi = kernels_call_mpi(cart, device)
         self._gpu = device.gpu
         if device.gpu:
             from pympi_gpu.nbody.lj.gpu.atoms import DeviceAtoms

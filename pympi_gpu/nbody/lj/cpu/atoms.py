@@ -5,7 +5,8 @@ and the halo (:class:`~pympi_gpu.nbody.lj.cpu.halo.Halo`), and does what a step
 needs on the CPU: kicks and drifts, the displacement test, the rebuild
 (migration, a sort by (cell, id), ghosts, lists) and the pair forces, with
 half lists and Newton's third law across bricks (``config.newton``: one
-thread per rank; the halo a half shell) or full lists.  What every rank agrees on (the displacement,
+thread per rank; the halo a half shell) or full lists (several threads: the
+same step, its pair kernel one thread per atom).  What every rank agrees on (the displacement,
 the migration's tally) it asks of its :class:`~pympi_gpu.nbody.lj.system.LjSystem`,
 which the device twin (:class:`~pympi_gpu.nbody.lj.gpu.atoms.DeviceAtoms`)
 shares.
@@ -120,8 +121,7 @@ class HostAtoms:
         self.rebuild_seconds = 0.0
         self.lists = None
         self.x0 = None
-        self._verlet = VerletLists(system.grid.capacity) if config.newton else None
-        self.cap = list(system.grid.capacity)
+        self._verlet = VerletLists(system.grid.capacity)
         self._work: dict[str, np.ndarray] = {}
         self._sort_space = None
         self._sums = np.zeros(4)
@@ -135,10 +135,10 @@ class HostAtoms:
         self.halo.clock.defer(self._account)
         # the kernels make the step's MPI calls (or there are none: one rank), else Python between pieces
         inline = self._inline = system.kernels_call_mpi or self.halo.local
-        self._programs = {(refresh, kick, step): _program(self.halo.remote, refresh, kick, step, inline)
+        self._programs = {(refresh, kick, step): _program(self.halo.remote, refresh, kick, step, inline, config.newton)
                           for refresh in (True, False) for kick in (True, False) for step in (True, False)}
         #: can :meth:`steps` take several steps in one compiled call (the whole step one piece, timed)?
-        self.batched = bool(config.newton and inline and self.forces.linked)
+        self.batched = bool(inline and self.forces.linked)
         self._batch = steps_cpu.kernel(self.forces)  # (compiled on first use: only where batched)
         self._times = np.zeros(64)  # their seconds
         self._held = np.zeros(3, np.int64)  # what the rebuilds a batch made left: steps_cpu.H_*
@@ -314,20 +314,8 @@ class HostAtoms:
     def _lists(self) -> None:
         """The Verlet lists of the current rows (retried wider where a row overflows its capacity)."""
         grid, config = self.system.grid, self.config
-        if self._verlet is not None:  # one thread: the serial build of the same rows
-            lists = self._verlet.build(self.pos, self.nlocal, grid, config.cutneigh ** 2, config.cutoff ** 2,
-                                       config.newton)
-        else:
-            cell_of, start, atoms = kc.bin_atoms(self.pos, self.pos.shape[0], grid.lo, grid.inv, grid.ncell)
-            while True:
-                *lists, ok = kc.neighbor_lists(self.pos, self.nlocal, cell_of, start, atoms, grid.ncell,
-                                               grid.reach, config.cutneigh ** 2, config.cutoff ** 2, config.newton,
-                                               self.cap[0], self.cap[1])
-                if ok:
-                    break
-                self.cap = [max(self.cap[0], int(lists[0].max(initial=0)) + 8),
-                            max(self.cap[1], int(lists[2].max(initial=0)) + 8)]
-        self.lists = tuple(lists)
+        self.lists = self._verlet.build(self.pos, self.nlocal, grid, config.cutneigh ** 2, config.cutoff ** 2,
+                                        config.newton)
 
     @property
     def pairs(self) -> float:
@@ -358,18 +346,12 @@ class HostAtoms:
         :meth:`local_sums` computes them when asked, from the same positions.
         ``kick``: then ``v += kick f`` (a step's closing half kick).
         """
-        if self.config.newton:
-            self._force_program(forward, eflag, kick)
-        else:
-            self.f[...] = 0.0
-            self.pair_forces(self.f, forward, eflag)
-            if kick is not None:
-                kc.kick_serial(self.v, self.f, kick, self.nlocal)
+        self._force_program(forward, eflag, kick)
         self.have_forces = True
 
     def _force_program(self, forward: bool, eflag: bool, kick: float | None, step: bool = False,
                        force_rebuild: bool = False) -> bool:
-        """The force phase with half lists: compiled pieces (:meth:`ForceKernels.run_ops`); on one rank,
+        """The force phase: compiled pieces (:meth:`ForceKernels.run_ops`); on one rank,
         or where the kernels make the MPI calls, one piece.  Where they do not, Python makes the calls
         between pieces, at the stages whose neighbours are other ranks.
 
@@ -406,9 +388,10 @@ class HostAtoms:
             system.agreed(*top.tolist()[2:])
             if not ran:
                 return False
-        if eflag:
+        if eflag:  # (full lists: each pair from both sides, halved; exactly)
             e_own, w_own, e_ghost, w_ghost = sums.tolist()
-            self.energy, self.virial = e_own + e_ghost, w_own + w_ghost
+            once = 1.0 if self.config.newton else 0.5
+            self.energy, self.virial = once * (e_own + e_ghost), once * (w_own + w_ghost)
         else:
             self.energy = self.virial = None
         return True
@@ -475,24 +458,11 @@ class HostAtoms:
 
         Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` (on every rank) where the state blew up.
         """
-        h, n = 0.5 * self.config.dt, self.nlocal
-        if self.config.newton and self.x0 is not None:  # kick, drift, agreement and forces: one program
-            if not self._force_program(True, eflag, h, step=True, force_rebuild=force_rebuild):
-                self.rebuild(checked=True)
-                self.compute_forces(forward=False, eflag=eflag, kick=h)
-            return
-        if self.x0 is None:  # no lists yet: the step rebuilds whatever the displacement
-            kc.kick_serial(self.v, self.f, h, n)
-            kc.drift(self.pos, self.v, self.config.dt, n)
-            d2 = None
-        else:
-            d2 = kc.kick_drift(self.v, self.f, self.pos, self.x0, h, self.config.dt, n)
-        checked = self.lists is not None  # then needs_rebuild agrees on the displacement test
-        if self.needs_rebuild(d2) or force_rebuild:
-            self.rebuild(checked)
+        h = 0.5 * self.config.dt
+        # kick, drift, agreement and forces: one program (it stops where the ranks agreed on a rebuild)
+        if not self._force_program(True, eflag, h, step=True, force_rebuild=force_rebuild):
+            self.rebuild(checked=True)
             self.compute_forces(forward=False, eflag=eflag, kick=h)
-        else:
-            self.compute_forces(forward=True, eflag=eflag, kick=h)
 
     def steps(self, most: int) -> list[float]:
         """Up to ``most`` steps without energy sums, ``system.timestep`` moved on by those taken; collective.
@@ -606,9 +576,9 @@ class HostAtoms:
         return None
 
 
-def _program(remote, refresh: bool, kick: bool, step: bool = False,
-             inline: bool = False) -> list[tuple[np.ndarray, int | None, str | None]]:
-    """A step's force phase with half lists as pieces ``(ops, stage, then)`` for ``ForceKernels.run_ops``.
+def _program(remote, refresh: bool, kick: bool, step: bool = False, inline: bool = False,
+             half: bool = True) -> list[tuple[np.ndarray, int | None, str | None]]:
+    """A step's force phase as pieces ``(ops, stage, then)`` for ``ForceKernels.run_ops``.
 
     After each piece, ``then`` for stage ``stage``'s messages: ``post`` (the
     piece ended by packing them), ``wait``, ``back`` (the ghosts' forces
@@ -618,8 +588,8 @@ def _program(remote, refresh: bool, kick: bool, step: bool = False,
     own.  ``refresh``: the ghosts' positions first (not right after a
     rebuild, which made them); ``kick``: the closing half kick; ``step``: the
     step's opening kick, drift and agreement first.  ``inline``: the kernels
-    make the MPI calls (operations ``agree``, ``post``, ``wait``, ``send back``): one piece.
-    """
+    make the MPI calls (``agree``, ``post``, ``wait``, ``send back``): one piece.  ``half``: the
+    ghosts' forces go home (full lists have no reverse pass)."""
     pieces, ops = [], []
     owned = [(kc.OP_OWNED, s) for s in range(3)]
 
@@ -652,7 +622,7 @@ def _program(remote, refresh: bool, kick: bool, step: bool = False,
         ops.append((kc.OP_PUT, d))
     ops.extend(owned)
     ops.append((kc.OP_GHOSTS, 0))
-    for d in (2, 1, 0):
+    for d in (2, 1, 0) if half else ():
         if not remote[d]:
             ops.append((kc.OP_REVERSE, d))
             continue

@@ -277,7 +277,8 @@ def force_kernels(pair) -> ForceKernels:
     row = make_row(pair)
     newton = make_newton(pair)
     linked = numba_calls.link()
-    return ForceKernels(row, newton, make_one_sided(row), make_run_ops(newton, linked), linked)
+    one_sided = make_one_sided(row)
+    return ForceKernels(row, newton, one_sided, make_run_ops(newton, one_sided, linked), linked)
 
 
 def make_newton(pair):
@@ -387,14 +388,15 @@ def make_step_calls(linked: bool):
     return step_call
 
 
-def make_run_ops(newton, linked: bool):
-    """The force phase's compiled pieces (:data:`OPS`) around a half-list kernel (:func:`make_newton`);
-    ``linked``: the step's MPI calls made by the kernel (:func:`make_step_calls`)."""
+def make_run_ops(newton, one_sided, linked: bool):
+    """The force phase's compiled pieces (:data:`OPS`) around the pair kernels of half lists
+    (:func:`make_newton`) and of full ones (:func:`make_one_sided`, ``grid.half`` false: several
+    threads); ``linked``: the step's MPI calls made by the kernel (:func:`make_step_calls`)."""
     step_call = make_step_calls(linked)
 
     @njit(nogil=True, cache=True)
     def run_ops(ops, h, eflag, rebuild2, atoms, lists, plan, mpi, grid, work):
-        """A piece of a step with half lists (:data:`OPS`), one call: :data:`RAN`, :data:`REBUILD`, :data:`MPI_FAILED`.
+        """A piece of a step (:data:`OPS`), one call: :data:`RAN`, :data:`REBUILD`, :data:`MPI_FAILED`.
 
         The kick ``h``, ``eflag``, ``rebuild2``, then the state's records (:mod:`~pympi_gpu.nbody.lj.cpu.records`).
         ``ops`` ``(k, 2)``: opcode and argument (a stage, a third of the owned atoms), in order.  ``work.sums``:
@@ -411,9 +413,7 @@ def make_run_ops(newton, linked: bool):
             op = ops[q, 0]
             d = ops[q, 1]
             if op == OP_ZERO:
-                for r in range(f.shape[0]):
-                    for c in range(3):
-                        f[r, c] = 0.0
+                f[:, :] = 0.0
             elif op == OP_KICK_DRIFT:
                 top[0] = kick_drift(v, f, pos, x0, h, dt, n)
             elif op >= OP_AGREE:  # an MPI call
@@ -428,14 +428,14 @@ def make_run_ops(newton, linked: bool):
                 forward_stages(pos, pidx, poff, pshift, pstart, d, d + 1, out, gap)
             elif op == OP_PUT:
                 ghosts_in(pos, pstart, plan.nrecv, d, plan.frecv, roff, False)
-            elif op == OP_OWNED:
-                e, w = newton(pos, f, (d * n) // 3, ((d + 1) * n) // 3, own_cnt, own_nbr, rc2, eflag)
-                sums[0] += e
-                sums[1] += w
-            elif op == OP_GHOSTS:
-                e, w = newton(pos, f, 0, n, gh_cnt, gh_nbr, rc2, eflag)
-                sums[2] = e
-                sums[3] = w
+            elif op == OP_OWNED or op == OP_GHOSTS:  # a third of the owned pairs, or the ghost pairs
+                own = op == OP_OWNED
+                i0, i1, k, cnt, nbr = ((d * n) // 3, ((d + 1) * n) // 3, 0, own_cnt, own_nbr) if own else \
+                    (0, n, 2, gh_cnt, gh_nbr)
+                e, w = newton(pos, f, i0, i1, cnt, nbr, rc2, eflag) if grid.half else \
+                    one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag)
+                sums[k] += e
+                sums[k + 1] += w
             elif op == OP_REVERSE or op == OP_ADD_BACK:  # in place, or from the message that came home
                 buf, gap = stage_region(plan.rsend[:0] if op == OP_REVERSE else plan.rrecv, soff, d)
                 reverse_stages(f, pidx, poff, pstart, d, d + 1, buf, gap)
