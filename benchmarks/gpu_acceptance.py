@@ -1108,13 +1108,13 @@ def audit(carry: Path, binary: Path, arch: str) -> int:
 
 
 def mpi_as_root(mpiexec: str, venv: Path) -> int:
-    """``mpiexec`` as root with no launcher flag, through the environments the tests (conftest.clean_env)
+    """``mpiexec`` as root with no launcher flag, through the environments the tests (commands.clean_env)
     and the benchmarks (nbody.py, lj.py) give their child runs: the user's Open MPI settings
     (OMPI_ALLOW_RUN_AS_ROOT, OMPI_MCA_plm_rsh_agent) must reach it."""
     import importlib.util
 
     sys.path[:0] = [str(ROOT / "tests")]
-    import conftest  # noqa: E402  (the tests' own helper)
+    from helpers import commands  # noqa: E402  (the tests' own helpers)
 
     def load(name):
         spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
@@ -1122,7 +1122,7 @@ def mpi_as_root(mpiexec: str, venv: Path) -> int:
         spec.loader.exec_module(mod)
         return mod
 
-    envs = {"tests (conftest.clean_env)": conftest.clean_env(),
+    envs = {"tests (commands.clean_env)": commands.clean_env(),
             "benchmarks/nbody.py (child_env)": load("nbody").child_env(),
             "benchmarks/lj.py (_env)": load("lj")._env()}
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout.strip().splitlines()

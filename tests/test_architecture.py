@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers.commands import ROOT
+
 
 PACKAGE = ROOT / "pympi_gpu"
 

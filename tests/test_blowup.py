@@ -19,13 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import mpiexec_argv, run, script
+from helpers.commands import env, mpiexec_argv, one_message, run, script
 from pympi_gpu.nbody import blowup
 from pympi_gpu.nbody.gravity import checkpoint as gravity_ckpt
 from pympi_gpu.nbody.lj import checkpoint as lj_ckpt
 from pympi_gpu.run.fileio import (STALE_AFTER, atomic_open, atomic_write_bytes, host_name,
                                   remove_stale_temporaries, stale_temporaries)
-from test_faults import env, one_message
 
 NBODY = script("pympi-nbody")
 

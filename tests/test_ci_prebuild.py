@@ -14,9 +14,11 @@ import time
 
 import pytest
 
-from conftest import CONTAINER_TIERS, ROOT
 
 from system import containers as c
+
+from helpers.commands import ROOT
+from helpers.tiers import CONTAINER_TIERS
 
 #: A prebuild of two fake images: "slow" takes a while, "broken" fails.
 FAKE_PREBUILD = """

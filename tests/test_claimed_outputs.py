@@ -23,12 +23,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import mpiexec_argv, run, script
+from helpers.commands import env, mpiexec_argv, one_message, run, script
+from helpers.disks import fill, tmpfs
+from helpers.jobs import closed_after, started, wait_busy, wait_for_path, wait_for_rank
+from helpers.outputs import steps_of
+from helpers.stops import quiet
 from pympi_gpu.nbody.gravity import checkpoint as gravity_ckpt
 from pympi_gpu.nbody.lj import checkpoint as lj_ckpt
-from test_faults import _fill, env, one_message, tmpfs, wait_busy, wait_for_path, wait_for_rank
-from test_outputs import steps_of
-from test_stop_signals import quiet, started
 
 NBODY, SCALE, PI, LAUNCH = script("pympi-nbody"), script("pympi-scale"), script("pympi-pi"), script("pympi-launch")
 LJ = ["--model", "lj"]
@@ -188,23 +189,6 @@ def test_two_restarts_from_one_checkpoint_never_share_a_log(tmp_path):
 
 # ---------------------------------------------------------------- a closed stdout is a stop request
 
-def _closed_after(argv, cwd, run_env=None, stream="stdout", lines=3):
-    """Start ``argv``, read ``lines`` lines of its ``stream`` and close it (``| head -3``); (status, the other
-    stream's text)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                            env=run_env or env(), start_new_session=True)
-    closing, other = (proc.stdout, proc.stderr) if stream == "stdout" else (proc.stderr, proc.stdout)
-    try:
-        for _ in range(lines):
-            assert closing.readline(), other.read()
-        closing.close()
-        text = other.read()
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    return proc.returncode, text
-
 
 @pytest.mark.parametrize("how", ["alone", "pympi-launch"])
 def test_a_closed_stdout_writes_the_checkpoint_and_ends_non_zero(tmp_path, how):
@@ -213,7 +197,7 @@ def test_a_closed_stdout_writes_the_checkpoint_and_ends_non_zero(tmp_path, how):
     tests/test_stop_launchers.py."""
     app = [NBODY, "500", *LJ, *ENDLESS, "--thermo", "1", "--checkpoint", "c.npz", "-q"]
     argv = app if how == "alone" else [LAUNCH, "-n", "2", "--launcher", "mpiexec", "--", *app]
-    status, err = _closed_after(argv, tmp_path)
+    status, err = closed_after(argv, tmp_path)
     assert status == 128 + signal.SIGPIPE, err
     said = "SIGPIPE (its output closed)" if how == "alone" else "SIGUSR1 from pympi-launch"
     lines = err.strip().splitlines()
@@ -227,7 +211,7 @@ def test_a_closed_stdout_writes_the_checkpoint_and_ends_non_zero(tmp_path, how):
 def test_a_closed_stderr_is_a_stop_request_too(tmp_path):
     """stderr's reader leaves (`2> >(head -1)`): the next progress line fails, the run stops and saves."""
     argv = [NBODY, "500", *LJ, *ENDLESS, "--checkpoint", "c.npz"]  # progress lines on stderr, every 0.2 s
-    status, out = _closed_after(argv, tmp_path, env(PYMPI_PROGRESS_INTERVAL="0.2"), stream="stderr", lines=1)
+    status, out = closed_after(argv, tmp_path, env(PYMPI_PROGRESS_INTERVAL="0.2"), stream="stderr", lines=1)
     assert status == 128 + signal.SIGPIPE, out
     step = int(out.split("stopped    by SIGPIPE after step ")[1].split()[0])
     assert lj_ckpt.read_file(str(tmp_path / "c.npz"))[0]["step"] == step
@@ -328,7 +312,7 @@ def test_a_disk_that_fills_during_a_checkpoint_is_one_message(tmp_path, ranks):
         ck = d / "c.npz"
         ok(nbody(ranks, 4000, *LJ, "--steps", 10, "--checkpoint", ck))
         kept = ck.read_bytes()
-        _fill(d)
+        fill(d)
         p = nbody(ranks, 4000, *LJ, "--steps", 20, "--restart", ck, "--checkpoint", ck)
         one_message(p, f"cannot write checkpoint {str(ck)!r}: No space left on device", status=1)
         assert "Exception ignored" not in p.stderr and ck.read_bytes() == kept
@@ -369,7 +353,7 @@ def test_a_study_on_an_unwritable_out_is_refused_naming_it(tmp_path, fault):
     """(was: OSError, exit 1, no file named)"""
     with tmpfs(tmp_path / "small", "64k") as d:
         if fault == "full":
-            _fill(d)
+            fill(d)
         else:
             subprocess.run(["mount", "-o", "remount,ro", str(d)], check=True)
         p = run([SCALE, "--ranks", "1", "--out", str(d / "s"), "--", PI, "1e5"], env=env(), timeout=120)

@@ -8,7 +8,7 @@ import click
 import click.testing
 import pytest
 
-from conftest import clean_env, run, script
+from helpers.commands import clean_env, run, script
 from pympi_gpu.cli import COMMANDS
 from pympi_gpu.cli.common import MPI_MISSING, lazy, run_command
 from pympi_gpu.cli.options import Count, PositiveFloat, escape

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from conftest import FAKE_GPU_PATH, ROOT, clean_env, fake_gpus, mpiexec_argv, run, script
+from helpers.commands import FAKE_GPU_PATH, ROOT, clean_env, fake_gpus, mpiexec_argv, run, script
+
 
 PI = script("pympi-pi")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 import pytest
 
-from conftest import ROOT, clean_env, mpiexec_argv, script
+from helpers.commands import ROOT, clean_env, mpiexec_argv, script
 from pympi_gpu.cli import COMMANDS
 from pympi_gpu.cli.common import lazy
 

@@ -13,12 +13,11 @@ import gsd.hoomd
 import numpy as np
 import pytest
 
-from conftest import mpiexec_argv, run, script
+from helpers.commands import env, mpiexec_argv, one_message, run, script
 from pympi_gpu.nbody.dump import ExtxyzDump, format_of
 from pympi_gpu.nbody.gravity import checkpoint as gravity_ckpt
 from pympi_gpu.nbody.lj import checkpoint as lj_ckpt
 from pympi_gpu.nbody.lj.system import LjConfig
-from test_faults import env, one_message
 
 NBODY = script("pympi-nbody")
 

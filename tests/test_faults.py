@@ -7,7 +7,6 @@ installed commands as a user does, under the real mpiexec of this environment.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -19,7 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import BIN, clean_env, mpiexec_argv, need_root, run, script
+from helpers.commands import env, mpiexec_argv, one_message, run, script
+from helpers.disks import fill, tmpfs
+from helpers.jobs import END_WITHIN, job, kill_last_rank, wait_busy, wait_for_path, wait_for_rank
 from pympi_gpu.nbody.gravity import checkpoint as ckpt
 
 PI = script("pympi-pi")
@@ -27,157 +28,11 @@ NBODY = script("pympi-nbody")
 SCALE = script("pympi-scale")
 LAUNCH = script("pympi-launch")
 
-#: a hang is a failure: a job with a dead rank must end within this many seconds
-END_WITHIN = 20.0
-
-
-def env(**extra):
-    return clean_env(PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}", OMP_NUM_THREADS="1",
-                     **extra)
-
-
-def one_message(p: subprocess.CompletedProcess, words: str, status: int = 2) -> None:
-    """Refused as the rules say: exit status, one message that says ``words``, no traceback."""
-    text = p.stdout + p.stderr
-    assert p.returncode == status, text
-    assert words in text, text
-    assert "Traceback" not in text, text
-    errors = [line for line in text.splitlines() if line.startswith("Error") or ": error" in line]
-    assert len(errors) == 1, text  # once, by rank 0, not once per rank
-
 
 # ---------------------------------------------------------------- processes of a job
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, session id) of a process, None if it is gone."""
-    try:
-        data = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = data.rsplit(")", 1)[1].split()
-    return int(fields[1]), int(fields[3])
-
-
-def _rank_of(pid: int) -> int | None:
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    if b"pympi" not in cmdline:
-        return None
-    for item in environ:
-        key, _, value = item.partition(b"=")
-        if key in (b"PMI_RANK", b"OMPI_COMM_WORLD_RANK") and value.isdigit():
-            return int(value)
-    return None
-
-
-def session_procs(root: int) -> list[int]:
-    """``root`` and its descendants (the MPI proxies may start sessions of their own)."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = _stat(int(entry))
-            if st:
-                parents[int(entry)] = st[0]
-    found, frontier = [root], [root]
-    while frontier:
-        children = [pid for pid, ppid in parents.items() if ppid in frontier]
-        found += children
-        frontier = children
-    return found
-
-
-def wait_for_rank(sid: int, rank: int, timeout: float = 120) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for pid in session_procs(sid):
-            if _rank_of(pid) == rank:
-                return pid
-        time.sleep(0.1)
-    raise AssertionError(f"rank {rank} never started")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return -1.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@contextlib.contextmanager
-def job(argv: list[str], **kw):
-    """A job started in its own session; whatever is left of it is killed at the end."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=kw.pop("env", env()), **kw)
-    try:
-        yield proc
-    finally:
-        for pid in reversed(session_procs(proc.pid)):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        proc.communicate(timeout=60)
-
-
-def wait_busy(pid: int, cpu: float = 1.0, timeout: float = 180) -> None:
-    """Until ``pid`` has used ``cpu`` s of CPU after start-up (it is computing, not importing)."""
-    deadline = time.monotonic() + timeout
-    start = None
-    while time.monotonic() < deadline:
-        t = cpu_seconds(pid)
-        assert t >= 0, "the rank ended before it was killed"
-        start = t if start is None else start
-        if t - start >= cpu:
-            return
-        time.sleep(0.2)
-    raise AssertionError("the rank never got busy")
-
-
-def wait_for_path(path: Path, proc: subprocess.Popen, timeout: float = 120) -> bool:
-    """Until ``path`` exists (a lock the job takes once it has started), the job ends, or ``timeout``
-    passes: whether it exists."""
-    deadline = time.monotonic() + timeout
-    while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return path.exists()
-
 
 # ---------------------------------------------------------------- a rank killed
-
-def kill_last_rank(argv: list[str], ranks: int, **kw) -> tuple[int, float, list[int]]:
-    """Start ``argv``, SIGKILL its last rank once it computes; wait for the job to end.
-
-    Returns the job's exit status, the seconds from the kill to its end, and
-    the ranks still alive after it ended (the test fails if it has not ended
-    within ``END_WITHIN``).  Also used by the MPI matrix (test_mpi_matrix.py).
-    """
-    with job(argv, **kw) as proc:
-        victim = wait_for_rank(proc.pid, ranks - 1)
-        wait_for_rank(proc.pid, 0)
-        # Past start-up: rank 0 has used CPU time after the imports, so it is computing.
-        time.sleep(1.0)
-        wait_busy(victim, cpu=1.0)
-        ranks_pids = [p for p in session_procs(proc.pid) if _rank_of(p) is not None]
-        assert len(ranks_pids) == ranks
-        os.kill(victim, signal.SIGKILL)
-        t0 = time.monotonic()
-        try:
-            proc.wait(timeout=END_WITHIN)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"{argv[0]}: the job still runs {END_WITHIN:.0f} s after one rank was killed")
-        ended = time.monotonic() - t0
-        time.sleep(0.5)
-        return proc.returncode, ended, [p for p in ranks_pids if _alive(p)]
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
@@ -221,31 +76,6 @@ def test_sigterm_to_mpiexec_leaves_a_loadable_checkpoint(tmp_path):
     assert json.loads(out.stdout)["first_step"] == meta["step"]
 
 
-@contextlib.contextmanager
-def tmpfs(where: Path, size: str = "1m"):
-    """A small tmpfs at ``where`` (root only), unmounted afterwards."""
-    need_root("mounting a small tmpfs needs root (CI runs as root)")
-    where.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(where)],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def _fill(directory: Path) -> None:
-    """Fill the filesystem of ``directory`` to the last byte."""
-    with open(directory / "filler", "wb", buffering=0) as fh:
-        for size in (65536, 4096, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    fh.write(b"\0" * size)
-    assert os.statvfs(directory).f_bavail == 0
-
-
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_full_filesystem_fails_cleanly_and_keeps_the_previous_checkpoint(tmp_path, ranks):
     with tmpfs(tmp_path / "small") as d:
@@ -254,7 +84,7 @@ def test_full_filesystem_fails_cleanly_and_keeps_the_previous_checkpoint(tmp_pat
                                            "--checkpoint", str(path)], timeout=180, env=env())
         assert first.returncode == 0, first.stdout + first.stderr
         before = path.read_bytes()
-        _fill(d)
+        fill(d)
         p = run(mpiexec_argv(ranks) + [NBODY, "200", "--steps", "3", "--backend", "numpy",
                                        "--checkpoint", str(path), "--restart", str(path)], timeout=180, env=env())
         one_message(p, "No space left on device", status=1)

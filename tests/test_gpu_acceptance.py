@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, clean_env, mpiexec_argv, require_system, run, script
+from helpers.commands import ROOT, clean_env, mpiexec_argv, require_system, run, script
+
 
 spec = importlib.util.spec_from_file_location("gpu_acceptance", ROOT / "benchmarks" / "gpu_acceptance.py")
 acc = importlib.util.module_from_spec(spec)
@@ -272,9 +273,9 @@ def _load(name):
 
 
 def test_child_environments_keep_the_users_mpi_settings(monkeypatch):
-    """conftest, benchmarks/nbody.py and benchmarks/lj.py drop what a launcher sets for its ranks, and
-    keep what the user set for Open MPI: as root on a machine without ssh, nothing starts without it."""
-    import conftest
+    """The tests' helpers, benchmarks/nbody.py and benchmarks/lj.py drop what a launcher sets for its ranks,
+    and keep what the user set for Open MPI: as root on a machine without ssh, nothing starts without it."""
+    from helpers import commands
 
     kept = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_plm_rsh_agent": "false",
             "OMPI_MCA_opal_cuda_support": "true"}
@@ -283,11 +284,11 @@ def test_child_environments_keep_the_users_mpi_settings(monkeypatch):
                "MPI_LOCALRANKID": "0", "HYDRA_CONTROL_FD": "5"}
     for k, v in {**kept, **dropped}.items():
         monkeypatch.setenv(k, v)
-    for name, env in (("conftest.clean_env", conftest.clean_env()), ("nbody.child_env", _load("nbody").child_env()),
+    for name, env in (("commands.clean_env", commands.clean_env()), ("nbody.child_env", _load("nbody").child_env()),
                       ("lj._env", _load("lj")._env())):
         assert {k: env.get(k) for k in kept} == kept, name
         assert not set(dropped) & set(env), (name, set(dropped) & set(env))
-    assert conftest.LAUNCHER_VARS == _load("nbody").LAUNCHER_VARS == _load("lj").LAUNCHER_VARS
+    assert commands.LAUNCHER_VARS == _load("nbody").LAUNCHER_VARS == _load("lj").LAUNCHER_VARS
 
 
 def test_nbody_benchmark_without_the_cuda_samples_binary(tmp_path):

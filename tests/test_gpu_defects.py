@@ -14,7 +14,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import ROOT, clean_env, mpiexec_argv, run
+from helpers.commands import ROOT, clean_env, mpiexec_argv, run
+
 
 SIM = clean_env(NUMBA_ENABLE_CUDASIM="1", OMP_NUM_THREADS="1")
 

@@ -1,5 +1,5 @@
 """The device step's kernel launches and host waits, counted under the simulator with every declaration
-audited (tests/device_audit.py), against the numbers docs/gpu.md gives ("Per step, as counted"): the
+audited (tests/helpers/device_audit.py), against the numbers docs/gpu.md gives ("Per step, as counted"): the
 tables are read from the page, so the page and the code cannot drift apart.  Per event through the
 library (a step without a rebuild, one with, a thermo row, a check) at 1 and 2 ranks, both transports,
 full and half lists; and the LJ record's ``launches_per_step`` and ``host_syncs_per_step`` of a run
@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT, clean_env, mpiexec_argv, run, script
+from helpers.commands import ROOT, clean_env, mpiexec_argv, run, script
+
 
 SIM = clean_env(NUMBA_ENABLE_CUDASIM="1", OMP_NUM_THREADS="1")
 PAGE = ROOT / "docs" / "gpu.md"
@@ -89,7 +90,7 @@ def test_the_page_states_its_counts_once_and_consistently():
 COUNT = r"""
 import json, sys
 sys.path.insert(0, sys.argv[3])
-import device_audit
+from helpers import device_audit
 device_audit.install()  # every CuPy declaration checked against what its block does
 from mpi4py import MPI
 from pympi_gpu.device.device import Device

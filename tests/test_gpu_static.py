@@ -17,7 +17,8 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT
+from helpers.commands import ROOT
+
 
 spec = importlib.util.spec_from_file_location("gpu_static", ROOT / "benchmarks" / "gpu_static.py")
 gs = importlib.util.module_from_spec(spec)

@@ -8,7 +8,7 @@ from importlib import metadata
 
 import pytest
 
-from conftest import clean_env, run, script
+from helpers.commands import clean_env, run, script
 from pympi_gpu import __version__
 from pympi_gpu.mpi.environment import container
 from pympi_gpu.run.info import guess_launcher

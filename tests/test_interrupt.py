@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-from conftest import mpiexec_argv, run, script
+from helpers.commands import env, mpiexec_argv, run, script
+from helpers.jobs import job, rank_of, session_procs, wait_busy, wait_for_rank
 from pympi_gpu.nbody.gravity import checkpoint as gravity_ckpt
 from pympi_gpu.nbody.lj import checkpoint as lj_ckpt
-from test_faults import _rank_of, env, job, session_procs, wait_busy, wait_for_rank
 
 PI = script("pympi-pi")
 NBODY = script("pympi-nbody")
@@ -50,7 +50,7 @@ def finished(proc, within: float) -> tuple[str, str]:
 
 def interrupt_twice(proc) -> None:
     """Ctrl-C twice, half a second apart, to every rank (as the terminal and the launcher deliver it)."""
-    ranks = [pid for pid in session_procs(proc.pid) if _rank_of(pid) is not None]
+    ranks = [pid for pid in session_procs(proc.pid) if rank_of(pid) is not None]
     for _ in range(2):
         for pid in ranks:
             os.kill(pid, signal.SIGINT)

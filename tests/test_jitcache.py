@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.commands import clean_env, run
 from pympi_gpu.device import jitcache
 
 
@@ -69,8 +70,6 @@ def _host_has_avx512() -> bool:
 def test_wide_vector_tuning_in_a_fresh_process():
     import sys
 
-    from conftest import clean_env, run
-
     env = clean_env()
     for var in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "PYMPI_WIDE_VECTORS"):
         env.pop(var, None)
@@ -123,8 +122,6 @@ def test_a_kernel_around_a_kernel_loads_from_the_cache_in_a_new_process(tmp_path
     """numba pickles a kernel in a closure with a uuid of the process: only keyed_by_code hits the cache again."""
     import sys
 
-    from conftest import clean_env, run
-
     (tmp_path / "around.py").write_text(AROUND)
     env = clean_env(NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path))
     argv = [sys.executable, str(tmp_path / "around.py"), "keyed" if keyed else "numba"]
@@ -139,8 +136,6 @@ def test_a_second_run_compiles_nothing(model):
     """Every kernel of a run, the force kernels made around a style's or a precision's kernels included,
     comes from numba's cache in the next process (each rank compiled them again before keyed_by_code)."""
     import sys
-
-    from conftest import clean_env, run
 
     argv = [sys.executable, "-m", "pympi_gpu", "nbody", "256" if model == "gravity" else "500", "--model", model,
             "--steps", "2", "--threads", "1"]
@@ -175,8 +170,6 @@ def test_a_kernel_calling_another_modules_kernel_sees_it_change(tmp_path, keyed)
     compiled again when that module changes (as ``rebuild_cpu.rebuild_brick`` is), where numba's own key
     loads the stale one."""
     import sys
-
-    from conftest import clean_env, run
 
     (tmp_path / "caller.py").write_text(CALLER)
     env = clean_env(NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path))

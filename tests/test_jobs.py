@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_tool, run
+from helpers.commands import need_tool, run
+
 
 JOBS = Path(__file__).resolve().parent.parent / "jobs"
 SCRIPTS = sorted(JOBS.glob("*.sbatch"))

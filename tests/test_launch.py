@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from conftest import run, script
+from helpers.commands import BIN, clean_env, run, script
 from pympi_gpu.mpi.launch import LaunchError, loaded_mpi_library, mpi_from_env, plan, probe_mpi
 from pympi_gpu.mpi.library import vendor_of_text
 
@@ -219,8 +219,6 @@ def test_no_launcher_at_all():
 def venv_env(**extra):
     """The child environment with this venv's bin first on PATH (its mpiexec, its pympi-*)."""
     import os
-
-    from conftest import BIN, clean_env
 
     env = clean_env(**extra)
     env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", os.defpath)])

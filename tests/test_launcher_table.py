@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import BIN, ROOT, clean_env, run, script
+from helpers.commands import BIN, ROOT, clean_env, run, script
 from pympi_gpu import launchers
 
 DATA = ROOT / "tests" / "data"

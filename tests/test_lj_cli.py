@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from conftest import clean_env, mpiexec_argv, refused, run, script
-from test_nbody_mpi import sigterm_after_first_checkpoint
+from helpers.commands import clean_env, mpiexec_argv, refused, run, script
+from helpers.jobs import sigterm_after_first_checkpoint
+
 
 NBODY = script("pympi-nbody")
 ENV = clean_env(OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from conftest import clean_env, mpiexec_argv, run, script
+from helpers.commands import clean_env, mpiexec_argv, run, script
+
 
 NBODY = script("pympi-nbody")
 SIM = clean_env(NUMBA_ENABLE_CUDASIM="1", OMP_NUM_THREADS="1")

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from helpers.commands import ROOT, clean_env, run
 from pympi_gpu.nbody.lj.cpu import kernels as kc
 from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.lj.domain import brick_of, grid_problem, owner_coords, wrap
@@ -212,8 +213,6 @@ def test_serial_lists_without_avx512_compress(tmp_path):
     row for row (the tests above, run again in a process compiling for that CPU, with a cache of its
     own)."""
     import sys
-
-    from conftest import ROOT, clean_env, run
 
     env = clean_env(NUMBA_CPU_NAME="generic", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
     env.pop("NUMBA_CPU_FEATURES", None)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, clean_env, mpiexec_argv, run
+from helpers.commands import ROOT, clean_env, mpiexec_argv, run
 from pympi_gpu.cli import models
 
 #: pympi-nbody with the toy model registered first, as its own module and one line of MODULES

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import clean_env, mpiexec_argv, refused, run, script
+from helpers.commands import clean_env, mpiexec_argv, refused, run, script
 from pympi_gpu.nbody.gravity import checkpoint as ckpt
 
 NBODY = script("pympi-nbody")

@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import clean_env, mpiexec_argv, run, script
+from helpers.commands import ROOT, clean_env, mpiexec_argv, run, script
 from pympi_gpu.nbody.gravity import checkpoint as ckpt
 
 NBODY = script("pympi-nbody")
@@ -273,8 +273,6 @@ def test_aligned_tile_is_the_path_taken_with_numba_cuda():
 
 def test_gpu_extra_floor_has_the_alignment():
     import configparser
-
-    from conftest import ROOT
 
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")

@@ -6,16 +6,12 @@ Final states are compared through the checkpoint each run writes at its end.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import clean_env, mpiexec_argv, run, script
+from helpers.commands import clean_env, mpiexec_argv, run, script
+from helpers.jobs import sigterm_after_first_checkpoint
 from pympi_gpu.nbody.gravity import checkpoint as ckpt
 
 N = 203  # divisible by neither 2 nor 3
@@ -106,57 +102,6 @@ def test_restart_is_bit_identical(tmp_path):
     c = final_state(other)
     for f in ckpt.FIELDS:
         np.testing.assert_allclose(c[f], a[f], rtol=1e-4, atol=1e-5, err_msg=f)
-
-
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def _is_rank(pid: int) -> bool:
-    try:
-        return "pympi-nbody" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return False
-
-
-def sigterm_after_first_checkpoint(argv: list[str], path, env: dict[str, str]) -> None:
-    """Run ``argv`` (2 ranks) until its first periodic checkpoint at ``path``, then SIGTERM every rank.
-
-    As Slurm does before its time limit.  The job must end cleanly, saying it
-    was stopped by SIGTERM.  Also used by the LJ model's test.
-    """
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        deadline = time.monotonic() + 120
-        while not path.exists():  # the first periodic checkpoint: the ranks are stepping
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no periodic checkpoint within 120 s"
-            time.sleep(0.2)
-        ranks = [p for p in _descendants(proc.pid) if _is_rank(p)]
-        assert len(ranks) == 2, ranks
-        for pid in ranks:  # as Slurm does: every task gets the signal
-            os.kill(pid, signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, stderr
-    assert "stopped    by SIGTERM" in stdout and "Traceback" not in stderr
 
 
 def test_sigterm_writes_checkpoint_and_exits_cleanly(tmp_path):

@@ -22,11 +22,13 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import mpiexec_argv, run, script
+from helpers.commands import env, mpiexec_argv, one_message, run, script
+from helpers.disks import fill, tmpfs
+from helpers.jobs import job, wait_busy, wait_for_path, wait_for_rank
+from helpers.outputs import steps_of
 from pympi_gpu.nbody.lj import checkpoint as lj_ckpt
 from pympi_gpu.run import thermolog
 from pympi_gpu.run.outputs import APPEND, NEW, REPLACE, Found, OutputRefused, RunIdentity, decide
-from test_faults import _fill, env, job, one_message, tmpfs, wait_busy, wait_for_path, wait_for_rank
 
 NBODY = script("pympi-nbody")
 LJ = ["--model", "lj"]
@@ -40,15 +42,6 @@ def nbody(ranks, *args, cwd=None):
 def ok(proc):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
-
-
-def steps_of(path):
-    if path.suffix == ".gsd":
-        with gsd.hoomd.open(str(path)) as f:
-            return [int(fr.configuration.step) for fr in f]
-    if path.suffix == ".extxyz":
-        return [int(a.info["step"]) for a in ase.io.read(str(path), index=":")]
-    return [int(r[0]) for r in thermolog.read(path)[1]]
 
 
 # ---------------------------------------------------------------- item 3: the probe
@@ -200,7 +193,7 @@ def test_an_unwritable_target_is_refused_before_the_run(tmp_path, target, fault)
     with tmpfs(tmp_path / "small", "64k") as d:
         option = "--dump" if target.endswith(("gsd", "extxyz")) else "--thermo-file"
         if fault == "full":
-            _fill(d)
+            fill(d)
         else:
             subprocess.run(["mount", "-o", "remount,ro", str(d)], check=True)
         p = nbody(2, 2048, *LJ, "--steps", 2, option, d / target)

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, clean_env, mpiexec_argv, require_system, run, script
+from helpers.commands import ROOT, clean_env, mpiexec_argv, require_system, run, script
 from pympi_gpu.nbody.lj import pairs
 from pympi_gpu.nbody.lj.config import LjConfig
 

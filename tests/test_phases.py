@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from conftest import script
+from helpers.commands import ROOT, script
+
 
 NBODY = script("pympi-nbody")
 
@@ -92,8 +93,6 @@ def test_lj_halo_traffic_and_phases(mpirun, ranks):
 def test_lj_trace_says_which_rank_waits_for_which(mpirun, tmp_path):
     """``benchmarks/lj.py --mode trace`` at 3 ranks (an odd split): the ranks' stamps compared step by step."""
     import sys
-
-    from conftest import ROOT
 
     out = tmp_path / "trace.json"
     done = mpirun(3, sys.executable, str(ROOT / "benchmarks" / "lj.py"), "--mode", "trace", "--steps", "60",

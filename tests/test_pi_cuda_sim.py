@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from conftest import clean_env, run
+from helpers.commands import clean_env, mpiexec_argv, run, script
+
 
 SCRIPT = r"""
 import json, math, sys
@@ -57,7 +58,6 @@ def test_cuda_kernels_on_real_gpu():
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_pympi_pi_selects_its_gpu_before_mpi_init(ranks):
     """`mpiexec pympi-pi --backend gpu`: each rank's (simulated) GPU chosen before MPI_Init, same estimate."""
-    from conftest import mpiexec_argv, script
 
     argv = mpiexec_argv(ranks) + [script("pympi-pi"), "3e3", "--json"]
     gpu = run(argv + ["--backend", "gpu"], timeout=600, env=clean_env(NUMBA_ENABLE_CUDASIM="1"))

@@ -5,10 +5,11 @@ import math
 import numpy as np
 import pytest
 
+from helpers.commands import clean_env
+from helpers.rng_reference import reference_hits
 from pympi_gpu.pi import grid
 from pympi_gpu.pi.kernels_cpu import NumbaKernels, NumpyKernels, exact_partials
 from pympi_gpu.rng import BLOCK, count_hits_numpy, seed_key
-from test_rng import reference_hits
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +127,6 @@ def test_mc_narrow_layout_counts_the_same():
     import subprocess
     import sys
     import tempfile
-
-    from conftest import clean_env
 
     code = ("import json, numpy as np; from pympi_gpu.pi import mc_simd, kernels_cpu as k; "
             "from pympi_gpu.rng import seed_key; key = seed_key(21); "

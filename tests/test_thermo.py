@@ -15,9 +15,9 @@ import signal
 import pytest
 import yaml
 
-from conftest import mpiexec_argv, run, script
+from helpers.commands import env, mpiexec_argv, one_message, run, script
+from helpers.jobs import job
 from pympi_gpu.run.thermolog import ThermoLog, format_of, last_step
-from test_faults import env, job, one_message
 
 NBODY = script("pympi-nbody")
 LJ_KEYS = ["Step", "Temp", "E_pair", "KinEng", "TotEng", "Press"]

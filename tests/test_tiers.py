@@ -9,14 +9,14 @@ import json
 import sys
 from collections import defaultdict
 
-from conftest import ROOT, clean_env, run
+from helpers.commands import ROOT, clean_env, run
 
 REPORTER = r'''
-import json, os, sys
-import pytest
+import json, os
 
 def pytest_collection_finish(session):
-    conftest = sys.modules["conftest"]  # tests/conftest.py: its SLOW table
+    from helpers import tiers  # tests/helpers/tiers.py: the SLOW table (tests/ is on sys.path by now)
+
     items = [{"file": str(item.path.relative_to(session.config.rootpath)),
               "slow": item.get_closest_marker("slow") is not None,
               "system": item.get_closest_marker("system") is not None,
@@ -24,10 +24,10 @@ def pytest_collection_finish(session):
               "params": {k: repr(v) for k, v in getattr(getattr(item, "callspec", None), "params", {}).items()}}
              for item in session.items]
     unmatched = []
-    for key, rule in conftest.SLOW.items():
+    for key, rule in tiers.SLOW.items():
         cases = [None] if rule is None else (rule if isinstance(rule, list) else [rule])
         for case in cases:
-            hits = [i for i in session.items if f"{i.path.name}::{getattr(i, 'originalname', i.name)}" == key
+            hits = [i for i in session.items if tiers.key(i) == key
                     and (case is None or all(getattr(getattr(i, "callspec", None), "params", {}).get(k)
                                              in (v if isinstance(v, tuple) else (v,)) for k, v in case.items()))]
             if not hits:
@@ -51,7 +51,7 @@ def _collected(tmp_path):
 def test_the_quick_tier_keeps_every_files_tests_and_the_slow_table_names_real_tests(tmp_path):
     """``-m "not system and not slow"`` leaves at least one test of every file outside tests/system,
     tests/mpi included (run through test_mpi_suite at 3 ranks, with and without the simulator); every entry of
-    conftest.SLOW matches a collected test (a renamed test would silently slow the quick tier down);
+    helpers/tiers.py's SLOW matches a collected test (a renamed test would silently slow the quick tier down);
     every test under tests/system carries ``system``."""
     got = _collected(tmp_path)
     assert got["unmatched"] == [], "SLOW entries that match no test"

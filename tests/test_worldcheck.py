@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import clean_env, run, script
+from helpers.commands import clean_env, run, script
 from pympi_gpu.mpi.worldcheck import world_mismatch
 
 

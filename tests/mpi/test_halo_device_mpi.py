@@ -17,7 +17,7 @@ import pytest
 from pympi_gpu.nbody.lj.cpu.halo import Halo
 
 from . import halo_cases as hc
-from .test_halo_mpi import LAYOUTS, check_borders, check_forward, check_migrate, check_reverse, make_cart, run_halo
+from .halo_checks import LAYOUTS, check_borders, check_forward, check_migrate, check_reverse, make_cart, run_halo
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.cudasim]
 

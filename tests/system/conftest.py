@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_root, need_tool, require_system
+from helpers.commands import need_root, need_tool, require_system
 
 from .slurm import TOOLS, SlurmCluster, SlurmError
 

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from conftest import ROOT, clean_env, mpiexec_argv, need_root, need_tool, require_system, run, script
+from helpers.commands import ROOT, clean_env, mpiexec_argv, need_root, need_tool, require_system, run, script
 
 from . import containers as c
 

@@ -21,19 +21,11 @@ import json
 
 import pytest
 
-from conftest import need_root, need_tool, run, script
+from helpers.commands import need_container_tools, run, script
 
 from . import containers as c
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(3000)]
-
-TOOLS = ("podman", "buildah", "runc", "debootstrap")
-
-
-def need_container_tools() -> None:
-    need_tool(*TOOLS)
-    need_root("debootstrap and podman's root storage need root")
-
 
 def _built(which: str) -> c.Built:
     need_container_tools()

@@ -20,10 +20,9 @@ import json
 
 import pytest
 
-from conftest import run, script
+from helpers.commands import need_container_tools, run, script
 
 from . import containers as c
-from .test_containers import need_container_tools
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(5400)]
 

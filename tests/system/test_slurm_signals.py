@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.jobs import session_procs
+
 pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +70,6 @@ def printed(text: str, timeout: float = 180):
 def _descendant(root: int, name: str, timeout: float = 60) -> int:
     """The pid of the first process below ``root`` whose command line holds ``name``."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from test_faults import session_procs
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
