@@ -163,8 +163,10 @@ GPU_MARK = re.compile(r"^\s*@pytest\.mark\.gpu\b|^pytestmark\s*=.*\bpytest\.mark
 
 
 def gpu_test_files(root: Path = ROOT) -> list[Path]:
-    """The test modules that hold ``gpu``-marked tests (the others need what is not carried: ase, gsd)."""
-    return sorted(p for p in (root / "tests").glob("test_*.py") if GPU_MARK.search(p.read_text()))
+    """The test modules of the tiers (tests/unit, cli, gpu; not the system tier, nor tests/mpi, which runs
+    under mpiexec) that hold ``gpu``-marked tests (the others need what is not carried: ase, gsd)."""
+    return sorted(p for p in (root / "tests").glob("*/test_*.py")
+                  if p.parent.name not in ("system", "mpi") and GPU_MARK.search(p.read_text()))
 
 
 def ssh_agent() -> str:

@@ -1,9 +1,10 @@
 """A made-up launcher, "fakeflux", added to pympi_gpu's launcher table as one entry.
 
 Shaped like Flux (``flux run -n N -N NODES --tasks-per-node K``), with variables of
-its own that no real launcher sets.  tests/test_launcher_table.py adds it to the
-table in the test process (monkeypatch) and, through :func:`register`, in the
-pympi commands it starts, then watches every reader of the table see it.
+its own that no real launcher sets.  tests/unit/test_launcher_table.py and
+tests/cli/test_launcher_table_cli.py add it to the table in the test process
+(monkeypatch) and, through :func:`register`, in the pympi commands they start,
+then watch every reader of the table see it.
 """
 
 from __future__ import annotations

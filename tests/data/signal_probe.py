@@ -1,6 +1,6 @@
 """A rank that notes every signal it gets (and when) in DIR/rank-N.log, then ends 0.2 s after a stop request.
 
-For tests/test_stop_launchers.py: what a launcher does with each signal it is
+For tests/cli/test_stop_launchers.py: what a launcher does with each signal it is
 sent, measured on the ranks themselves.  DIR/rank-N.ready says the rank runs.
 """
 

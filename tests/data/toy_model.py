@@ -1,4 +1,4 @@
-"""A third model for tests/test_models.py: a module and one registry line are all a model needs.
+"""A third model for tests/cli/test_models.py: a module and one registry line are all a model needs.
 
 Gravity of a cold uniform ball whose softening is this model's own option
 (``--toy-softening``), built from the gravity recipe's pieces.  Registered

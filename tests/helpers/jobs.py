@@ -153,7 +153,7 @@ def kill_last_rank(argv: list[str], ranks: int, **kw) -> tuple[int, float, list[
     Returns the job's exit status, the seconds from the kill to its end, and
     the ranks still alive after it ended (the test fails if it has not ended
     within ``END_WITHIN``).  Used under MPICH (tests/cli/test_faults.py) and the
-    other MPIs (tests/mpi/test_mpi_matrix.py).
+    other MPIs (tests/cli/test_mpi_matrix.py).
     """
     with job(argv, **kw) as proc:
         victim = wait_for_rank(proc.pid, ranks - 1)

@@ -1,19 +1,36 @@
-"""The steps an output file holds, read by the readers users would use (ase, gsd, the thermo log's own)."""
+"""Output files read back by the readers users would use (ase, gsd, the thermo log's own)."""
 
 from __future__ import annotations
 
+import ase.io
+import gsd.hoomd
+import numpy as np
+
+from pympi_gpu.nbody.dump import format_of
 from pympi_gpu.run import thermolog
 
 
 def steps_of(path):
     """The steps of the frames of a ``.gsd`` or ``.extxyz`` trajectory, or the rows of a thermo log."""
     if path.suffix == ".gsd":
-        import gsd.hoomd
-
         with gsd.hoomd.open(str(path)) as f:
             return [int(fr.configuration.step) for fr in f]
     if path.suffix == ".extxyz":
-        import ase.io
-
         return [int(a.info["step"]) for a in ase.io.read(str(path), index=":")]
     return [int(r[0]) for r in thermolog.read(path)[1]]
+
+
+def frames(path):
+    """(steps, ids, positions, velocities, box edge or None) of every frame, by the format's own reader."""
+    if format_of(path) == "gsd":
+        with gsd.hoomd.open(str(path)) as f:
+            out = []
+            for fr in f:
+                periodic = bool(fr.log["periodic"][0])
+                edge = float(fr.configuration.box[0])
+                x = fr.particles.position.astype(np.float64) + (0.5 * edge if periodic else 0.0)
+                out.append((int(fr.configuration.step), fr.log["particles/id"], x,
+                            fr.particles.velocity.astype(np.float64), edge if periodic else None))
+            return out
+    return [(int(a.info["step"]), a.arrays["id"], a.positions, a.arrays["velo"],
+             float(a.cell.lengths()[0]) if a.pbc.all() else None) for a in ase.io.read(str(path), index=":")]

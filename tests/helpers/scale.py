@@ -18,3 +18,14 @@ def env(**extra):
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def record(ranks, wall, work=1e9):
+    return {"schema": "x/1", "app": "pi", "ranks": ranks, "wall_time": wall, "throughput": work / wall,
+            "work_unit": "samples", "provenance": {"ranks": ranks}}
+
+
+def run_entry(point, repeat, wall=None, ok=True, error=None):
+    return {"point": point.key, "ranks": point.ranks, "repeat": repeat, "ok": ok, "elapsed": 1.0,
+            "launcher": "mpiexec", "record": record(point.ranks, wall) if ok else None,
+            "error": error, "returncode": None if ok else 3, "stderr_tail": "" if ok else "boom\n"}

@@ -16,12 +16,12 @@ def pytest_collection_modifyitems(config, items):
     """Tests marked ``cudasim`` skip, saying why, in a process without the simulator.
 
     NUMBA_ENABLE_CUDASIM must be set before numba is imported, so these cannot switch it on
-    themselves: ``tests/test_mpi_suite.py`` runs them (``-m cudasim``) in runs of their own.
+    themselves: ``tests/cli/test_mpi_suite.py`` runs them (``-m cudasim``) in runs of their own.
     """
     if simulated():
         return
     skip = pytest.mark.skip(reason="needs NUMBA_ENABLE_CUDASIM=1 from the start of the process "
-                                   "(tests/test_mpi_suite.py runs these under it)")
+                                   "(tests/cli/test_mpi_suite.py runs these under it)")
     for item in items:
         if "cudasim" in item.keywords:
             item.add_marker(skip)

@@ -1,6 +1,6 @@
 """``pympi_gpu.device.buffers`` under numba's CUDA simulator, at 2 and 3 ranks.
 
-``tests/test_mpi_suite.py`` runs this file with ``NUMBA_ENABLE_CUDASIM=1`` (marker
+``tests/cli/test_mpi_suite.py`` runs this file with ``NUMBA_ENABLE_CUDASIM=1`` (marker
 ``cudasim``).  What the GPU paths rely on: values survive every copy between host,
 device and pinned memory unchanged (fp32 and fp64, empty arrays too) and copies are
 copies, not views; a kernel launched on :meth:`DeviceArrays.view` writes the array

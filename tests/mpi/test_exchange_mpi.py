@@ -7,7 +7,7 @@ its left neighbour's, then the one before that; allgather: rank 0's, 1's, ...),
 with that block's positions and masses bit for bit, over uneven splits, in fp64
 and fp32, and again after the positions change.  On the host backend (NumPy);
 the tests marked ``cudasim`` repeat it on the GPU backend under numba's CUDA
-simulator with both transports (``tests/test_mpi_suite.py`` runs them with
+simulator with both transports (``tests/cli/test_mpi_suite.py`` runs them with
 ``NUMBA_ENABLE_CUDASIM=1``).  The ring's memory promise (two blocks a rank, not
 the whole system) is measured with ``tracemalloc``.
 """

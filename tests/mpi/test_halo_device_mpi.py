@@ -1,6 +1,6 @@
 """``pympi_gpu.nbody.lj.gpu.halo.DeviceHalo`` under numba's CUDA simulator, at 2 and 3 ranks.
 
-``tests/test_mpi_suite.py`` runs this file with ``NUMBA_ENABLE_CUDASIM=1`` (marker
+``tests/cli/test_mpi_suite.py`` runs this file with ``NUMBA_ENABLE_CUDASIM=1`` (marker
 ``cudasim``), where the device arrays are NumPy's.  The device halo promises the
 same stages, hops and order of rows as the CPU's :class:`~pympi_gpu.nbody.lj.cpu.halo.Halo`:
 on the same system (``halo_cases``: ranks along x, y or z, and COMM_SELF; the

@@ -132,7 +132,7 @@ def test_the_kernels_mpi_calls_are_pythons(cells, newton, monkeypatch):
     """A step's MPI calls made by its compiled kernels (persistent requests started from numba) and by
     Python between kernel pieces (``PYMPI_COMPILED_MPI=0``): the same states bit for bit, thermo, rebuilds
     and traffic, under whichever MPI runs the tier (mpi4py's MPICH here; Open MPI and Intel MPI in
-    tests/test_mpi_matrix.py); half lists and full lists (several threads: the same step path)."""
+    tests/cli/test_mpi_matrix.py); half lists and full lists (several threads: the same step path)."""
     config = LjConfig(cells=cells, newton=newton)
     kernels = _kernels_as_python(config, RunOptions(steps=60, thermo_every=20), 3, monkeypatch)
     assert kernels.phases.waiting.max > 0 and kernels.phases.communication.max > 0

@@ -80,7 +80,7 @@ def test_the_model_fitted_on_one_node_predicts_two(slurm, tmp_path):
     """Fit on 1 and 2 ranks of one node, project to 2 nodes x 1 rank with the fake cluster's own network
     (a ping-pong between its nodes), compare with the measured 2-node study.  The network terms are what
     this checks: the compute is fitted over the rank counts (--no-floor), whose fit passes through the
-    measured 2-rank point; the floor probes are tests/test_scale_floor.py's."""
+    measured 2-rank point; the floor probes are tests/cli/test_scale_floor_cli.py's."""
     p = slurm.srun([sys.executable, "-c", PINGPONG], ntasks=2, nodes=2, timeout=180)
     assert p.returncode == 0, p.stderr
     net = json.loads(p.stdout)

@@ -3,7 +3,7 @@
 As on a cluster, Intel MPI is told to use Slurm's PMI-2 client library
 (``I_MPI_PMI_LIBRARY`` = libpmi2.so from Debian's libpmi2-0, installed by
 .ci/setup.d/10-slurm.sh) instead of its own Hydra, and srun starts the ranks.
-The venv is the Intel MPI one of tests/test_mpi_matrix.py: only the wheel, with
+The venv is the Intel MPI one of tests/cli/test_mpi_matrix.py: only the wheel, with
 this environment's mpi4py and pympi_gpu behind it.
 """
 

@@ -69,8 +69,6 @@ def printed(text: str, timeout: float = 180):
 
 def _descendant(root: int, name: str, timeout: float = 60) -> int:
     """The pid of the first process below ``root`` whose command line holds ``name``."""
-    sys.path.insert(0, str(ROOT / "tests"))
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for pid in session_procs(root):

@@ -18,7 +18,7 @@ dozen steps.  This module keeps what each thread executes and changes only when:
   a condition (the block's barrier) instead of being polled.
 
 What a thread raises is raised by the launch, with the thread and block it came from, as the
-simulator does.  ``tests/test_simulator_schedule.py`` checks both paths against the simulator's
+simulator does.  ``tests/gpu/test_simulator_schedule.py`` checks both paths against the simulator's
 own.  Set ``PYMPI_TEST_SIMULATOR=threads`` to run the simulator as numba ships it, but for one
 repair, made under either schedule: the simulator's ``cuda.shared.array`` looks up a block's array
 and creates it if missing without a lock, so two threads of a block could each create their own and

@@ -1,0 +1,66 @@
+"""numba's cache must work when the package (and even $HOME) are read-only: where it goes, in one process.
+
+Kernels loaded from it by the next process: tests/cli/test_jitcache.py."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pympi_gpu.device import jitcache
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path):
+    for var in ("NUMBA_CACHE_DIR", "PYMPI_NUMBA_CACHE_SEED"):
+        monkeypatch.setenv(var, "")  # recorded, so configure()'s changes are undone after the test
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    return tmp_path
+
+
+def test_writable_tree_is_left_alone(env, monkeypatch):
+    monkeypatch.setattr(jitcache, "_writable", lambda p: True)
+    jitcache.configure()
+    assert "NUMBA_CACHE_DIR" not in os.environ
+
+
+def test_read_only_install_falls_back_to_tmp(env, monkeypatch):
+    real = jitcache._writable
+    # package dir and user cache read-only (as in an Apptainer image), $TMPDIR writable
+    monkeypatch.setattr(jitcache, "_writable", lambda p: str(p).startswith(str(env / "tmp")) and real(p))
+    where = jitcache.configure()
+    assert where == os.environ["NUMBA_CACHE_DIR"]
+    assert Path(where).parent == env / "tmp" and Path(where).is_dir()
+
+
+def test_seeded_cache_is_copied_once(env, monkeypatch):
+    seed = env / "seed" / "opt" / "pkg"
+    seed.mkdir(parents=True)
+    (seed / "kernel.nbi").write_text("index")
+    (seed / "kernel.nbc").write_text("code")
+    from pympi_gpu.cli.settings import numba_cache_seed
+
+    monkeypatch.setenv("PYMPI_NUMBA_CACHE_SEED", str(env / "seed"))  # the image's setting: the command reads it
+    where = Path(jitcache.configure(numba_cache_seed()))
+    assert (where / "opt" / "pkg" / "kernel.nbi").read_text() == "index"
+    assert (where / ".seeded").exists()
+    # a second rank (or run) finds it seeded and copies nothing again
+    (seed / "kernel.nbc").write_text("changed")
+    assert Path(jitcache.configure(numba_cache_seed())) == where
+    assert (where / "opt" / "pkg" / "kernel.nbc").read_text() == "code"
+
+
+def test_cache_dir_writable_reports(env, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(env / "c"))
+    assert jitcache.cache_dir_writable() == (True, str(env / "c"))
+
+
+def test_too_late_once_numba_is_loaded():
+    import numba  # noqa: F401  (loaded by the test process already)
+
+    assert jitcache.tune_cpu(True, {}) == "too late (numba already imported)"
+
+
+# -- kernels made around kernels: one compile, then the cache in every new process --------------------------
