@@ -1,16 +1,17 @@
 """The package's layers (docs/architecture.md): no import circle, lazy imports included,
-and each layer importing only the layers its package docstring allows."""
+and each layer importing only the layers its package docstring allows.  And the test suite's
+own layout (docs/testing.md): every test file in a tier's folder, none importing another."""
 
 from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import pytest
 
 from helpers.commands import ROOT
-
 
 PACKAGE = ROOT / "pympi_gpu"
 
@@ -330,3 +331,65 @@ def test_both_engines_meet_the_atoms_protocol():
         assert not missing, f"{cls.name} lacks {missing}"
     system = (PACKAGE / "nbody" / "lj" / "system.py").read_text()
     assert "getattr(self.atoms" not in system and "hasattr(self.atoms" not in system
+
+
+# ---------------------------------------------------------------- the test suite's own layout
+
+TESTS = ROOT / "tests"
+#: the tiers (docs/testing.md): every test file lives in the folder of one
+TIERS = ("unit", "cli", "gpu", "mpi", "system")
+
+
+def suite_files(root: Path = TESTS) -> list[Path]:
+    """Every test module under ``root`` (pytest's pattern, ``test_*.py``)."""
+    return sorted(p for p in root.rglob("test_*.py") if "__pycache__" not in p.parts)
+
+
+def imported_tests(path: Path) -> list[str]:
+    """What ``path`` imports, anywhere in the file, of a test module or a conftest: absolute, relative,
+    or as a name from a package (``from . import test_x``), as written (``.test_x.name``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = ["." * node.level + ".".join(filter(None, [node.module, a.name])) for a in node.names]
+        else:
+            continue
+        found |= {n for n in names if any(part.startswith("test_") or part == "conftest"
+                                          for part in n.lstrip(".").split("."))}
+    return sorted(found)
+
+
+def test_the_import_finder_sees_every_form(tmp_path):
+    source = tmp_path / "test_x.py"
+    source.write_text("import test_a\nfrom test_b import f\nfrom .test_c import g\nfrom . import test_d\n"
+                      "from cli.test_e import h\nimport conftest\nfrom helpers.commands import run\n"
+                      "from pympi_gpu import rng\n\ndef later():\n    from test_f import k\n")
+    assert imported_tests(source) == [".test_c.g", ".test_d", "cli.test_e.h", "conftest", "test_a", "test_b.f",
+                                      "test_f.k"]
+
+
+def test_every_test_file_is_in_a_tier_folder():
+    """No ``tests/test_*.py`` at the top, nor in a folder that is no tier; and every tier has its tests."""
+    files = suite_files()
+    outside = [str(p.relative_to(TESTS)) for p in files if p.relative_to(TESTS).parts[0] not in TIERS]
+    assert outside == [], f"test files outside the tier folders {TIERS}: {outside} (docs/testing.md)"
+    assert {p.relative_to(TESTS).parts[0] for p in files} == set(TIERS)
+
+
+def test_no_test_file_imports_another_or_a_conftest():
+    """What tests share is in tests/helpers/; conftest.py files hold fixtures and hooks, for pytest to load."""
+    found = {str(p.relative_to(TESTS)): imported_tests(p) for p in sorted(TESTS.rglob("*.py"))}
+    assert {k: v for k, v in found.items() if v} == {}, "import what tests share from tests/helpers/"
+
+
+def test_the_pytest_mpi_tests_are_the_suite_and_all_of_it():
+    """Tests marked ``mpi`` run under mpiexec through tests/cli/test_mpi_suite.py, which runs tests/mpi
+    (left out of pytest's own collection): every such file is there, and every file there is one.  (A
+    folder's name is a keyword of every test in it, and without ``--with-mpi`` pytest-mpi skips every test
+    with the keyword ``mpi``: a test of any other kind in tests/mpi/ would never run.)"""
+    marked = {p for p in suite_files() if re.search(r"\bpytest\.mark\.mpi\b", p.read_text())}
+    suite = set(suite_files(TESTS / "mpi"))
+    assert suite and marked == suite, {"marked, elsewhere": sorted(map(str, marked - suite)),
+                                       "in the suite, unmarked": sorted(map(str, suite - marked))}
