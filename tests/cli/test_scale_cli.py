@@ -17,7 +17,6 @@ import pytest
 from helpers.commands import run, script
 from helpers.scale import SCALE, env, read_jsonl
 
-
 PI = [script("pympi-pi"), "2e6", "--threads", "1"]
 
 
@@ -290,33 +289,6 @@ def test_users_threads_are_kept_and_mixed_backends_are_flagged(tmp_path):
     assert [pt["backend"] for pt in doc["points"]] == ["numba", "numpy"]
     assert "points ran on different backends (numba, numpy)" in p.stdout
     assert all(r["argv"].count("--threads") == 1 for r in read_jsonl(out.with_suffix(".jsonl")))
-
-
-def test_planner_names_the_mpi_library_mpi4py_loads(monkeypatch, tmp_path):
-    """As pympi-launch: the study's launches use the MPI mpi4py loads (probed once), not the wheel."""
-    from pympi_gpu.mpi import launch
-    from pympi_gpu.cli.scale import _planner
-    from pympi_gpu.scale.points import Point
-
-    calls = []
-
-    def probe():
-        calls.append(1)
-        return "intelmpi", "the MPI library mpi4py loads: Intel(R) MPI Library 2021.19"
-
-    monkeypatch.setattr(launch, "probe_mpi", probe)
-    monkeypatch.setenv("SLURM_JOB_ID", "1")
-    srun = tmp_path / "srun"  # only planned, never run: where Slurm is not installed, a stand-in on PATH
-    srun.write_text("#!/bin/sh\nexit 1\n")
-    srun.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', os.defpath)}")
-    monkeypatch.delenv("PYMPI_LAUNCHER", raising=False)
-    planner = _planner("srun", None, False)
-    first = planner(["pympi-pi", "1e6"], Point(ranks=2))
-    planner(["pympi-pi", "1e6"], Point(ranks=3))
-    assert len(calls) == 1
-    assert "--mpi=pmi2" in first.argv, first.argv
-    assert "Intel(R) MPI" in first.reason, first.reason
 
 
 def test_where_the_time_goes_and_a_labelled_projection(tmp_path):

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 
 import pytest
 
+from helpers.scale import record, run_entry
 from pympi_gpu.scale.analysis import summarise
 from pympi_gpu.scale.points import Point, make_points, parse_sizes
 from pympi_gpu.scale.runner import REQUIRED_KEYS, parse_record, with_json
 from pympi_gpu.scale.store import RUN_SCHEMA, ResultsStore, StudyLocked, StudyMismatch
-from helpers.scale import record, run_entry
 
 
 @pytest.mark.parametrize("text, expected", [("1,2,4", (1, 2, 4)), (" 8, 1 ,2", (1, 2, 8)), ("3", (3,)),
@@ -141,3 +142,31 @@ def test_a_held_lock_refuses_but_a_filesystem_without_flock_runs_unguarded(tmp_p
     monkeypatch.setattr(fcntl, "flock", unsupported)
     with store.lock():
         assert "No locks available" in store.unlocked_reason and "does not support flock" in store.unlocked_reason
+
+
+def test_planner_names_the_mpi_library_mpi4py_loads(monkeypatch, tmp_path):
+    """As pympi-launch: the study's launches use the MPI mpi4py loads (probed once), not the wheel."""
+    from pympi_gpu.mpi import launch
+    from pympi_gpu.cli.scale import _planner
+    from pympi_gpu.scale.points import Point
+
+    calls = []
+
+    def probe(told=None):
+        calls.append(told)
+        return "intelmpi", "the MPI library mpi4py loads: Intel(R) MPI Library 2021.19"
+
+    monkeypatch.setattr(launch, "probe_mpi", probe)
+    monkeypatch.delenv("PYMPI_MPI", raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    srun = tmp_path / "srun"  # only planned, never run: where Slurm is not installed, a stand-in on PATH
+    srun.write_text("#!/bin/sh\nexit 1\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', os.defpath)}")
+    monkeypatch.delenv("PYMPI_LAUNCHER", raising=False)
+    planner = _planner("srun", None, False)
+    first = planner(["pympi-pi", "1e6"], Point(ranks=2))
+    planner(["pympi-pi", "1e6"], Point(ranks=3))
+    assert calls == [None]  # probed once, and told no MPI (PYMPI_MPI unset)
+    assert "--mpi=pmi2" in first.argv, first.argv
+    assert "Intel(R) MPI" in first.reason, first.reason
