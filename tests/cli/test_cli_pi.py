@@ -8,7 +8,6 @@ import pytest
 
 from helpers.commands import FAKE_GPU_PATH, ROOT, clean_env, fake_gpus, mpiexec_argv, run, script
 
-
 PI = script("pympi-pi")
 
 

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from helpers.commands import clean_env, mpiexec_argv, script
-from helpers.docs import console_examples, DOCS, NAMES
+from helpers.docs import DOCS, NAMES, console_examples
 
 #: lines of shown output that differ from run to run
 VOLATILE = re.compile(r"^\s*(time|throughput)\s|\.\.\.")

@@ -3,11 +3,9 @@ next process, a kernel calling another module's kernel is compiled again when th
 fresh process's wide-vector tuning.  Where the cache goes when the package (and even $HOME) are
 read-only: tests/unit/test_jitcache_dirs.py."""
 
-
 import pytest
 
 from helpers.commands import clean_env, run
-
 
 TUNE = ("from pympi_gpu.device import jitcache; from pympi_gpu.cli import settings; import os; "
         "print(jitcache.tune_cpu(settings.wide_vectors())); print(os.environ.get('NUMBA_CPU_FEATURES', 'unset'))")

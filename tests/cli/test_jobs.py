@@ -7,7 +7,6 @@ import pytest
 
 from helpers.commands import ROOT, need_tool, run
 
-
 JOBS = ROOT / "jobs"
 SCRIPTS = sorted(JOBS.glob("*.sbatch"))
 

@@ -10,7 +10,6 @@ import pytest
 from helpers.commands import clean_env, mpiexec_argv, refused, run, script
 from helpers.jobs import sigterm_after_first_checkpoint
 
-
 NBODY = script("pympi-nbody")
 ENV = clean_env(OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
 

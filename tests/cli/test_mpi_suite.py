@@ -19,7 +19,6 @@ import pytest
 
 from helpers.commands import ROOT, clean_env, mpiexec_argv, run
 
-
 MPI_TESTS = ROOT / "tests" / "mpi"
 PER_TEST = 300  # seconds: far beyond any test of the tier, well inside the run's 900
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from helpers.commands import ROOT, clean_env, mpiexec_argv, require_system, run, script
-from helpers.pair_styles import scaled, STYLES
+from helpers.pair_styles import STYLES, scaled
 from pympi_gpu.nbody.lj import pairs
 from pympi_gpu.nbody.lj.config import LjConfig
 

@@ -9,7 +9,6 @@ import pytest
 
 from helpers.commands import ROOT, script
 
-
 NBODY = script("pympi-nbody")
 
 

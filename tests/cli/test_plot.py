@@ -12,7 +12,6 @@ import pytest
 
 from helpers.commands import env, mpiexec_argv, one_message, run, script
 
-
 NBODY, PLOT = script("pympi-nbody"), script("pympi-plot")
 
 

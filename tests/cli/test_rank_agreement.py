@@ -22,7 +22,6 @@ import pytest
 from helpers.commands import ROOT, mpiexec_argv, mpmd, script, timed
 from helpers.mpis import MPIS, make_venv
 
-
 PI = script("pympi-pi")
 NBODY = script("pympi-nbody")
 WITHIN = 30.0

@@ -14,7 +14,6 @@ import time
 
 from helpers.commands import env, script, timed
 
-
 SCALE = script("pympi-scale")
 NBODY = script("pympi-nbody")
 

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
+from helpers.scale import record, run_entry
 from pympi_gpu.scale.analysis import summarise
 from pympi_gpu.scale.points import Point, make_points
 from pympi_gpu.scale.runner import SimpleLaunch, run_once, run_study
 from pympi_gpu.scale.store import ResultsStore
-from helpers.scale import record, run_entry
 
 
 def _fake(tmp_path, body):

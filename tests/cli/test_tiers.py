@@ -11,7 +11,6 @@ from collections import defaultdict
 
 from helpers.commands import ROOT, clean_env, run
 
-
 REPORTER = r'''
 import json, os
 

@@ -133,4 +133,3 @@ def test_every_way_of_starting_a_process_fails_the_unit_test_that_tried(tmp_path
     assert "test_starts_at_import" in module and kind == "error", (module, kind, said)
     assert "subprocess.Popen" in said and "the unit tier starts no process" in said, said
     assert "test_never_collected" not in text
-

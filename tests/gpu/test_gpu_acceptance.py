@@ -15,7 +15,6 @@ import pytest
 
 from helpers.commands import ROOT, clean_env, mpiexec_argv, require_system, run, script
 
-
 spec = importlib.util.spec_from_file_location("gpu_acceptance", ROOT / "benchmarks" / "gpu_acceptance.py")
 acc = importlib.util.module_from_spec(spec)
 sys.modules["gpu_acceptance"] = acc       # dataclasses look their module up there

@@ -16,7 +16,6 @@ import pytest
 
 from helpers.commands import ROOT, clean_env, mpiexec_argv, run
 
-
 SIM = clean_env(NUMBA_ENABLE_CUDASIM="1", OMP_NUM_THREADS="1")
 
 

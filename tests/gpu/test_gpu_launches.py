@@ -15,7 +15,6 @@ import pytest
 
 from helpers.commands import ROOT, clean_env, mpiexec_argv, run, script
 
-
 SIM = clean_env(NUMBA_ENABLE_CUDASIM="1", OMP_NUM_THREADS="1")
 PAGE = ROOT / "docs" / "gpu.md"
 SECTION = "### Per step, as counted"

@@ -19,7 +19,6 @@ import pytest
 
 from helpers.commands import ROOT
 
-
 spec = importlib.util.spec_from_file_location("gpu_static", ROOT / "benchmarks" / "gpu_static.py")
 gs = importlib.util.module_from_spec(spec)
 sys.modules["gpu_static"] = gs

@@ -12,7 +12,6 @@ import pytest
 
 from helpers.commands import clean_env, mpiexec_argv, run, script
 
-
 NBODY = script("pympi-nbody")
 SIM = clean_env(NUMBA_ENABLE_CUDASIM="1", OMP_NUM_THREADS="1")
 ARGS = ["256", "--model", "lj", "--steps", "12", "--thermo", "4", "--json"]

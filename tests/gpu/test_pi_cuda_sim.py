@@ -7,7 +7,6 @@ import pytest
 
 from helpers.commands import clean_env, mpiexec_argv, run, script
 
-
 SCRIPT = r"""
 import json, math, sys
 import numpy as np

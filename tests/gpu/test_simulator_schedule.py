@@ -13,7 +13,6 @@ import pytest
 
 from helpers.commands import SIMULATOR_PATH, clean_env, run
 
-
 KERNELS = r'''
 import json, threading
 import numpy as np

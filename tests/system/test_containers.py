@@ -27,6 +27,7 @@ from . import containers as c
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(3000)]
 
+
 def _built(which: str) -> c.Built:
     need_container_tools()
     try:

@@ -9,7 +9,6 @@ import pytest
 
 from helpers.commands import script
 
-
 pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,6 @@ import pytest
 
 from helpers.commands import script
 
-
 pytestmark = pytest.mark.system
 
 COMMANDS = {

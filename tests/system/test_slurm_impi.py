@@ -17,7 +17,6 @@ import pytest
 from helpers.commands import require_system
 from helpers.mpis import MPIS, make_venv
 
-
 pytestmark = pytest.mark.system
 
 #: where Debian's libpmi2-0 puts Slurm's PMI-2 client

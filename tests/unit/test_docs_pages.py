@@ -12,9 +12,9 @@ import shlex
 import click
 import pytest
 
+from helpers.docs import DOCS, NAMES, PAGES, blocks, console_examples, logical_lines
 from pympi_gpu.cli import COMMANDS
 from pympi_gpu.cli.common import lazy
-from helpers.docs import blocks, console_examples, DOCS, logical_lines, NAMES, PAGES
 
 SHELL_BLOCKS = {"", "bash", "console", "sh", "shell"}
 

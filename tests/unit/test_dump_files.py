@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pympi_gpu.nbody.dump import ExtxyzDump
 from helpers.outputs import frames
+from pympi_gpu.nbody.dump import ExtxyzDump
 
 
 def test_a_torn_last_frame_is_cut_off(tmp_path):

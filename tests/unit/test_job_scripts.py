@@ -9,7 +9,6 @@ import pytest
 
 from helpers.commands import ROOT
 
-
 JOBS = ROOT / "jobs"
 SCRIPTS = sorted(JOBS.glob("*.sbatch"))
 #: NAME=${NAME:-default} or NAME=${NAME-default}: a parameter taken from the environment

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers.pair_styles import STYLES, scaled
 from pympi_gpu.nbody.lj import pairs
 from pympi_gpu.nbody.lj.config import LjConfig
-from helpers.pair_styles import scaled, STYLES
 
 
 def test_the_registry_knows_its_styles():

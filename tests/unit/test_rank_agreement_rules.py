@@ -4,7 +4,6 @@ tests/cli/test_rank_agreement.py."""
 
 from __future__ import annotations
 
-
 # ---------------------------------------------------------------- a refusal reached by one rank only
 
 
