@@ -344,20 +344,22 @@ def profile(atoms: int, steps: int, clock: str = "cpu") -> dict:
 
 
 @contextlib.contextmanager
-def _prepared(atoms: int, patches):
+def _prepared(atoms: int, patches, compiled_mpi: bool = True):
     """``(cart, system)``: the LJ system of ``pympi-nbody ATOMS --model lj --threads 1`` over COMM_WORLD, its
     kernels compiled and its first forces computed, after each ``(module, "Class.method", wrap)`` of ``patches``
-    has replaced that method by ``wrap(method)``; the system closed and the communicator freed after."""
+    has replaced that method by ``wrap(method)``; the system closed and the communicator freed after.
+    ``compiled_mpi``: the device's word, as ``PYMPI_COMPILED_MPI`` gives it to the command line."""
     import importlib
 
     from mpi4py import MPI
 
+    from pympi_gpu.device.device import Device
     from pympi_gpu.nbody.lj.cpu import steps as steps_cpu
     from pympi_gpu.nbody.lj.domain import brick_of, make_cart
     from pympi_gpu.nbody.lj.system import LjSystem, initial_arrays
 
     config = LjConfig(cells=cells_for(atoms))
-    steps_cpu.warm(config.pair_term)
+    steps_cpu.warm(config.pair_term, compiled_mpi=compiled_mpi)
     for module, path, wrap in patches:
         owner, _, name = path.rpartition(".")
         obj = importlib.import_module(module)
@@ -366,7 +368,7 @@ def _prepared(atoms: int, patches):
     cart = make_cart(MPI.COMM_WORLD)
     try:
         brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
-        system = LjSystem(cart, config, *initial_arrays(config, brick, cart))
+        system = LjSystem(cart, config, *initial_arrays(config, brick, cart), device=Device(compiled_mpi=compiled_mpi))
         system.prepare()
         system.prepare = lambda: None  # done: the run's own call does nothing
         yield cart, system
@@ -425,7 +427,6 @@ def trace(atoms: int, steps: int) -> dict | None:
     """
     import time
 
-    from pympi_gpu.mpi import numba_calls
     from pympi_gpu.nbody.loop import RunOptions, run
 
     stamps: dict[str, list[int]] = {}
@@ -443,8 +444,9 @@ def trace(atoms: int, steps: int) -> dict | None:
             return call
         return wrap
 
-    os.environ[numba_calls.ENV] = "0"  # the calls stamped are Python's: the kernels' own have no stamps
-    with _prepared(atoms, [(module, path, stamped(event)) for module, path, event in TRACED]) as (cart, system):
+    # the calls stamped are Python's: the kernels' own have no stamps (PYMPI_COMPILED_MPI=0)
+    with _prepared(atoms, [(module, path, stamped(event)) for module, path, event in TRACED],
+                   compiled_mpi=False) as (cart, system):
         for ts in stamps.values():
             ts.clear()
         cart.Barrier()
