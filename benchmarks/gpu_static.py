@@ -30,7 +30,7 @@ fix-up), is measured the same way beside them.
 The tools: numba-cuda with NVVM and NVRTC (``pip install -e .[gpu-cu13]``), ``ptxas`` (the CUDA
 toolkit), ``nvdisasm`` (the toolkit, or PyPI's ``nvidia-cuda-nvdisasm``), ``nvcc`` for
 cuda-samples.  The JSON records their versions and a hash of the kernels' sources, which
-``tests/test_gpu_static.py`` compares with the sources in the checkout.
+``tests/gpu/test_gpu_static.py`` compares with the sources in the checkout.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Sphinx configuration of the pympi_gpu documentation (MyST Markdown pages).
 
-Build: ``sphinx-build -W -n -b html docs docs/_build/html`` (``tests/test_docs.py`` does it).
+Build: ``sphinx-build -W -n -b html docs docs/_build/html`` (``tests/cli/test_docs.py`` does it).
 """
 
 from importlib import metadata

@@ -1,7 +1,7 @@
 """pympi_gpu: MPI + GPU Python applications.
 
 The package in layers, each importing only those before it
-(``docs/architecture.md``; ``tests/test_architecture.py`` checks it):
+(``docs/architecture.md``; ``tests/unit/test_architecture.py`` checks it):
 
 ``rng``              the counter-based random stream (numba, pure)
 ``launchers``        the launcher and MPI-library tables: variables, detection, flags (data)

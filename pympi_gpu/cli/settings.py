@@ -3,7 +3,7 @@
 Every option of a command can come from the environment as
 ``PYMPI_<COMMAND>_<OPTION>`` (click reads those).  A few settings more are for
 the whole package, not one command; the library below the command line never
-reads them itself (tests/test_architecture.py holds it so): the commands read
+reads them itself (tests/unit/test_architecture.py holds it so): the commands read
 them here and hand the values down.  What the platform says (the launcher's
 variables, the MPI library's, numba's and CUDA's) is read where that is the
 module's concern (:mod:`pympi_gpu.mpi.environment`, :mod:`pympi_gpu.device.gpu`...).

@@ -5,7 +5,7 @@
 :class:`~pympi_gpu.nbody.lj.gpu.atoms.DeviceAtoms` (device-resident), and
 reaches them only through these members: each engine defines every one (what
 it does not measure it says with None), so the system never asks whether an
-engine has something.  ``tests/test_lj_model.py`` holds both to it.
+engine has something.  ``tests/unit/test_lj_model.py`` holds both to it.
 """
 
 from __future__ import annotations
