@@ -58,7 +58,7 @@ ARCHS = (80, 90)
 
 #: the sources whose kernels are measured: the JSON holds their hash, so a stale file is seen
 SOURCES = ("pympi_gpu/nbody/gravity/kernels_cuda.py", "pympi_gpu/nbody/lj/gpu/kernels.py",
-           "pympi_gpu/nbody/lj/pairs/lj_cut.py", "pympi_gpu/nbody/lj/pairs/__init__.py",
+           "pympi_gpu/nbody/lj/gpu/rebuild_kernels.py", "pympi_gpu/nbody/lj/pairs/lj_cut.py", "pympi_gpu/nbody/lj/pairs/__init__.py",
            "pympi_gpu/pi/kernels_cuda.py", "pympi_gpu/rng.py", "benchmarks/gpu_static.py")
 
 #: what an SM offers, for the occupancy arithmetic (CUDA C Programming Guide, table of
@@ -99,8 +99,21 @@ KERNELS = (
     Kernel("lj.integrate", 128),                                     # kick, drift, displacement, its max
     Kernel("lj.kick", 128),
     Kernel("lj.gather_rows", 128),                                   # the halo's rows
-    Kernel("lj.chain_rows", 128),
+    Kernel("lj.add_rows", 128),                                      # half lists' reverse halo
     Kernel("lj.build_lists", 128, "candidate", r"^DMUL"),            # dx*dx: the first term of r^2
+    # the rebuild's (issue 50): the counting sort, the ghosts, the ghost cells, the migration
+    Kernel("lj.fold_owned", 128),
+    Kernel("lj.bin_owned", 128),
+    Kernel("lj.order_cells", 128),
+    Kernel("lj.count_images", 128),
+    Kernel("lj.write_images", 128),
+    Kernel("lj.pack_border", 128),
+    Kernel("lj.unpack_border", 128),
+    Kernel("lj.order_ghost_cells", 128),
+    Kernel("lj.gather_images", 128),
+    Kernel("lj.migrate_count", 128),
+    Kernel("lj.migrate_write", 128),
+    Kernel("lj.unpack_owned", 128),
     Kernel("pi.mc", 256, "sample", r"^IMAD\.HI\b"),  # ptxas's high word of x*x + y*y: one a sample
     Kernel("pi.trapezoid", 256, "node", r"MUFU\.RCP64H"),
 )
@@ -275,6 +288,7 @@ cc = (int(sys.argv[1]) // 10, int(sys.argv[1]) % 10)
 dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=cc)
 from pympi_gpu.nbody.gravity import kernels_cuda as grav
 from pympi_gpu.nbody.lj.gpu import kernels as lj
+from pympi_gpu.nbody.lj.gpu import rebuild_kernels as rk
 from pympi_gpu.pi import kernels_cuda as pik
 
 def ptx(kernel, sig):
@@ -299,9 +313,14 @@ lj_cut = lj.force_kernels(LjConfig(cells=1).pair_term)  # the default style, lj/
 for name in ("forces", "forces_newton"):
     out[f"lj.{name}"] = ptx(getattr(lj_cut, name), lj.FORCES_SIGNATURE)
 out["lj.forces_kick"] = ptx(lj_cut.forces_kick, lj.FORCES_KICK_SIGNATURE)
-out["lj.build_lists"] = ptx(lj.build_lists, lj.BUILD_SIGNATURE)
-for name in ("integrate", "kick", "gather_rows", "chain_rows"):
-    out[f"lj.{name}"] = ptx(getattr(lj, name), getattr(lj, name.split("_")[0].upper() + "_SIGNATURE"))
+for name, sig in (("integrate", "INTEGRATE"), ("kick", "KICK"), ("gather_rows", "GATHER"), ("add_rows", "ADD")):
+    out[f"lj.{name}"] = ptx(getattr(lj, name), getattr(lj, sig + "_SIGNATURE"))
+for name, sig in (("build_lists", "BUILD"), ("fold_owned", "FOLD"), ("bin_owned", "BIN"), ("order_cells", "ORDER"),
+                  ("count_images", "COUNT"), ("write_images", "WRITE"), ("pack_border", "PACK"),
+                  ("unpack_border", "UNPACK"), ("order_ghost_cells", "GHOST_ORDER"),
+                  ("gather_images", "GATHER_IMAGES"), ("migrate_count", "MIGRATE_COUNT"),
+                  ("migrate_write", "MIGRATE_WRITE"), ("unpack_owned", "UNPACK_OWNED")):
+    out[f"lj.{name}"] = ptx(getattr(rk, name), getattr(rk, sig + "_SIGNATURE"))
 out["pi.mc"] = ptx(pik._mc_kernel, void(uint64, uint64, int64, int64, uint64[::1]))
 out["pi.trapezoid"] = ptx(pik._trap_kernel, void(int64, int64, int64, float64[::1]))
 json.dump(out, sys.stdout)

@@ -518,8 +518,8 @@ def _time_rebuild_parts(atoms) -> dict:
     """Time the parts of each GPU rebuild from here on, the stream synchronised around each.
 
     Wraps (on this instance only) :meth:`DeviceAtoms.rebuild`, its halo's ``migrate`` and
-    ``borders``, and its ``_lists`` and ``_cells`` (the Verlet kernel's call, and the sort by cell
-    inside it); returns the dict of seconds they fill, by part.
+    ``borders``, and its build's ``sort`` and ``lists`` (the owned atoms' counting sort by cell, and
+    the Verlet kernel's call); returns the dict of seconds they fill, by part.
     """
     import time
 
@@ -540,8 +540,8 @@ def _time_rebuild_parts(atoms) -> dict:
         setattr(owner, name, timed)
 
     for owner, name, part in ((atoms, "rebuild", "rebuild"), (atoms.halo, "migrate", "migration"),
-                              (atoms.halo, "borders", "ghosts (borders)"), (atoms, "_lists", "lists"),
-                              (atoms, "_cells", "cell sort")):
+                              (atoms.halo, "borders", "ghosts (borders)"), (atoms.build, "lists", "lists"),
+                              (atoms.build, "sort", "cell sort")):
         wrap(owner, name, part)
     return seconds
 

@@ -186,6 +186,13 @@ class DeviceArrays:
         #: timed, no waits
         self.op_seconds: dict[str, float] | None = None
 
+    @property
+    def most_blocks(self) -> int:
+        """The most blocks a grid-stride kernel is launched with: enough to fill any GPU, and under the
+        simulator, which runs each CUDA thread as a Python thread, a few (a grid-stride kernel is correct
+        for any grid, and its loop is then exercised)."""
+        return 4 if self.simulated else 2048
+
     def count(self, launches: int = 0, syncs: int = 0, uploads: int = 0) -> None:
         """Add to the current phase's :attr:`calls`."""
         c = self.calls.get(self.phase)

@@ -391,10 +391,10 @@ def test_lj_lists_judged_from_a_real_profile(tmp_path):
         ops = json.loads(out.read_text())["lists"][lists]["ranks"][0]["rebuild_ops"]
         places = ops["by_place_us"]
         assert ops["rebuilds"] == 3 and ops["rebuild_us"] > 0
-        assert {"kernel build_lists", "the rest"} <= set(places)
-        assert any(k.startswith("gpu.halo.fold:") for k in places)  # the migration's, on one rank
+        assert {"kernel build_lists", "kernel bin_owned", "kernel order_cells", "kernel write_images",
+                "the rest"} <= set(places)  # the counting sort, the ghosts in one pass (one rank: no migration)
         assert any(k.startswith("gpu.halo.borders:") for k in places)
-        assert any(k.startswith("gpu.atoms._cells:") for k in places)
+        assert any(k.startswith("gpu.rebuild.sort:") for k in places)
         assert not any(k.startswith(("kernel forces", "kernel integrate")) for k in places)  # the step's own
         assert abs(sum(places.values()) - ops["rebuild_us"]) <= 1e-6 * ops["rebuild_us"] + 1.0
 

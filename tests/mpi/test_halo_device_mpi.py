@@ -25,37 +25,73 @@ TRANSPORTS = ["device", "host"]
 
 
 class OnTheHost:
-    """A DeviceHalo driven with host arrays: each call copies in, runs on the device, copies back."""
+    """A DeviceHalo driven with host arrays: each call copies in, runs on the device, copies back.
+
+    The halo works in the rebuild's device buffers (:class:`~pympi_gpu.nbody.lj.gpu.rebuild.DeviceBuild`),
+    made here for this system's cell grid, with room for every atom of the system: the owned atoms in two
+    sets ``(x, v, f, gid)`` (the migration writes from one into the other), the rows owned and ghosts.
+    """
 
     def __init__(self, cart, brick, transport, half_shell):
+        from types import SimpleNamespace
+
         from pympi_gpu.device.buffers import DeviceArrays
         from pympi_gpu.nbody.lj.gpu.halo import DeviceHalo
+        from pympi_gpu.nbody.lj.gpu.rebuild import Capacity, DeviceBuild
+        from pympi_gpu.nbody.lj.system import CellGrid
 
         self.dev = DeviceArrays(simulated=True)
-        self.halo = DeviceHalo(cart, brick, hc.CUT, self.dev, transport, half_shell=half_shell)
+        config = SimpleNamespace(box=hc.BOX, cutneigh=hc.CUT, cutoff=hc.CUT, density=hc.ATOMS / hc.BOX ** 3,
+                                 newton=half_shell, neigh_policy=(1, True))
+        grid = CellGrid.of(config, brick)
+        system = SimpleNamespace(config=config, grid=grid, rebuild_distance2=1.0, move_limit2=hc.CUT ** 2)
+        room = 27 * hc.ATOMS  # every image of every atom
+        self.build = DeviceBuild(self.dev, system, Capacity(atoms=room, rows=room, cell=hc.ATOMS,
+                                                             widths=list(grid.capacity)))
+        self.halo = DeviceHalo(cart, brick, hc.CUT, self.dev, transport, half_shell=half_shell, build=self.build)
+        xp = self.dev.xp
+        self.sets = [(xp.zeros((room, 3)), xp.zeros((room, 3)), xp.zeros((room, 3)), xp.zeros(room, np.int64))
+                     for _ in range(2)]
+        self.n = 0
         self.counted = 0  # the copies made here, by this adapter, which the halo must not be charged for
 
     def _host(self, a):
         self.counted += 1
         return np.array(self.dev.to_host(a, "atoms"))
 
+    def _grow(self, rows, keep):
+        raise AssertionError(f"the adapter's {self.sets[0][0].shape[0]} rows are too few for {rows}")
+
     def migrate(self, x, rows):
-        x, rows = self.halo.migrate(self.dev.from_host(x), self.dev.from_host(rows))
-        return self._host(x), self._host(rows)
+        x0, v, _, gid = self.sets[0]
+        n = len(x)
+        for host, dev in ((x, x0), (rows[:, :3], v), (rows[:, 3].astype(np.int64), gid)):
+            self.dev.into_device(np.ascontiguousarray(host), dev[:n])
+        n, which, _ = self.halo.migrate(self.sets, n)
+        x, v, _, gid = self.sets[which]
+        return self._host(x[:n]), np.column_stack([self._host(v[:n]), self._host(gid[:n]).astype(np.float64)])
 
     def borders(self, x, ids):
-        pos, gid = self.halo.borders(self.dev.from_host(x), self.dev.from_host(ids))
-        return self._host(pos), self._host(gid)
+        pos, _, _, gid = self.sets[0]
+        n = self.n = len(x)
+        self.dev.into_device(np.ascontiguousarray(x), pos[:n])
+        self.dev.into_device(np.ascontiguousarray(ids, np.int64), gid[:n])
+        self.build.ghosts_of(n)
+        self.halo.borders(pos, gid, n, self._grow, counted=False)
+        held = self.halo.settle(self.build.read(), n)
+        return self._host(pos[:held]), self._host(gid[:held])
 
     def forward(self, pos, work=None):
-        d = self.dev.from_host(pos)
+        d = self.sets[0][0]
+        self.dev.into_device(pos, d[:len(pos)])
         self.halo.forward(d, work)
-        pos[...] = self._host(d)
+        pos[...] = self._host(d[:len(pos)])
 
     def reverse(self, f):
-        d = self.dev.from_host(f)
+        d = self.sets[1][0]
+        self.dev.into_device(f, d[:len(f)])
         self.halo.reverse(d)
-        f[...] = self._host(d)
+        f[...] = self._host(d[:len(f)])
 
     @property
     def ghosts(self):

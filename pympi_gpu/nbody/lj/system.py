@@ -198,12 +198,14 @@ class LjSystem:
         return self.atoms.nlocal
 
     # -- what every rank agrees on ----------------------------------------
-    def agree_migration(self, owned: int, finite: bool) -> None:
+    def agree_migration(self, owned: int, finite: bool, short: bool = False) -> bool:
         """After a migration: do the ranks' owned atoms sum to N, and were all forces finite? Collective.
 
-        Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank if not.
+        Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` on every rank if not.  ``short``: this rank's
+        rebuild found a buffer short (the device's: it grew it); returns whether any rank's did, so
+        that all make the rebuild again together (their ghosts are each other's messages).
         """
-        tally = np.array([owned, 0 if finite else 1], np.int64)  # [atoms owned, ranks not finite]
+        tally = np.array([owned, 0 if finite else 1, int(short)], np.int64)  # [atoms owned, not finite, short]
         if self._ranks > 1:  # (one rank's tally is its own)
             from mpi4py import MPI
 
@@ -217,6 +219,7 @@ class LjSystem:
             count = abs(int(tally[0]) - self.config.atoms)
             raise BlowUp(None, f"{count} atoms {what} in the migration to their bricks",
                          "atoms moved too far between list builds: reduce --dt or --temperature")
+        return bool(tally[2])
 
     @property
     def move_limit(self) -> float:

@@ -47,7 +47,9 @@ import time
 import numpy as np
 
 from pympi_gpu.nbody.lj.gpu import kernels as kg
-from pympi_gpu.nbody.lj.gpu.halo import DeviceHalo, fold
+from pympi_gpu.nbody.lj.gpu import rebuild_kernels as rk
+from pympi_gpu.nbody.lj.gpu.halo import DeviceHalo
+from pympi_gpu.nbody.lj.gpu.rebuild import Capacity, DeviceBuild, cell_width
 
 __all__ = ["DeviceAtoms", "PHASES", "COUNTED"]
 
@@ -79,6 +81,13 @@ class DeviceAtoms:
     default of the command: see the module's docstring).  ``profile``: synchronise the stream around
     each phase and add its seconds to :attr:`phase_seconds` (for the
     benchmark; it serialises what otherwise overlaps).
+
+    The arrays are made once with room to spare (:class:`~pympi_gpu.nbody.lj.gpu.rebuild.Capacity`)
+    and grown where a rebuild finds them short: the owned atoms and their ghosts
+    (``_pos``, ``_f``, ``_gid``, the owned rows first), the owned atoms' velocities and
+    reference positions, a second set of owned rows the rebuild sorts from, the lists.
+    :attr:`pos`, :attr:`v`, :attr:`f`, :attr:`ids`, :attr:`gid`, :attr:`lists` are views
+    of their rows in use.
     """
 
     #: the steps one at a time, each launched from Python (``HostAtoms.steps`` batches them on the CPU)
@@ -89,34 +98,137 @@ class DeviceAtoms:
     def __init__(self, system, x, v, ids, f, device, profile: bool = False):
         self.system = system
         config = self.config = system.config
-        grid = system.grid
         self.transport = device.transport
         dev = self.dev = device.arrays()
         self._kernels = kg.force_kernels(config.pair_term)
-        self.halo = DeviceHalo(system.cart, system.brick, config.cutneigh, dev, device.transport,
-                               half_shell=config.newton)
-        self.pos = dev.from_host(x, np.float64)
-        self.v = dev.from_host(v, np.float64)
-        self.ids = dev.from_host(ids, np.int64)
-        self.f = dev.from_host(np.zeros_like(x) if f is None else f, np.float64)
-        self.have_forces = f is not None
-        self.nlocal = int(np.shape(v)[0])
-        self.energy = self.virial = None
-        self.rebuilds = 0
-        self.pairs = 0
-        self.lists = None
-        self.cap = list(grid.capacity)
-        self.gid = None
-        self.x0 = None
-        self._cell_lo = dev.from_host(grid.lo, np.float64)
-        self._cell_inv = dev.from_host(grid.inv, np.float64)
-        self._cell_top = dev.from_host(grid.ncell - 1, np.int64)
+        n = int(np.shape(v)[0])
+        brick = system.brick
+        travels = system.cart.Get_size() > 1 and any(d > 1 for d in brick.dims)
+        atoms = n + n // 4 + 64 if travels else max(n, 1)
+        widths = [brick.hi[d] - brick.lo[d] for d in range(3)]
+        ghosts = config.density * (np.prod([w + 2 * config.cutneigh for w in widths]) - np.prod(widths))
+        capacity = Capacity(atoms=atoms, rows=atoms + int(1.25 * ghosts) + 64, cell=cell_width(config, system.grid),
+                            widths=list(system.grid.capacity))
+        self.build = DeviceBuild(dev, system, capacity)
+        self.halo = DeviceHalo(system.cart, brick, config.cutneigh, dev, device.transport, half_shell=config.newton,
+                               build=self.build)
+        self.halo.room = self._room
         #: the largest squared displacement of a step, two slots used in turn (see :meth:`step`)
         self._dmax = dev.from_host(np.zeros(2), np.float64)
-        self._slot = 0
+        self._slot = self._step_slot = 0
+        self._make_atoms()
+        self._make_lists()
+        for host, dest in ((x, self._pos), (v, self._v), (ids, self._gid), (np.zeros_like(x) if f is None else f,
+                                                                             self._f)):
+            dev.into_device(np.ascontiguousarray(host, dest.dtype), dest[:n])
+        self.have_forces = f is not None
+        self.nlocal = self.n_all = n
+        self.rebuilds = 0
+        self.pairs = 0
+        self._built = False
+        self._bind()
         #: seconds per phase (:data:`PHASES`) with ``profile``, else None
         self.phase_seconds = dict.fromkeys(PHASES, 0.0) if profile else None
         self._open: list[str] = []
+
+    # -- buffers ----------------------------------------------------------
+    def _make_atoms(self, keep: int = 0, rows: int = 0) -> None:
+        """The atom buffers at the capacities of :attr:`build`, the first ``keep`` owned rows (and ``rows`` rows of
+        ``_pos``, ``_f``, ``_gid``) of the current ones copied over."""
+        dev, xp, cap = self.dev, self.dev.xp, self.build.capacity
+        old = getattr(self, "_pos", None) is not None and (self._pos, self._f, self._gid, self._v, self._x0,
+                                                            self._xb, self._vb, self._fb, self._gb)
+        self._pos = xp.empty((cap.rows, 3), np.float64)
+        self._f = xp.empty((cap.rows, 3), np.float64)
+        self._gid = xp.empty(cap.rows, np.int64)
+        self._v, self._x0 = xp.empty((cap.atoms, 3), np.float64), xp.empty((cap.atoms, 3), np.float64)
+        self._xb, self._vb, self._fb = (xp.empty((cap.atoms, 3), np.float64) for _ in range(3))
+        self._gb = xp.empty(cap.atoms, np.int64)
+        self._e, self._w = xp.empty(cap.atoms, np.float64), xp.empty(cap.atoms, np.float64)
+        if old and (keep or rows):
+            new = (self._pos, self._f, self._gid, self._v, self._x0, self._xb, self._vb, self._fb, self._gb)
+            with dev.ops(9):
+                for k, (a, b) in enumerate(zip(old, new)):
+                    b[:rows if k < 3 else keep] = a[:rows if k < 3 else keep]
+
+    def _make_lists(self) -> None:
+        """The Verlet lists' buffers, rows of :attr:`cap` entries (column-major: the threads of a warp read one
+        column together)."""
+        xp, cap = self.dev.xp, self.build.capacity
+        self._lists = (xp.empty(cap.atoms, np.int64), xp.empty((cap.atoms, cap.widths[0]), np.int32, order="F"),
+                       xp.empty(cap.atoms, np.int64), xp.empty((cap.atoms, cap.widths[1]), np.int32, order="F"))
+
+    def _room(self, atoms: int, keep: int, which: int):
+        """Room for ``atoms`` owned rows, the first ``keep`` of each owned set kept (``which``, the one being
+        filled, is the migration's business): the migration's (:attr:`DeviceHalo.room`).  Returns the two sets."""
+        self.build.grow_atoms(atoms)
+        self._make_atoms(keep=keep, rows=keep)
+        self._make_lists()
+        self._bind()
+        return [self._owned_set(), self._sort_set()]
+
+    def _grow_rows(self, rows: int, keep: int):
+        """Room for ``rows`` rows, owned and ghosts, the first ``keep`` kept and the ghosts' plan of them: a
+        stage that travels brought more ghosts than there is room for.  Returns ``(pos, gid)``."""
+        n = self._sorting
+        self.build.grow_rows(rows, keep - n)
+        self._make_atoms(keep=n, rows=keep)
+        self._bind()
+        return self._pos, self._gid
+
+    def _owned_set(self) -> tuple:
+        return self._pos, self._v, self._f, self._gid
+
+    def _sort_set(self) -> tuple:
+        return self._xb, self._vb, self._fb, self._gb
+
+    @property
+    def cap(self) -> list[int]:
+        """The list rows' widths (owned, ghosts), grown where a build finds longer rows."""
+        return list(self.build.capacity.widths)
+
+    @cap.setter
+    def cap(self, widths) -> None:
+        self.build.capacity.widths = [int(w) for w in widths]
+        self._make_lists()
+        self._bind()
+
+    # -- the rows in use --------------------------------------------------
+    @property
+    def pos(self):
+        """Positions ``(n_all, 3)``: the owned rows, then the ghosts."""
+        return self._pos[:self.n_all]
+
+    @property
+    def v(self):
+        return self._v[:self.nlocal]
+
+    @property
+    def f(self):
+        """Forces: of the owned rows, and with half lists the ghosts' too (their share, sent home)."""
+        return self._f[:self.n_all if self.config.newton else self.nlocal]
+
+    @property
+    def ids(self):
+        return self._gid[:self.nlocal]
+
+    @property
+    def gid(self):
+        """Global ids of all rows, owned then ghosts."""
+        return self._gid[:self.n_all]
+
+    @property
+    def x0(self):
+        """The owned positions at the last rebuild (the displacement's reference)."""
+        return self._x0[:self.nlocal]
+
+    @property
+    def lists(self):
+        """``(own_cnt, own_nbr, gh_cnt, gh_nbr)`` of the owned rows (None before the first rebuild)."""
+        if not self._built:
+            return None
+        n = self.nlocal
+        return tuple(a[:n] for a in self._lists)
 
     @property
     def host_copies(self) -> int:
@@ -174,105 +286,64 @@ class DeviceAtoms:
             if self._open:  # not the enclosing phase's time
                 self.phase_seconds[self._open[-1]] -= spent
 
-    def _launch(self, kernel, n: int, *args) -> None:
-        """``kernel`` over ``n`` threads on the stream; device arrays among ``args`` passed as views."""
-        if n:
-            dev = self.dev
-            xp = dev.xp
-            dev.launch(kernel, kg.grid(n), kg.BLOCK, *(dev.view(a) if isinstance(a, xp.ndarray) else a for a in args))
-
     # -- neighbour lists --------------------------------------------------
-    def _cell_of(self, pos):
-        """Each row's cell: the CPU's ``bin_atoms`` rule, elementwise (``floor((x - lo) * inv)``, clamped)."""
-        xp = self.dev.xp
-        nc = [int(c) for c in self.system.grid.ncell]
-        with self.dev.ops(10):
-            c = xp.floor((pos - self._cell_lo) * self._cell_inv).astype(np.int64)
-            c = xp.minimum(xp.maximum(c, 0), self._cell_top)
-            return (c[:, 0] * nc[1] + c[:, 1]) * nc[2] + c[:, 2]
-
-    def _cells(self, pos):
-        """``(cell, start, atoms)``: each row's cell, the rows sorted by (cell, row), the cells' starts."""
-        xp = self.dev.xp
-        n = pos.shape[0]
-        nc = [int(c) for c in self.system.grid.ncell]
-        cell = self._cell_of(pos)
-        ncells = nc[0] * nc[1] * nc[2]
-        with self.dev.ops(8, syncs=1):  # bincount reads the largest cell back
-            # one key per row, unique: a sort of any stability gives the CPU's order (by cell, then row)
-            atoms = xp.argsort(cell * n + xp.arange(n, dtype=np.int64))
-            start = xp.zeros(ncells + 1, np.int64)
-            start[1:] = xp.cumsum(xp.bincount(cell, minlength=ncells))
-        return cell, start, atoms
-
     def rebuild(self) -> None:
         """Migrate, sort by cell, rebuild ghosts and Verlet lists, all on the device; collective.
 
-        Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` as the CPU's :meth:`HostAtoms.rebuild` does.
+        The migration where a stage travels (:meth:`DeviceHalo.migrate`), the owned
+        atoms' counting sort by (cell, id) (:meth:`DeviceBuild.sort`), the ghosts
+        (:meth:`DeviceHalo.borders`), the ghost cells' order and the lists, then the
+        rebuild's sizes read back in one copy.  On one rank: seven launches and that one
+        wait.  A buffer found short is grown and the rebuild made again from the
+        migrated atoms (every rank together: a rank's ghosts are its neighbours'
+        messages); rows too narrow for a list are built again wider.  Raises
+        :class:`~pympi_gpu.nbody.blowup.BlowUp` as the CPU's :meth:`HostAtoms.rebuild` does.
         """
-        dev, xp = self.dev, self.dev.xp
+        system, build = self.system, self.build
         n = self.nlocal
         with self._phase("halo"):
-            with dev.ops(5):
-                finite = xp.all(xp.isfinite(self.v)) & xp.all(xp.isfinite(self.f[:n]))
-            finite = dev.scalar(finite)
-            with dev.ops(2):
-                rows = xp.concatenate([self.v, self.f[:n], self.ids[:, None].astype(np.float64)], axis=1)
-            x, rows = self.halo.migrate(self.pos[:n], rows)
-            self.system.agree_migration(x.shape[0], finite)
-        with self._phase("list build"):
-            with dev.ops(1):
-                ids = rows[:, 6].astype(np.int64)
-            cell = self._cell_of(x)  # the keys only: the rows are sorted by (cell, id) here, by (cell, row) below
-            with dev.ops(7):
-                order = xp.argsort(cell * (self.config.atoms + 1) + ids)  # by (cell, id), as the CPU sorts
-                x, rows, ids = x[order], rows[order], ids[order]
-                self.v = rows[:, 0:3].copy()
-            n = self.nlocal = x.shape[0]
-            f = rows[:, 3:6]
-            self.ids = ids
-        with self._phase("halo"):
-            self.pos, self.gid = self.halo.borders(x, ids)  # x: gathered rows, contiguous
-        with self._phase("list build"):
-            with dev.ops(3 if self.config.newton else 2):
-                if self.config.newton:  # forces have ghost rows too: they gather the ghosts' share before going home
-                    self.f = xp.zeros_like(self.pos)
-                    self.f[:n] = f
-                else:
-                    self.f = f.copy()
-                self.x0 = self.pos[:n].copy()
-            self.lists = self._lists(n)
-            # distinct pairs within cutoff + skin (full lists list each from both sides)
-            self.pairs = 0.0
-            if n:
-                with dev.ops(3):
-                    listed = self.lists[0].sum() + self.lists[2].sum()
-                self.pairs = self._once * dev.scalar(listed)
-            with dev.ops(2):
-                self.e = xp.zeros(max(n, 1), np.float64)
-                self.w = xp.zeros(max(n, 1), np.float64)
-            self._bind()
-        self.rebuilds += 1
-
-    def _lists(self, n: int) -> tuple:
-        """The Verlet lists of the owned rows [0, n) of :attr:`pos` (:func:`~pympi_gpu.nbody.lj.gpu.kernels.build_lists`),
-        built again wider while a row overflows: ``(own_cnt, own_nbr, gh_cnt, gh_nbr)``."""
-        dev, xp = self.dev, self.dev.xp
-        cell, start, atoms = self._cells(self.pos)
-        nc = self.system.grid.ncell
-        cut2, rc2 = self.config.cutneigh ** 2, self.config.cutoff ** 2
+            finite = True
+            if any(self.halo.travels):
+                n, which, finite = self.halo.migrate([self._owned_set(), self._sort_set()], n)
+                copy, fold = which == 0, False  # folded by the migration; sorted from the set that holds them
+            else:
+                copy, fold = True, True
+        self._sorting = n  # the owned rows of the rebuild under way
+        decide = (self._dmax, self._step_slot, system.timestep, 1)
+        books = True
         while True:
-            # rows of neighbours in column-major order: the threads of a warp read one column together
-            lists = (xp.empty(n, np.int64), xp.empty((n, self.cap[0]), np.int32, order="F"),
-                     xp.empty(n, np.int64), xp.empty((n, self.cap[1]), np.int32, order="F"))
-            self._launch(kg.build_lists, n, self.pos, n, cell, start, atoms, int(nc[0]), int(nc[1]),
-                         int(nc[2]), self.system.grid.reach, cut2, rc2, self.config.newton, *lists)
-            with dev.ops(3 if n else 1):
-                most = xp.stack([lists[0].max(), lists[2].max()]) if n else xp.zeros(2, np.int64)
-            most = dev.to_host(most, "sums")
-            if most[0] <= self.cap[0] and most[1] <= self.cap[1]:
-                return lists
-            self.cap = [max(self.cap[0], int(most[0]) + 8), max(self.cap[1], int(most[1]) + 8)]
+            with self._phase("list build"):
+                first = self.halo.layout()[0]
+                build.sort(self._owned_set(), self._sort_set(), self._x0, n, fold=fold, copy=copy, decide=decide,
+                           books=books, run=first, fused=self.halo.fused, up0=n if self.config.newton else 0)
+            with self._phase("halo"):
+                self.halo.borders(self._pos, self._gid, n, self._grow_rows, counted=self.halo.fused)
+            with self._phase("list build"):
+                build.ghost_cells()
+                build.lists(self._pos, n, self._lists)
+                meta = build.read()
+                rows, cells = build.grow(meta)
+                while not (rows or cells) and build.widen(meta):  # rows too narrow: the lists alone again
+                    self._make_lists()
+                    self._bind()
+                    build.forget_pairs()
+                    build.lists(self._pos, n, self._lists)
+                    meta = build.read()
+            if rows:
+                self._make_atoms(keep=n, rows=n)
+                self._bind()
+            again = system.agree_migration(n, finite and not meta[rk.M_NONFINITE], short=rows or cells)
+            if not again:
+                break
+            if build.widen(meta):
+                self._make_lists()
+                self._bind()
+            copy = fold = books = False  # again from the sort's set: the migrated atoms, folded
+        self.nlocal = n
+        self.n_all = self.halo.settle(meta, n)
+        self.pairs = self._once * float(meta[rk.M_PAIRS])
+        self._built = True
+        self.rebuilds += 1
 
     @property
     def _once(self) -> float:
@@ -280,24 +351,26 @@ class DeviceAtoms:
         return 1.0 if self.config.newton else 0.5
 
     def _bind(self) -> None:
-        """The force kernels' views of their arrays, made once per rebuild (not per launch: each costs).
+        """The kernels' views of their arrays, made once per allocation (not per launch: each costs).
 
-        Flat, as the kernels index them: positions and forces ``(3 n,)``, each list column-major
-        ``(cap n,)`` (row i's k-th neighbour at ``i + k n``); views of the same memory, no copies.
+        Flat, as the kernels index them: positions and forces ``(3 rows,)``, each list column-major
+        ``(width rows,)`` (row i's k-th neighbour at ``i + k atoms``, ``atoms`` the lists' capacity);
+        views of the same memory, no copies.
         """
         view = self.dev.view
-        own_cnt, own_nbr, gh_cnt, gh_nbr = self.lists
-        self._views = tuple(view(a) for a in (_flat(self.pos), _flat(self.f), self.e, self.w, own_cnt,
+        own_cnt, own_nbr, gh_cnt, gh_nbr = self._lists
+        self._views = tuple(view(a) for a in (_flat(self._pos), _flat(self._f), self._e, self._w, own_cnt,
                                               _flat(own_nbr.T), gh_cnt, _flat(gh_nbr.T)))
         # the integration's: v, f, x (the owned rows first), x0, and the displacement's two slots
-        self._step_views = (view(_flat(self.v)), self._views[1], self._views[0], view(_flat(self.x0)),
+        self._step_views = (view(_flat(self._v)), self._views[1], self._views[0], view(_flat(self._x0)),
                             view(self._dmax))
 
     def finite(self) -> bool:
         """Are this brick's positions, velocities and forces finite?  A reduction on the device, one number out."""
         xp, n = self.dev.xp, self.nlocal
         with self.dev.ops(8):
-            ok = xp.all(xp.isfinite(self.pos[:n])) & xp.all(xp.isfinite(self.v)) & xp.all(xp.isfinite(self.f[:n]))
+            ok = xp.all(xp.isfinite(self._pos[:n])) & xp.all(xp.isfinite(self._v[:n])) & \
+                xp.all(xp.isfinite(self._f[:n]))
         return bool(self.dev.scalar(ok))
 
     # -- forces -----------------------------------------------------------
@@ -322,7 +395,7 @@ class DeviceAtoms:
         work, parts = self._owned_parts(kernels.forces, forward)
         if forward:
             with self._phase("halo"):
-                self.halo.forward(self.pos, work)
+                self.halo.forward(self._pos, work)
         if n:
             with self._phase("forces"):
                 if not parts:
@@ -362,18 +435,18 @@ class DeviceAtoms:
         n = self.nlocal
         kernel = self._kernels.forces_newton
         with self._phase("forces"), self.dev.ops(1):
-            self.f.fill(0.0)  # owned and ghost rows: the reactions are added into them
+            self._f[:self.n_all].fill(0.0)  # owned and ghost rows: the reactions are added into them
         work, parts = self._owned_parts(kernel, forward)
         if forward:
             with self._phase("halo"):
-                self.halo.forward(self.pos, work)
+                self.halo.forward(self._pos, work)
         with self._phase("forces"):
             if n and not parts:
                 self.dev.launch(kernel, kg.grid(n), kg.BLOCK, pos, f, e, w, 0, n, own_cnt, own_nbr, rc2, 0)
             if n:
                 self.dev.launch(kernel, kg.grid(n), kg.BLOCK, pos, f, e, w, 0, n, gh_cnt, gh_nbr, rc2, 1)
         with self._phase("halo"):
-            self.halo.reverse(self.f)
+            self.halo.reverse(self._f)
         if kick and n:
             with self._phase("integrate"):
                 v, f = self._step_views[:2]
@@ -387,10 +460,10 @@ class DeviceAtoms:
         with self._phase("thermo"):
             if not n:
                 return np.zeros(6)
-            v = self.v
+            v = self._v[:n]
             with self.dev.ops(8):
-                sums = xp.stack([xp.sum(v * v), *v.sum(axis=0), self._once * xp.sum(self.e[:n]),
-                                 self._once * xp.sum(self.w[:n])])
+                sums = xp.stack([xp.sum(v * v), *v.sum(axis=0), self._once * xp.sum(self._e[:n]),
+                                 self._once * xp.sum(self._w[:n])])
             return self.dev.to_host(sums, "sums")
 
     def step(self, force_rebuild: bool = False, eflag: bool = False) -> None:
@@ -405,6 +478,7 @@ class DeviceAtoms:
         n = self.nlocal
         with self._phase("integrate"):
             slot, self._slot = self._slot, 1 - self._slot  # the kernel zeroes the other slot for the next step
+            self._step_slot = slot
             v, f, x, x0, dmax = self._step_views
             dev.launch(kg.integrate, kg.grid(n), kg.BLOCK, v, f, x, x0, 0.5 * self.config.dt, self.config.dt, n,
                        dmax, slot)
@@ -418,13 +492,15 @@ class DeviceAtoms:
     def start(self) -> bool:
         """Lists and (unless loaded) forces at the current positions; collective."""
         had = self.have_forces
+        self._step_slot = self._slot
         self.rebuild()  # migrates the loaded forces along with the atoms
+        n = self.nlocal
         with self.dev.ops(1):
-            keep = self.f.copy()
+            keep = self._f[:n].copy()
         self.compute_forces(forward=False)
         if had:  # a restart: keep the checkpoint's forces (bit-identical continuation)
-            self.f = keep
-            self._bind()
+            with self.dev.ops(1):
+                self._f[:n] = keep
         if not self.dev.simulated:  # nothing to compile: the simulator runs the kernels' Python
             self._warm()
         return had
@@ -450,19 +526,17 @@ class DeviceAtoms:
         else:
             dev.launch(self._kernels.forces_kick, 1, kg.BLOCK, pos, fv, e, w, v, h, 0, gh_cnt, gh_nbr,
                        self.config.cutoff ** 2)
-        self.halo.forward(self.pos)
+        self.halo.forward(self._pos)
         if self.config.newton:
-            self.halo.reverse(xp.zeros_like(self.f))
+            self.halo.reverse(xp.zeros_like(self._f))
         dev.sync()
 
     def wrap(self) -> None:
-        """Fold the owned positions into the box on the device (the reference positions move with them)."""
-        n = self.nlocal
-        folded = fold(self.dev, self.pos[:n], self.config.box)
-        with self.dev.ops(3 if self.lists is not None else 1):
-            if self.lists is not None:
-                self.x0 += folded - self.pos[:n]
-            self.pos[:n] = folded
+        """Fold the owned positions into the box on the device (the reference positions move with them): one
+        launch (:func:`~pympi_gpu.nbody.lj.gpu.rebuild_kernels.fold_owned`)."""
+        n, view = self.nlocal, self.dev.view
+        self.dev.launch(rk.fold_owned, kg.strided_grid(n, self.dev.most_blocks), kg.BLOCK, view(self._pos),
+                        view(self._x0), n, self.config.box)
 
     def steps(self, most: int) -> list[float]:
         """One step (``batched`` is False: the device's quiet steps are launched one at a time); its seconds."""
@@ -477,5 +551,5 @@ class DeviceAtoms:
         """Host copies of the owned atoms (four atom arrays, counted): ``x v f`` ``(n, 3)`` and ``id``."""
         n = self.nlocal
         dev = self.dev
-        return {"x": dev.to_host(self.pos[:n], "atoms"), "v": dev.to_host(self.v, "atoms"),
-                "f": dev.to_host(self.f[:n], "atoms"), "id": dev.to_host(self.ids, "atoms")}
+        return {"x": dev.to_host(self._pos[:n], "atoms"), "v": dev.to_host(self._v[:n], "atoms"),
+                "f": dev.to_host(self._f[:n], "atoms"), "id": dev.to_host(self._gid[:n], "atoms")}

@@ -1,4 +1,4 @@
-"""CUDA kernels of the LJ model (numba.cuda): the Verlet-list build, the forces, the integration, the halo's rows.
+"""CUDA kernels of the LJ model's step (numba.cuda): the forces, the integration, the halo's rows.
 
 The kernels take device arrays of any library that exposes
 ``__cuda_array_interface__`` (CuPy's, on a GPU) or, under the simulator, NumPy
@@ -10,17 +10,15 @@ law, each pair once) a thread adds the reaction to its neighbours' rows
 with atomic adds.  The force kernels are compiled around a pair style's term
 by :func:`force_kernels`, as the CPU's are (:mod:`~pympi_gpu.nbody.lj.pairs`).
 
-What a rebuild does in CuPy's kernels is left to it (the caller): the cell
-keys, their sort, the cell starts (a scan), compaction.  What it cannot
-express without a loop per neighbour (the cell search and the pair loops) is
-here, and so is every launch of a step without a rebuild, each doing in one
-kernel what CuPy would do in several (issue 30: at a million atoms a step's
-work is a few hundred microseconds, and each launch from Python costs a few):
-:func:`integrate` (kick, drift, the squared displacement and its maximum, one
-number for the host to read), the ghost list's forces with the second kick
-(``forces_kick``), :func:`gather_rows` (a halo message packed, or the ghost
-rows of a brick's own periodic images refreshed, all stages at once, as
-:func:`chain_rows` resolved them at the rebuild).
+The rebuild's kernels (the cells, the ghosts, the Verlet lists) are
+:mod:`~pympi_gpu.nbody.lj.gpu.rebuild_kernels`'.  Here is every launch of a
+step without a rebuild, each doing in one kernel what CuPy would do in
+several (issue 30: at a million atoms a step's work is a few hundred
+microseconds, and each launch from Python costs a few): :func:`integrate`
+(kick, drift, the squared displacement and its maximum, one number for the
+rebuild's decision), the ghost list's forces with the second kick
+(``forces_kick``), :func:`gather_rows` (a halo message packed), and half
+lists' :func:`kick` and reverse halo (:func:`add_rows`).
 
 The integration rounds each multiply and add (libdevice's ``_rn``
 operations, which the compiler never fuses into an FMA): ``v + h f`` and
@@ -38,25 +36,23 @@ from typing import NamedTuple
 
 import numba
 import numpy as np
-from numba import boolean, cuda, float64, int32, int64, uint32, uint64, void
+from numba import cuda, float64, int32, int64, uint32, uint64, void
 
 from pympi_gpu.device.buffers import quiet_small_grids
 from pympi_gpu.nbody.lj.pairs import compiled
 
-__all__ = ["BLOCK", "grid", "CudaForceKernels", "force_kernels", "build_lists", "integrate", "kick", "gather_rows",
-           "chain_rows", "FORCES_SIGNATURE", "FORCES_KICK_SIGNATURE", "BUILD_SIGNATURE", "INTEGRATE_SIGNATURE",
-           "KICK_SIGNATURE", "GATHER_SIGNATURE", "CHAIN_SIGNATURE"]
+__all__ = ["BLOCK", "grid", "strided_grid", "CudaForceKernels", "force_kernels", "integrate", "kick", "gather_rows",
+           "add_rows", "launch_bounds", "FORCES_SIGNATURE", "FORCES_KICK_SIGNATURE", "INTEGRATE_SIGNATURE", "KICK_SIGNATURE",
+           "GATHER_SIGNATURE", "ADD_SIGNATURE"]
 
 _flat = float64[::1]
 #: the types the kernels are launched with (CuPy arrays through ``__cuda_array_interface__``)
 FORCES_SIGNATURE = void(_flat, _flat, _flat, _flat, int64, int64, int64[::1], int32[::1], float64, int64)
 FORCES_KICK_SIGNATURE = void(_flat, _flat, _flat, _flat, _flat, float64, int64, int64[::1], int32[::1], float64)
-BUILD_SIGNATURE = void(float64[:, ::1], int64, int64[::1], int64[::1], int64[::1], int64, int64, int64,
-                       int64, float64, float64, boolean, int64[::1], int32[::1, :], int64[::1], int32[::1, :])
 INTEGRATE_SIGNATURE = void(_flat, _flat, _flat, _flat, float64, float64, int64, _flat, int64)
 KICK_SIGNATURE = void(_flat, _flat, float64, int64)
 GATHER_SIGNATURE = void(_flat, int64[::1], _flat, _flat, int64, int64)
-CHAIN_SIGNATURE = void(int64[::1], _flat, int64, int64[::1], _flat, int64, int64)
+ADD_SIGNATURE = void(_flat, int64[::1], _flat, int64, int64)
 
 BLOCK = 128
 
@@ -85,7 +81,12 @@ def grid(n: int) -> int:
     return max(1, math.ceil(n / BLOCK))
 
 
-def _launch_bounds(blocks: int) -> dict:
+def strided_grid(n: int, most: int) -> int:
+    """Blocks of a grid-stride kernel over ``n`` items: one a :data:`BLOCK` of them, no more than ``most``."""
+    return max(1, min(most, math.ceil(n / BLOCK)))
+
+
+def launch_bounds(blocks: int) -> dict:
     """``cuda.jit``'s launch bounds: ``blocks`` resident blocks of :data:`BLOCK` threads (caps the
     registers); none where numba.cuda has no such option (the simulator, older releases)."""
     import inspect
@@ -169,7 +170,7 @@ def _make_forces(row):
     """The full-list kernel around a list row."""
 
     # at most 40 registers (ptxas takes 44): 12 blocks of 128, 0.75 of an SM, no spill (gpu-static.json)
-    @cuda.jit(**_launch_bounds(12))
+    @cuda.jit(**launch_bounds(12))
     def forces(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
         """One-sided pair forces of atoms [i0, i1) over their listed neighbours.
 
@@ -204,7 +205,7 @@ def _make_forces_kick(row):
     """The full-list kernel that ends a step's forces, around a list row."""
 
     # the bounds of forces: 40 registers, no spill (a flag to make the kick optional spilled two)
-    @cuda.jit(**_launch_bounds(12))
+    @cuda.jit(**launch_bounds(12))
     def forces_kick(pos, f, e, w, v, h, n, cnt, nbr, rc2):
         """Atoms [0, n): the ghost list's forces added to what :func:`forces` stored, then ``v += h f``.
 
@@ -338,34 +339,6 @@ def add_rows(dst, idx, src, row0, m):
     dst[j + _2] += src[s + _2]
 
 
-@cuda.jit
-def chain_rows(idx, step, first, src, shift, at, m):
-    """One message of a run of self-image stages, resolved for :func:`gather_rows`: its m rows at ``at``.
-
-    The message copies rows ``idx`` shifted by ``step`` (``(3,)``); the run's
-    ghost rows begin at row ``first`` of the positions and at 0 of ``src`` and
-    ``shift`` (flat ``(3 rows,)``).  A row copied from an earlier message of
-    the run is replaced by the row that one copies, its shift added: so each
-    ghost row of the run reads a row written before the run.  The sum is
-    exact: a stage shifts its own dimension only.  The messages in their
-    order, one launch each (a row reads the rows of earlier launches).
-    """
-    g = cuda.grid(1)
-    if g >= m:
-        return
-    j = idx[g]
-    r = at + g
-    if j >= first:
-        k = j - first
-        src[r] = src[k]
-        for c in range(3):
-            shift[3 * r + c] = shift[3 * k + c] + step[c]
-    else:
-        src[r] = j
-        for c in range(3):
-            shift[3 * r + c] = step[c]
-
-
 def _make_forces_newton(pair):
     """The half-list kernel around ``pair``: the reactions by atomic adds."""
 
@@ -420,90 +393,3 @@ def _make_forces_newton(pair):
             w[i] = wi
 
     return forces_newton
-
-
-@cuda.jit(device=True, inline=True)
-def _skin_behind(nbr, i, near, far, cap):
-    """Row i's ``far`` skin entries, written from its last slot down, put behind its ``near`` ones in the order
-    they were found: turned in place, then moved up (``near + far <= cap``, so the move reads ahead of it)."""
-    for k in range(far // 2):
-        a = cap - far + k
-        b = cap - 1 - k
-        t = nbr[i, a]
-        nbr[i, a] = nbr[i, b]
-        nbr[i, b] = t
-    if near + far < cap:
-        for k in range(far):
-            nbr[i, near + k] = nbr[i, cap - far + k]
-
-
-@cuda.jit(**_launch_bounds(7))  # 72 registers, no spill: the occupancy of the two-pass kernel (74 unbounded)
-def build_lists(pos, n, cell, start, atoms, nx, ny, nz, reach, cut2, rc2, half, own_cnt, own_nbr, gh_cnt, gh_nbr):
-    """Verlet lists of the owned atoms [0, n), one thread per atom, in one pass over the candidates.
-
-    Full lists, or with ``half`` each pair once: owned neighbours j > i, and
-    every ghost (the halo's half shell holds each pair between bricks on one
-    side only, as the CPU's).
-
-    The atoms of cell c are ``atoms[start[c]:start[c + 1]]`` in increasing
-    index; the cells within ``reach`` of atom i's are searched, a z-row of
-    cells as one run of ``atoms``.  Row i lists its neighbours within ``rc2``
-    (at these positions) first, then those in the skin (within ``cut2``), in
-    the order of the search: the CPU's lists, row for row.  Each candidate is
-    tested once: those within ``rc2`` are written from the row's front, those
-    in the skin from its back (last slot first), and the skin's are then
-    turned and moved up behind the others (:func:`_skin_behind`).  Counts go
-    beyond the capacity (the rows' width) when it is short; the rows are then
-    not valid, and the caller retries wider.
-    """
-    i = cuda.grid(1)
-    if i >= n:
-        return
-    cap_own = own_nbr.shape[1]
-    cap_gh = gh_nbr.shape[1]
-    c = cell[i]
-    cz = c % nz
-    cy = (c // nz) % ny
-    cx = c // (ny * nz)
-    xi = pos[i, 0]
-    yi = pos[i, 1]
-    zi = pos[i, 2]
-    no = 0   # owned neighbours within rc, and (fo) in the skin
-    fo = 0
-    ng = 0   # ghosts likewise
-    fg = 0
-    for ax in range(max(cx - reach, 0), min(cx + reach + 1, nx)):
-        for ay in range(max(cy - reach, 0), min(cy + reach + 1, ny)):
-            base = (ax * ny + ay) * nz
-            k0 = start[base + max(cz - reach, 0)]
-            k1 = start[base + min(cz + reach + 1, nz)]
-            for k in range(k0, k1):
-                j = atoms[k]
-                dx = xi - pos[j, 0]
-                dy = yi - pos[j, 1]
-                dz = zi - pos[j, 2]
-                r2 = dx * dx + dy * dy + dz * dz
-                if half:
-                    keep = j > i or j >= n
-                else:
-                    keep = j != i
-                if keep and r2 < cut2:
-                    near = r2 < rc2
-                    if j < n:
-                        slot = no if near else cap_own - 1 - fo
-                        if no + fo < cap_own:
-                            own_nbr[i, slot] = j
-                        no += near
-                        fo += not near
-                    else:
-                        slot = ng if near else cap_gh - 1 - fg
-                        if ng + fg < cap_gh:
-                            gh_nbr[i, slot] = j
-                        ng += near
-                        fg += not near
-    if no + fo <= cap_own:
-        _skin_behind(own_nbr, i, no, fo, cap_own)
-    if ng + fg <= cap_gh:
-        _skin_behind(gh_nbr, i, ng, fg, cap_gh)
-    own_cnt[i] = no + fo
-    gh_cnt[i] = ng + fg
