@@ -18,10 +18,8 @@ itself, on persistent requests that mpi4py made once (``Send_init``,
   are sent and probed for: :func:`exchange_rows` calls ``MPI_Isend``,
   ``MPI_Probe``, ``MPI_Get_count`` and ``MPI_Recv``, which take a
   communicator and a datatype by value.  Their declarations take the handle
-  type of the library loaded at compile time (an int or a pointer), so every
-  kernel making MPI calls keys its cache entries by the library
-  (:func:`library_key`; :func:`keyed_by_handles` for a plain kernel): one
-  source tree may serve MPICH and Open MPI in turn.
+  type of the library loaded at compile time (an int or a pointer), and
+  :func:`keyed_by_handles` keys the kernel's cache entries by it.
 - The symbols are found by name in the libmpi that mpi4py loaded:
   :func:`link` hands that library to LLVM, and must have answered True before
   a kernel calling them is compiled or loaded from numba's cache.
@@ -46,7 +44,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, register_jitable
 
 __all__ = ["link", "handles", "request_size", "statuses", "calls", "failure", "persistent_collectives",
-           "start_all", "wait_all", "wtime", "handle_width", "library_key", "handle", "keyed_by_handles", "exchange_rows",
+           "start_all", "wait_all", "wtime", "handle_width", "handle", "keyed_by_handles", "exchange_rows",
            "SYMBOLS", "NOT_LINKED", "EXCHANGED", "NEED_ROOM", "EXCHANGE_FAILED"]
 
 #: what the kernels call, each resolved by name in the loaded libmpi
@@ -217,22 +215,6 @@ def handle_width() -> int:
     return MPI._sizeof(MPI.Comm)
 
 
-def library_key() -> tuple:
-    """A cache key part of a kernel that makes MPI calls: the loaded library's handle width and its
-    version's first line.  Its code declares that library's handle types and status layout, and one
-    source tree (so one numba cache) may serve MPICH and Open MPI in turn: another venv's wheel, a
-    ``module swap``.  Loaded for another library, such a kernel would pass handles of the wrong width."""
-    return ("MPI library", handle_width(), library_version())
-
-
-@functools.cache
-def library_version() -> str:
-    """The first line of the loaded library's version text (``MPI_Get_library_version``)."""
-    from mpi4py import MPI
-
-    return MPI.Get_library_version().splitlines()[0].strip()
-
-
 def handle(obj) -> int:
     """The handle of an mpi4py communicator or datatype as a signed 64-bit integer, for the calls below
     (mpi4py gives MPICH's ints sign-extended and unsigned)."""
@@ -313,7 +295,8 @@ def _handle_keyed_cache():
         more = ()
 
         def _index_key(self, sig, codegen):
-            return (*super()._index_key(sig, codegen), library_key(), *(part() for part in self.more))
+            return (*super()._index_key(sig, codegen), ("MPI handle bytes", handle_width()),
+                    *(part() for part in self.more))
 
     return HandleKeyedCache
 

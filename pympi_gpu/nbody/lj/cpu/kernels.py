@@ -36,7 +36,7 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
-from pympi_gpu.device.jitcache import keyed_by_code, sources
+from pympi_gpu.device.jitcache import keyed_by_code
 from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj.cpu.lists import build as build_lists
 from pympi_gpu.nbody.lj.cpu.lists import cell_index as _cell_index
@@ -445,8 +445,7 @@ def make_run_ops(newton, one_sided, linked: bool):
                 kick_serial(v, f, h, n)
         return RAN
 
-    # it closes over kernels (see jitcache), and its MPI calls declare the loaded library's handle types
-    return keyed_by_code(run_ops, numba_calls.library_key, sources(numba_calls, records))
+    return keyed_by_code(run_ops)  # it closes over a kernel: see jitcache
 
 
 @njit(cache=True)

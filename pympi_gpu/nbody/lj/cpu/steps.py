@@ -103,7 +103,8 @@ def make_run_steps(run_ops, linked: bool):
         return kc.RAN, most, done
 
     # it closes over kernels (see jitcache), and the rebuild's code declares the library's handle types
-    return keyed_by_code(run_steps, numba_calls.library_key, sources(kc, lists_cpu, rebuild_cpu, numba_calls, records))
+    return keyed_by_code(run_steps, lambda: ("MPI handle bytes", numba_calls.handle_width()),
+                         sources(kc, lists_cpu, rebuild_cpu, numba_calls, records))
 
 
 @functools.cache
