@@ -182,7 +182,7 @@ class DeviceBuild:
         with dev.ops(1):
             xp.cumsum(self.count, out=self.start[1:])
         self._strided(rk.order_cells, self.ncells, v(self.count), v(self.bucket), cap.cell, v(self.start), *b, *a,
-                      v(x0), v(self.ocell), v(self.meta), v(dmax), v(self.policy), slot, step, books,
+                      v(x0), v(self.ocell), v(self.meta), v(dmax[slot:]), v(self.policy), step if books else -1,
                       run.k if fused else 0, run.dims, run.bounds, v(self.faces), v(self.ccount), cap.chunks, up0)
 
     def ghosts_of(self, n: int) -> None:

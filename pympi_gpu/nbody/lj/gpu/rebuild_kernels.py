@@ -105,7 +105,7 @@ FOLD_SIGNATURE = void(_rows, _rows, int64, float64)
 BIN_SIGNATURE = void(_rows, _rows, _rows, _i64, int64, boolean, boolean, float64, _rows, _rows, _rows, _i64, _f64, _f64,
                      _i64, _i64, _i32, int64, _i64, _i64, _f64, _f64, int64, int64, int64)
 ORDER_SIGNATURE = void(_i64, _i32, int64, _i64, _rows, _rows, _rows, _i64, _rows, _rows, _rows, _i64, _rows, _i64,
-                       _i64, _f64, _f64, int64, int64, boolean, int64, _i64, _rows, _i32, _i64, int64, int64)
+                       _i64, _f64, _f64, int64, int64, _i64, _rows, _i32, _i64, int64, int64)
 COUNT_SIGNATURE = void(_rows, int64, int64, _i64, _rows, _i32, _i64, int64, int64, _i64)
 WRITE_SIGNATURE = void(_rows, _i64, int64, int64, int64, int64, _i64, _rows, _i32, _i64, _i64, int64, _i64, _f64,
                        _i64, _f64, _f64, _i64, _i64, _i32, int64, int64, _i64)
@@ -348,8 +348,8 @@ def bin_owned(x, v, f, gid, n, fold, copy, box, xb, vb, fb, gb, lo, inv, nc, cou
 
 
 @cuda.jit
-def order_cells(count, bucket, capc, start, xb, vb, fb, gb, x, v, f, gid, x0, ocell, meta, dmax, policy, slot, step,
-                books, k, dims, bounds, faces, ccount, nchunks, up0):
+def order_cells(count, bucket, capc, start, xb, vb, fb, gb, x, v, f, gid, x0, ocell, meta, dmax, policy, step, k,
+                dims, bounds, faces, ccount, nchunks, up0):
     """Each cell's atoms sorted by id and their rows gathered in that order: the owned atoms by (cell, id).
 
     One thread a cell (grid-stride): the ``count[c]`` atoms of bucket ``bucket[c capc:]``
@@ -359,19 +359,20 @@ def order_cells(count, bucket, capc, start, xb, vb, fb, gb, x, v, f, gid, x0, oc
     (the displacement's reference) and the cell to ``ocell``.  The counts are zeroed for
     the next rebuild.  Where the ghost plan begins with a run of ``k`` stages of the
     brick's own images (``dims``, ``bounds``), each row's ``faces`` and its classes
-    counted per chunk, as :func:`count_images` counts them.  With ``books``, thread 0
-    keeps the step's books: the last build's step, the rebuilds, LAMMPS's dangerous
-    builds (a build at the first look ``policy[P_EVERY] > 1`` steps after the last,
-    checked, whose displacement was above half the skin) and the list entries of the
-    build to come, reset.  Only where ``meta[M_GO]``.
+    counted per chunk, as :func:`count_images` counts them.  Unless ``step`` is -1 (a
+    rebuild made again), thread 0 keeps step ``step``'s books: the last build's step, the
+    rebuilds, LAMMPS's dangerous builds (a build at the first look ``policy[P_EVERY] > 1``
+    steps after the last, checked, whose displacement ``dmax[0]`` (the step's slot) was
+    above half the skin) and the list entries of the build to come, reset.  Only where
+    ``meta[M_GO]``.
     """
     if meta[M_GO] == 0:
         return
     c, stride = _first(0)
-    if c == 0 and books:
+    if c == 0 and step >= 0:
         every = int64(policy[P_EVERY])
         if policy[P_CHECK] != 0.0 and every > 1 and step - meta[M_BUILT_AT] == every and \
-                dmax[slot] > policy[P_REBUILD2]:
+                dmax[0] > policy[P_REBUILD2]:
             meta[M_DANGEROUS] += 1
         meta[M_BUILT_AT] = step
         meta[M_REBUILDS] += 1
