@@ -365,7 +365,7 @@ def _forces_at(comm, config, x, v, ids):
         system = LjSystem(cart, config, xw[mine], v[mine], ids[mine]).atoms
         system.rebuild()
         system.f[...] = 0.0
-        system.pair_forces(system.f, forward=False, eflag=True)
+        system.pair_forces(system.f, eflag=True)
         ghost_share = float(np.abs(system.f[system.nlocal:]).sum())
         if config.newton:
             system.halo.reverse(system.f)

@@ -390,7 +390,7 @@ class HostAtoms:
                 return False
         if eflag:  # (full lists: each pair from both sides, halved; exactly)
             e_own, w_own, e_ghost, w_ghost = sums.tolist()
-            once = 1.0 if self.config.newton else 0.5
+            once = self._once
             self.energy, self.virial = once * (e_own + e_ghost), once * (w_own + w_ghost)
         else:
             self.energy = self.virial = None
@@ -417,39 +417,37 @@ class HostAtoms:
         self._account()
         return numba_calls.failure(code)
 
-    def pair_forces(self, f, forward: bool, eflag: bool) -> None:
-        """Add the pair forces to ``f``; set ``energy``/``virial`` (None without ``eflag``)."""
+    def pair_forces(self, f, eflag: bool) -> None:
+        """Add the pair forces at the ghosts' current positions to ``f`` (no message: the step's forces are
+        :meth:`_force_program`'s); set ``energy``/``virial`` (None without ``eflag``)."""
         own_cnt, own_nbr, gh_cnt, gh_nbr = self.lists
         rc2 = self.config.cutoff ** 2
         n = self.nlocal
-        newton = self.config.newton
-        scale = 1.0 if newton else 0.5  # without newton the other side computes the pair too
+        newton, once = self.config.newton, self._once
         bounds = [0, n // 3, (2 * n) // 3, n]
-        sums = [0.0, 0.0]
-
-        def work(stage):
-            e, w = self.forces.pair_forces(self.pos, f, bounds[stage], bounds[stage + 1], own_cnt, own_nbr, rc2,
-                                           newton, eflag)
-            sums[0] += scale * e
-            sums[1] += scale * w
-
-        if forward:
-            self.halo.forward(self.pos, work)
-        else:
-            for s in range(3):
-                work(s)
+        energy = virial = 0.0
+        for s in range(3):  # the owned pairs in the step's thirds, so the sums are the step's
+            e, w = self.forces.pair_forces(self.pos, f, bounds[s], bounds[s + 1], own_cnt, own_nbr, rc2, newton, eflag)
+            energy += once * e
+            virial += once * w
         e, w = self.forces.pair_forces(self.pos, f, 0, n, gh_cnt, gh_nbr, rc2, newton, eflag)
         if eflag:
-            self.energy = sums[0] + scale * e
-            self.virial = sums[1] + scale * w
+            self.energy = energy + once * e
+            self.virial = virial + once * w
         else:
             self.energy = self.virial = None
+
+    @property
+    def _once(self) -> float:
+        """The share of a listed pair's energy counted here: 1 with half lists, 1/2 with full (each pair is
+        listed from both of its atoms)."""
+        return 1.0 if self.config.newton else 0.5
 
     def local_sums(self) -> np.ndarray:
         """``[sum v^2, px, py, pz, E_pair, virial]`` of this brick."""
         if self.energy is None:  # the last step skipped the sums: the same pair loops into scratch forces
             # (no reverse communication: each pair's energy is counted where it is computed)
-            self.pair_forces(np.zeros_like(self.f), False, True)
+            self.pair_forces(np.zeros_like(self.f), True)
         return np.concatenate([kc.kinetic_sums(self.v, self.nlocal), [self.energy, self.virial]])
 
     # -- the step ---------------------------------------------------------
