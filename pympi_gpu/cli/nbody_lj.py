@@ -138,6 +138,25 @@ def _check_memory(cart, config: LjConfig, backend: str) -> None:
         fail(next(v for v in verdicts if v))
 
 
+def _check_device_memory(cart, config: LjConfig, device) -> None:
+    """Refuse a run whose device buffers do not fit some rank's GPU, with the ranks that share it (decided
+    together, before any is made).  Under the simulator the device's memory is the host's."""
+    from pympi_gpu.nbody.lj.memory import gpu_too_large
+    from pympi_gpu.nbody.memory import available_bytes
+
+    if device.simulated:
+        free = available_bytes()
+    else:
+        from pympi_gpu.device.gpu import free_bytes
+
+        free = free_bytes()
+    b = device.binding
+    sharing = len(range(b["device"], b["local_size"], b["visible"])) if b else 1
+    verdicts = cart.allgather(gpu_too_large(config, tuple(cart.Get_topo()[0]), sharing, free))
+    if any(verdicts):
+        fail(next(v for v in verdicts if v))
+
+
 def _restart(ctx, cart, args, config: LjConfig):
     """The :class:`~pympi_gpu.cli.models.Restart` of ``--restart`` (each rank's atoms), or None; refusals
     on every rank.
@@ -335,6 +354,7 @@ class Lj:
         thread count is its node's: numba caps it at the cpuset)."""
         if device.gpu:  # the device-resident path holds its arrays in CuPy (NumPy under the simulator)
             _need_cupy(cart)
+            _check_device_memory(cart, config, device)
         return dataclasses.replace(config, newton=half_lists(device.gpu, largest(cart, threads)))
 
     def system(self, cart, config: LjConfig, device, restart: Restart | None, args):

@@ -20,7 +20,7 @@ import os
 
 from pympi_gpu import launchers
 
-__all__ = ["simulator", "gpu_usable", "local_rank", "local_rank_from_env",
+__all__ = ["simulator", "free_bytes", "gpu_usable", "local_rank", "local_rank_from_env",
            "EarlyBinding", "select_before_init", "bind_device", "describe"]
 
 
@@ -160,6 +160,15 @@ def bind_device(comm, early: EarlyBinding | None = None) -> dict[str, object]:
     name = name.decode() if isinstance(name, bytes) else str(name)
     return {"local_rank": lrank, "local_size": lsize, "visible": ndev, "device": index, "name": name,
             "selected": how, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def free_bytes() -> int:
+    """Bytes free now on the GPU numba selected for this rank (:func:`bind_device`), as CUDA counts them."""
+    import cupy
+    from numba import cuda
+
+    with cupy.cuda.Device(cuda.get_current_device().id):
+        return int(cupy.cuda.runtime.memGetInfo()[0])
 
 
 def describe(binding: dict[str, object]) -> str:

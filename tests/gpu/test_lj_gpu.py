@@ -61,6 +61,68 @@ def test_device_transport_refused_without_cuda_aware_mpi():
     assert "--transport device: this MPI library is not CUDA-aware" in out.stderr and "Traceback" not in out.stderr
 
 
+HELD = r"""
+import sys
+import numpy as np
+from mpi4py import MPI
+from pympi_gpu.device.device import Device
+from pympi_gpu.nbody.lj.domain import brick_of, make_cart
+from pympi_gpu.nbody.lj.memory import gpu_need
+from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
+
+config = LjConfig(cells=5, newton=False)
+cart = make_cart(MPI.COMM_WORLD)
+brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
+atoms = LjSystem(cart, config, *initial_arrays(config, brick),
+                 device=Device(backend="gpu", transport="host", simulated=True)).atoms
+atoms.start()
+held = {}
+
+
+def walk(value, depth=0):  # every device array the atoms and their rebuild hold, each memory block once
+    if isinstance(value, np.ndarray):
+        base = value
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        held[id(base)] = base.nbytes
+    elif isinstance(value, (tuple, list)) and depth < 3:
+        for v in value:
+            walk(v, depth + 1)
+
+
+for owner in (atoms, atoms.build):
+    for value in vars(owner).values():
+        walk(value)
+print(sum(held.values()), gpu_need(config, tuple(cart.Get_topo()[0])))
+cart.Free()
+"""
+
+
+def test_the_gpu_memory_estimate_is_what_the_buffers_hold():
+    out = run([sys.executable, "-c", HELD], env=SIM, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    held, estimate = (float(w) for w in out.stdout.split())
+    assert held == pytest.approx(estimate, rel=0.05)
+
+
+def test_a_run_too_large_for_the_gpu_is_refused_before_anything_is_made():
+    # the simulator's device memory is the host's: twice as many atoms as the estimate lets fit (their host
+    # copy, 56 bytes an atom, fits the host check), refused at once on every rank with one message
+    from pympi_gpu.nbody.lj.config import LjConfig
+    from pympi_gpu.nbody.lj.lattice import cells_for
+    from pympi_gpu.nbody.lj.memory import gpu_need
+    from pympi_gpu.nbody.memory import available_bytes
+
+    free = available_bytes()
+    per_atom = gpu_need(LjConfig(cells=cells_for(10**6)), (1, 1, 1)) / LjConfig(cells=cells_for(10**6)).atoms
+    atoms = int(2 * free / per_atom)
+    for argv in ([NBODY], mpiexec_argv(2) + [NBODY]):
+        out = run(argv + [str(atoms), "--model", "lj", "--backend", "gpu", "--steps", "1"], env=SIM, timeout=300)
+        assert out.returncode == 2, out.stderr[-2000:]
+        assert "of GPU memory on this GPU" in out.stderr and "free; use fewer atoms or more GPUs" in out.stderr
+        assert out.stderr.count("Error:") == 1 and "Traceback" not in out.stderr
+
+
 def test_gpu_restart_bit_for_bit(tmp_path):
     a, b = tmp_path / "a.npz", tmp_path / "b.npz"
     base = [NBODY, "256", "--model", "lj", "--backend", "gpu", "--json"]

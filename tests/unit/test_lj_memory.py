@@ -4,7 +4,7 @@ import pytest
 
 from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.lj.lattice import cells_for
-from pympi_gpu.nbody.lj.memory import GPU_HOST, need, too_large
+from pympi_gpu.nbody.lj.memory import GPU_HOST, gpu_need, gpu_too_large, need, too_large
 
 
 def test_an_atom_costs_its_state_lists_and_ghosts():
@@ -39,3 +39,16 @@ def test_the_floor_grows_with_the_atoms(atoms):
     small, large = need(LjConfig(cells=cells_for(atoms)), (1, 1, 1)), need(LjConfig(cells=cells_for(8 * atoms)),
                                                                           (1, 1, 1))
     assert 7 < large.bytes / small.bytes < 9
+
+
+def test_a_gpu_short_of_memory_is_refused_with_its_sharers():
+    config = LjConfig(cells=cells_for(10**8))
+    each = gpu_need(config, (1, 1, 1))
+    assert 1000 * config.atoms < each < 2000 * config.atoms  # full lists of ~100 entries, twice a step's state
+    assert gpu_too_large(config, (1, 1, 1), 1, free=None) is None  # the device does not say: not refused
+    assert gpu_too_large(config, (1, 1, 1), 1, free=int(each) + 1) is None
+    why = gpu_too_large(config, (1, 1, 1), 2, free=int(each) + 1)  # two ranks on one GPU: twice
+    assert why.startswith(f"{config.atoms:,} atoms (1x1x1 rank grid) need about")
+    assert "on this GPU (2 rank(s) x" in why and "free; use fewer atoms or more GPUs" in why
+    # a brick of a split system holds its ghosts and messages besides: more per atom
+    assert gpu_need(config, (2, 2, 2)) / (config.atoms / 8) > each / config.atoms

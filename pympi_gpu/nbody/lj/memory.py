@@ -19,6 +19,16 @@ On the GPU backend the lists and the state live in device memory and the
 host holds the initial atoms (56 bytes an atom).  The estimate is a floor:
 numba's, MPI's and Python's own buffers come on top.  It is pure arithmetic:
 the refusal comes at once, whatever the size (``pympi-nbody 1e9 --model lj``).
+
+The device's buffers (:class:`~pympi_gpu.nbody.lj.gpu.atoms.DeviceAtoms`) are
+made once at the first capacities :func:`first_rows` gives, which
+:func:`gpu_need` prices: each owned row its velocity, reference position, a
+second set of rows to sort from, the per-atom energy and virial, its cell, a
+copy of its state kept for the steps made again, and two full Verlet lists of
+:data:`GPU_WIDTH` ``x`` shell entries and more (int32); each row, owned or
+ghost, its position, force, id and the ghosts' plan (``GPU_ROW``); each cell
+two buckets of int32 rows; where a stage travels, its messages.  The CUDA
+context and CuPy's pool come on top.
 """
 
 from __future__ import annotations
@@ -29,12 +39,20 @@ import math
 from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.memory import available_bytes, human_bytes
 
-__all__ = ["Need", "need", "too_large"]
+__all__ = ["Need", "need", "too_large", "first_rows", "gpu_need", "gpu_too_large"]
 
 #: bytes of each owned atom besides its lists, of each atom in the brick or its halo, of each search cell
 OWNED, HELD, CELL = 24 + 24 + 8 + 16, 24 + 24 + 8 + 8 + 8 + 32 + 32, 24
 #: bytes an atom costs the host on the GPU backend: its initial position, velocity and id
 GPU_HOST = 24 + 24 + 8
+#: device bytes of each owned row besides its lists (v, x0, the sort's x v f id, e, w, cell, the list counts,
+#: the kept x v f x0 id), of each row owned or ghost (x, f, id, its faces, the ghosts' sources and shifts, the
+#: class counts' share), of each row of a travelling stage's messages (and each owned row's in a migration)
+GPU_OWNED = 24 + 24 + 3 * 24 + 8 + 8 + 8 + 8 + 16 + 4 * 24 + 8
+GPU_ROW = 24 + 24 + 8 + 4 + 8 + 8 + 24 + 4
+GPU_MESSAGE_ROW, GPU_MIGRATING = 64, 80
+#: a full list row's first width, in shells of neighbours (the GPU's lists are full: each pair twice)
+GPU_WIDTH = 1.3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,3 +108,45 @@ def too_large(config: LjConfig, dims, ranks_on_node: int, gpu: bool = False,
     return (f"{atoms:,} atoms ({grid} rank grid) need about {human_bytes(node)} of memory on this node "
             f"({ranks_on_node} rank(s) x {human_bytes(n.bytes)}; {why}), but it has {human_bytes(available)} "
             "available")
+
+
+def first_rows(config: LjConfig, owned: float, widths, travels: bool) -> tuple[int, int]:
+    """The first capacities of a brick's device buffers: ``(atoms, rows)``, its owned rows (a quarter to spare
+    where atoms migrate) and its rows owned and ghosts (the ghosts within ``cutoff + skin`` of a brick of these
+    ``widths`` at the config's density, a quarter to spare)."""
+    atoms = int(owned) + int(owned) // 4 + 64 if travels else max(int(owned), 1)
+    ghosts = config.density * (math.prod(w + 2 * config.cutneigh for w in widths) - math.prod(widths))
+    return atoms, atoms + int(1.25 * ghosts) + 64
+
+
+def gpu_need(config: LjConfig, dims) -> float:
+    """The device bytes of the rank with the average brick of a ``dims`` grid (see the module's docstring)."""
+    ranks = math.prod(int(d) for d in dims)
+    reach = config.cutneigh
+    widths = [config.box / int(d) for d in dims]
+    travels = ranks > 1
+    atoms, rows = first_rows(config, config.atoms / ranks, widths, travels)
+    width = int(GPU_WIDTH * 4.0 / 3.0 * math.pi * reach ** 3 * config.density) + 16
+    ext = [w + 2 * reach for w in widths]
+    cells = math.prod(max(1, int(2 * e / reach)) for e in ext)
+    mean = rows / cells  # a cell's rows on average; its buckets are twice that and some
+    bucket = int(2.0 * mean + 4.0 * math.sqrt(mean)) + 8
+    total = atoms * (GPU_OWNED + 2 * 4 * width) + rows * GPU_ROW + cells * (2 * 4 * bucket + 24)
+    if travels:
+        total += rows * GPU_MESSAGE_ROW + atoms * GPU_MIGRATING
+    return float(total)
+
+
+def gpu_too_large(config: LjConfig, dims, sharing: int, free: int | None) -> str | None:
+    """Why this run's buffers do not fit this rank's GPU (None if they do, or if ``free`` is not known):
+    ``sharing`` ranks use the GPU, which has ``free`` bytes free."""
+    if free is None:
+        return None
+    each = gpu_need(config, dims)
+    if each * sharing <= free:
+        return None
+    grid = "x".join(str(int(d)) for d in dims)
+    owned = config.atoms / math.prod(int(d) for d in dims)
+    return (f"{config.atoms:,} atoms ({grid} rank grid) need about {human_bytes(each * sharing)} of GPU memory "
+            f"on this GPU ({sharing} rank(s) x {human_bytes(each)}, {each / max(owned, 1):.3g} bytes an atom with "
+            f"its ghosts and full Verlet lists), but it has {human_bytes(free)} free; use fewer atoms or more GPUs")
