@@ -594,8 +594,9 @@ def gpu_profile(atoms: int, steps: int) -> dict:
 
     For full lists and for half lists with Newton's third law
     (:class:`~pympi_gpu.nbody.lj.gpu.atoms.DeviceAtoms`, ``config.newton``):
-    ``steps`` steps timed as the command runs them (``rate``, atom-steps/s),
-    ``steps`` more one at a time, the stream synchronised after each
+    ``steps`` steps timed as the command runs them (``rate``, atom-steps/s; on
+    one rank queued, the device deciding the rebuilds), then, the host deciding
+    (``DeviceAtoms.decide_on_host``), ``steps`` more one at a time, the stream synchronised after each
     (``steps_one_by_one``: the median time of a step without a rebuild and of
     one with), then ``steps`` more with ``profile``, the stream synchronised around each
     phase (forces, list build, halo, integrate, thermo; ``other``: the rest,
@@ -635,6 +636,7 @@ def gpu_profile(atoms: int, steps: int) -> dict:
                 t0 = time.perf_counter()
                 for k in range(n):
                     system.step(eflag=k == n - 1)
+                system.settle()  # (one rank: the steps were queued, the device deciding their rebuilds)
                 system.local_sums()
                 system.dev.sync()
                 return time.perf_counter() - t0
@@ -656,6 +658,7 @@ def gpu_profile(atoms: int, steps: int) -> dict:
             rebuilds = system.rebuilds
             plain = cart.allreduce(timed(steps), op=MPI.MAX)
             rebuilds = system.rebuilds - rebuilds
+            system.decide_on_host()  # the passes below time each step, phase and rebuild alone
             split = each(steps)
             system.phase_seconds = dict.fromkeys(PHASES, 0.0)  # from here on synchronised per phase
             parts, first = _time_rebuild_parts(system), system.rebuilds

@@ -299,6 +299,17 @@ class DeviceArrays:
         self._stream.synchronize()
         return res
 
+    def fetch(self, a, out: np.ndarray) -> None:
+        """Queue a copy of device array ``a`` into pinned host array ``out`` (:meth:`pinned`), no wait: it can be
+        read after the next wait for the stream (:meth:`sync`, :meth:`to_host`).  Counted as ``"sums"``."""
+        self.copies["sums"] += 1
+        if self.simulated:
+            out[...] = a
+            return
+        from cupy.cuda import runtime
+
+        runtime.memcpyAsync(out.ctypes.data, a.data.ptr, a.nbytes, runtime.memcpyDeviceToHost, self._stream.ptr)
+
     def scalar(self, a) -> float:
         """A device 0-d array (a reduction) as a Python number, counted as ``"sums"``."""
         return self.to_host(self.xp.asarray(a), "sums").item()

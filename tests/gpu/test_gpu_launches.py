@@ -45,17 +45,25 @@ def _per_step() -> dict[str, tuple[int, int, int]]:
 
 
 def _phases() -> dict[str, dict[str, tuple[int, int]]]:
-    """``{bricks: {phase: (launches, syncs)}}``, the phase table's two brick layouts."""
+    """``{bricks: {phase: (launches, syncs)}}``, the phase table's two brick layouts (1×1×1: queued)."""
     rows = _tables()["phase"]
     return {b: {r[0]: (int(r[1 + 2 * k]), int(r[2 + 2 * k])) for r in rows}
             for k, b in enumerate(("1×1×1", "2×1×1"))}
 
 
+def _queued() -> tuple[int, int]:
+    """A queued step's launches and syncs on one brick (with a rebuild or without): its phases summed."""
+    phases = _phases()["1×1×1"].values()
+    return sum(p[0] for p in phases), sum(p[1] for p in phases)
+
+
 def _events() -> dict[str, tuple[int, int]]:
-    """``{event: (launches, syncs)}``: ``thermo``, ``check``, ``rebuild 1×1×1``, ``rebuild 2×1×1``."""
+    """``{event: (launches, syncs)}``: ``thermo``, ``check``, ``wait`` (for the queued steps), ``rebuild
+    2×1×1``."""
     out = {}
     for label, launches, syncs in _tables()["event"]:
         key = ("thermo" if label.startswith("a thermo row") else "check" if label.startswith("a check")
+               else "wait" if label.startswith("a wait for the queued steps")
                else "rebuild " + re.search(r"rebuild, (\S+×\S+×\d)", label).group(1))
         out[key] = (int(launches), int(syncs))
     return out
@@ -76,7 +84,7 @@ def _rebuild_syncs() -> dict[str, int]:
 
 def _half() -> tuple[int, int]:
     """Half lists' launches and syncs a step on one rank."""
-    m = re.search(r"(\d+) launches\s+and (\d+) sync a step on one rank", "\n".join(_section()))
+    m = re.search(r"(\d+) launches\s+and (\d+) sync\s+a step on one rank", "\n".join(_section()))
     return int(m.group(1)), int(m.group(2))
 
 
@@ -86,11 +94,19 @@ def test_the_page_states_its_counts_once_and_consistently():
         travels = [int(d) > 1 for d in bricks.split("×")]
         r = sum(travels)
         g = sum(1 for i, t in enumerate(travels) if not t and (i == 0 or travels[i - 1]))  # runs of self-images
-        assert (launches, syncs, uploads) == (1 + r + g + max(r, 1) + 1, 1 + r, r), bricks
-    for bricks, phases in _phases().items():
-        assert sum(p[0] for p in phases.values()) == _per_step()[bricks][0]
-        assert sum(p[1] for p in phases.values()) == _per_step()[bricks][1]
-    assert set(_events()) == {"thermo", "check", "rebuild 1×1×1", "rebuild 2×1×1"}
+        assert (launches, syncs, uploads) == (1 + r + g + max(r, 1) + 1, r, r), bricks  # a wait a travelling stage
+    phases = _phases()["2×1×1"]
+    assert sum(p[0] for p in phases.values()) == _per_step()["2×1×1"][0]
+    assert sum(p[1] for p in phases.values()) == _per_step()["2×1×1"][1]
+    assert _queued() == (11, 0)  # one brick: no wait a step
+    assert set(_events()) == {"thermo", "check", "wait", "rebuild 2×1×1"}
+    # the page's bound for --thermo 100 on one brick: a row, a wait for it and one for a batch per 100 steps
+    launches, syncs = _queued()
+    per_100 = [100 * launches + 2 * _events()["wait"][0] + _events()["thermo"][0],
+               100 * syncs + 2 * _events()["wait"][1] + _events()["thermo"][1]]
+    assert per_100[0] / 100 <= 15 and per_100[1] / 100 <= 0.05  # issue 50's goal
+    assert "at most 11.2\nlaunches and 0.04 waits a step" in "\n".join(_section())
+    assert per_100 == [1118, 3]
 
 
 COUNT = r"""
@@ -121,6 +137,7 @@ def counted(do):
 rows = {"steady": [counted(lambda e=e: atoms.step(eflag=e)) for e in (False, True, False)],
         "rebuild": counted(lambda: atoms.step(force_rebuild=True)),
         "after": counted(atoms.step),
+        "wait": counted(atoms.settle),
         "thermo": counted(atoms.local_sums),
         "check": counted(atoms.finite),
         "rebuilds": atoms.rebuilds, "grid": list(cart.Get_topo()[0])}
@@ -146,29 +163,40 @@ def test_each_event_costs_what_the_page_says(ranks, transport, lists):
     for doc in docs:
         assert doc["rebuilds"] == 2  # the start's and the forced one: no other on the way
         steps = [*doc["steady"], doc["after"]]
-        if lists == "half":
+        if lists == "half":  # not queued: the host decides their rebuilds
             assert all(s["total"][:2] == list(_half()) for s in steps), steps
+            assert doc["wait"]["total"] == [0, 0, 0]
             continue
+        events = _events()
+        if ranks == 1:  # queued: every step the same, a rebuild or not, and the waits the settle's
+            for s in [*steps, doc["rebuild"]]:
+                assert s["total"] == [*_queued(), 0], s
+                assert {p: tuple(c[:2]) for p, c in s["phases"].items()} == _phases()[bricks], s
+            assert doc["wait"]["total"] == [*events["wait"], 0]
+            assert doc["thermo"]["total"] == [*events["thermo"], 0]
+            assert doc["check"]["total"] == [*events["check"], 0]
+            assert doc["profiled"]["total"] == doc["rebuild"]["total"]
+            assert {"kernel build_lists", "kernel integrate", "kernel bin_owned", "kernel order_cells",
+                    "kernel write_images", "kernel order_ghost_cells", "kernel gather_images"} <= set(doc["places"])
+            continue
+        assert doc["wait"]["total"] == [0, 0, 0]  # nothing queued over several ranks
         launches, syncs, uploads = _per_step()[bricks]
         want = [launches, syncs, uploads if transport == "host" else 0]
         for s in steps:
             assert s["total"] == want, s
             assert {p: tuple(c[:2]) for p, c in s["phases"].items()} == \
                 {p: c for p, c in _phases()[bricks].items() if any(c)}, s
-        events = _events()
         launches, syncs = events[f"rebuild {bricks}"]
-        if ranks > 1:
-            syncs = _rebuild_syncs()[transport]
-            uploads = _rebuild_uploads()[transport]  # over the host one more where atoms migrated to the rank
-            assert doc["rebuild"]["total"][2] in ((uploads, uploads + 1) if transport == "host" else (uploads,))
+        syncs = _rebuild_syncs()[transport]
+        uploads = _rebuild_uploads()[transport]  # over the host one more where atoms migrated to the rank
+        assert doc["rebuild"]["total"][2] in ((uploads, uploads + 1) if transport == "host" else (uploads,))
         assert doc["rebuild"]["total"][:2] == [launches, syncs], doc["rebuild"]
         assert doc["thermo"]["total"] == [*events["thermo"], 0]
         assert doc["check"]["total"] == [*events["check"], 0]
         # DeviceArrays.op_seconds times every CuPy block by its place and every kernel by its name, and the
         # waits it adds around them are not counted: the profiled rebuild counts the launches and waits the plain
         # one did (and on one rank its uploads: over two, a later rebuild's uploads may differ from the first's)
-        same = 3 if ranks == 1 else 2
-        assert doc["profiled"]["total"][:same] == doc["rebuild"]["total"][:same], doc["profiled"]
+        assert doc["profiled"]["total"][:2] == doc["rebuild"]["total"][:2], doc["profiled"]
         places = doc["places"]
         assert {"kernel build_lists", "kernel integrate", "kernel bin_owned", "kernel order_cells",
                 "kernel write_images", "kernel order_ghost_cells"} <= set(places)
@@ -190,6 +218,15 @@ def test_the_record_sums_the_pages_events(ranks):
     steps, rebuilt, rows = doc["steps"], doc["rebuilds"] - 1, len(doc["thermo"])
     assert rebuilt >= 1 and rows == 3
     events = _events()
+    if ranks == 1:  # queued: the waits for the queued steps are the syncs but the rows' and the last check's
+        launches, syncs = (round(doc[f] * steps) for f in ("launches_per_step", "host_syncs_per_step"))
+        waits = syncs - rows * events["thermo"][1] - events["check"][1]
+        assert rows - 1 <= waits <= 2 * (rows - 1)  # one at each row after the first, one after each batch
+        assert launches == steps * _queued()[0] + waits * events["wait"][0] + rows * events["thermo"][0] + \
+            events["check"][0]
+        for phase, (want, _) in _phases()[bricks].items():  # every step's, rebuild or not
+            assert doc["device_calls_per_step"][phase]["launches"] == want, phase
+        return
     for k, field in enumerate(("launches_per_step", "host_syncs_per_step")):
         steady, rebuild = _per_step()[bricks][k], events[f"rebuild {bricks}"][k]
         total = steps * steady + rebuilt * (rebuild - steady) + rows * events["thermo"][k] + events["check"][k]

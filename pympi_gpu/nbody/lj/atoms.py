@@ -32,6 +32,9 @@ class Atoms(Protocol):
     batched: bool
     #: seconds in rebuilds so far, or None where the engine does not time them (the device's are asynchronous)
     rebuild_seconds: float | None
+    #: where the engine decides the rebuilds itself and the host does not wait between two outputs (a GPU's
+    #: one brick): its books at its last wait, ``(step of the last build, dangerous builds)``; else None
+    books: tuple[int, int] | None
 
     @property
     def pairs(self) -> float: ...                           # listed pairs (neighbours within cutoff + skin)
@@ -42,6 +45,7 @@ class Atoms(Protocol):
     def step(self, force_rebuild: bool = False, eflag: bool = False) -> None: ...   # collective: one step
     def steps(self, most: int) -> list[float]: ...          # collective: up to ``most`` quiet steps, their seconds
     def wrap(self) -> None: ...                             # positions folded into the box
+    def settle(self) -> None: ...                           # collective: wait for the steps queued, adopt them
     def finite(self) -> bool: ...                           # this brick's state finite?
     def local_sums(self) -> np.ndarray: ...                 # [sum v^2, px, py, pz, E_pair, virial]
     def owned(self) -> dict[str, np.ndarray]: ...           # host copies of x, v, f, id
@@ -51,5 +55,5 @@ class Atoms(Protocol):
 
 
 #: the members every engine defines (the protocol's, as :func:`typing.get_protocol_members` would list them)
-MEMBERS = ("halo", "nlocal", "rebuilds", "batched", "rebuild_seconds", "pairs", "host_copies", "start", "step",
-           "steps", "wrap", "finite", "local_sums", "owned", "calls", "calls_per_step", "close")
+MEMBERS = ("halo", "nlocal", "rebuilds", "batched", "rebuild_seconds", "books", "pairs", "host_copies", "start",
+           "step", "steps", "wrap", "settle", "finite", "local_sums", "owned", "calls", "calls_per_step", "close")

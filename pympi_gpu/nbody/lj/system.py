@@ -271,8 +271,12 @@ class LjSystem:
         return every - (self.timestep - self.built_at) % every
 
     def _note_rebuilds(self) -> None:
-        """After a step: where it rebuilt, the policy counts from it (and LAMMPS's dangerous builds)."""
-        if self.atoms.rebuilds != self._built:
+        """After a step: where it rebuilt, the policy counts from it (and LAMMPS's dangerous builds).  Where the
+        device decides the rebuilds, its books at its last wait (``atoms.books``)."""
+        if self.atoms.books is not None:
+            self.built_at, self.dangerous_builds = self.atoms.books
+            self._built = self.atoms.rebuilds
+        elif self.atoms.rebuilds != self._built:
             every, check = self.config.neigh_policy
             first = self.timestep - self.built_at == every  # rebuilt at the first step the policy allowed:
             if check and every > 1 and first and self._agreed2 > self.rebuild_distance2:
@@ -324,6 +328,8 @@ class LjSystem:
             self._fold_next = False
         self.atoms.step(force_rebuild=self._rebuild_next, eflag=energy)
         self._rebuild_next = False
+        if self.atoms.books is not None:  # queued, the device deciding: one rank, whose request is agreed
+            self._stop_agreed = stop
         self._note_rebuilds()
         return self._stop_agreed
 
@@ -332,11 +338,17 @@ class LjSystem:
         (``HostAtoms.steps``: a call until a rebuild, and on, until a stop request); collective.
         Returns the steps' seconds and the stop request agreed (as :meth:`advance`)."""
         until = self._steps_to_look()  # the policy's next look at the lists (every step by default)
-        if self._fold_next or self._rebuild_next or not self.atoms.batched or until == 1 < self.config.neigh_every:
+        queued = self.atoms.books is not None  # the device decides the rebuilds, its policy's looks included
+        if self._fold_next or self._rebuild_next or not self.atoms.batched or \
+                (stop if queued else until == 1 < self.config.neigh_every):
             t0 = time.perf_counter()
             stop = self.advance(False, stop)
             return [time.perf_counter() - t0], stop
         self._stop_request, self._stop_agreed = stop, None
+        if queued:  # the steps queued, one wait at their end (one rank: no stop request, or it took one step)
+            times = self.atoms.steps(most)
+            self._note_rebuilds()
+            return times, stop
         if self.config.neigh_every > 1:  # the steps before the look: none rebuilds (the look is a step alone);
             most = min(most, until - 1)  # a batch stops only where an atom moved farther than its ghosts reach
             self.threshold2, self.batch_stop2 = math.inf, self.move_limit2
@@ -349,7 +361,17 @@ class LjSystem:
     def healthy(self, thorough: bool) -> bool:
         """This brick's state finite?  Every step's rebuild test already catches positions that are not;
         ``thorough`` (before anything is written) looks at the velocities and forces too."""
-        return not thorough or self.atoms.finite()
+        if not thorough:
+            return True
+        self.settle()
+        return self.atoms.finite()
+
+    def settle(self) -> None:
+        """Wait for the steps the atoms queued (a GPU's one brick, whose device decides the rebuilds), made again
+        where a buffer was short, and take the device's books; at once where none are queued.  Before every
+        output."""
+        self.atoms.settle()
+        self._note_rebuilds()
 
     def fault(self) -> BlowUp:
         return BlowUp(None, "non-finite positions, velocities or forces",
@@ -358,6 +380,7 @@ class LjSystem:
     def thermo(self):
         """The thermo row at this step (collective); a non-finite one is a blow-up."""
         clock = self.clock
+        self.settle()
         with clock.phase("waiting"):
             row = thermo(self.cart, self.timestep, self.atoms.local_sums(), self.config.atoms, self.config.box ** 3)
         clock.sent(6 * 8)
@@ -402,6 +425,7 @@ class LjSystem:
         """The run's record from the loop's :class:`~pympi_gpu.nbody.loop.LoopResult`; collective."""
         from mpi4py import MPI
 
+        self.settle()
         comm, config = self.cart, self.config
         copies = None
         if self._copies0 is not None:  # the most any rank copied, over the whole run, checkpoints and frames included

@@ -119,6 +119,8 @@ class HostAtoms:
         self.rebuilds = 0
         #: seconds spent in rebuilds (migration, sort, ghosts, lists; their waits included)
         self.rebuild_seconds = 0.0
+        #: (the host decides every rebuild: the system keeps the books)
+        self.books = None
         self.lists = None
         self.x0 = None
         self._verlet = VerletLists(system.grid.capacity)
@@ -540,6 +542,9 @@ class HostAtoms:
         if had:  # a restart: keep the checkpoint's forces (bit-identical continuation)
             self.f[...] = f
         return had
+
+    def settle(self) -> None:
+        """(Every call runs to its end before it returns: nothing is ever queued on the host.)"""
 
     def wrap(self) -> None:
         """Fold the owned positions into the box, as a restart's first rebuild does (ghosts go stale).

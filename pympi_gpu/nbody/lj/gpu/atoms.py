@@ -4,22 +4,26 @@
 NumPy under the simulator: :class:`~pympi_gpu.device.buffers.DeviceArrays`)
 and never brings them to the host between checkpoints.  A step is: kick,
 drift and the displacement since the last rebuild with its maximum, in one
-kernel (one number to the host, then the ranks' MAX), then either the forward
-halo with the owned-owned forces of a part of the atoms launched behind each
-stage whose messages travel, or, when some atom moved more than skin/2, a
-rebuild; then the owned-ghost forces with the second kick, in one kernel.  The
-launches and host waits are counted per phase (``DeviceArrays.calls``): a step
-without a rebuild is 4 launches and 1 wait on one rank (docs/gpu.md says what
-each costs on an H100).
+kernel, then either the forward halo with the owned-owned forces of a part of
+the atoms launched behind each stage whose messages travel, or, when some atom
+moved more than skin/2, a rebuild; then the owned-ghost forces with the second
+kick, in one kernel.  Over several ranks the displacement reaches the host at
+the first travelling stage's wait, and the ranks decide the rebuild together.
+On one rank (:attr:`DeviceAtoms.queued`) the device decides it: every step
+launches the rebuild's kernels behind the device's decision, and the host
+queues the steps between two outputs without waiting, reading what the device
+decided at the next wait (:meth:`DeviceAtoms.settle`), where a buffer found
+short is grown and the steps since made again.  The launches and host waits
+are counted per phase (``DeviceArrays.calls``): a step on one rank is 11
+launches and no wait (docs/gpu.md says what each costs on an H100).
 
-A rebuild on the device (:meth:`DeviceAtoms.rebuild`): migration
-(:class:`~pympi_gpu.nbody.lj.gpu.halo.DeviceHalo`: the atoms leaving the
-brick found by comparisons, gathered by compaction and sent from the device),
-a sort by (cell, id) of the owned atoms (CuPy's radix sort of one key), the
-ghosts stage by stage, then the cells of all rows (elementwise keys, a sort,
-the cell starts by a scan of the counts) and the Verlet lists (a kernel,
-one thread per atom, retried wider when a row overflows).  What comes to the
-host per step: the largest displacement, and with thermo the six sums
+A rebuild on the device (:meth:`DeviceAtoms.rebuild`, :meth:`DeviceAtoms._build`): the migration where a
+stage travels (:class:`~pympi_gpu.nbody.lj.gpu.halo.DeviceHalo`: the atoms counted by class and written in
+order, sent from the device), the owned atoms' counting sort by (cell, id), the ghosts, their cells and the
+Verlet lists, in kernels of :mod:`~pympi_gpu.nbody.lj.gpu.rebuild_kernels` whose sizes stay on the device
+(:class:`~pympi_gpu.nbody.lj.gpu.rebuild.DeviceBuild`'s ``meta``); a buffer found short is grown and the
+rebuild made again.  What comes to the host per step over several ranks: the largest displacement, and with
+thermo the six sums
 (``[sum v^2, px, py, pz, E_pair, virial]``); per rebuild a few counts; with
 ``--transport host`` the packed messages.  Atom arrays come to the host only
 for checkpoints, trajectory frames, ``--verify`` and a blown-up state's file
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -50,6 +55,7 @@ from pympi_gpu.nbody.lj.gpu import kernels as kg
 from pympi_gpu.nbody.lj.gpu import rebuild_kernels as rk
 from pympi_gpu.nbody.lj.gpu.halo import DeviceHalo
 from pympi_gpu.nbody.lj.gpu.rebuild import Capacity, DeviceBuild, cell_width
+from pympi_gpu.nbody.lj.memory import first_rows
 
 __all__ = ["DeviceAtoms", "PHASES", "COUNTED"]
 
@@ -57,6 +63,17 @@ __all__ = ["DeviceAtoms", "PHASES", "COUNTED"]
 PHASES = ("forces", "list build", "halo", "integrate", "thermo")
 #: the phases the launches and syncs are counted under (``other``: checks, checkpoints, folding)
 COUNTED = (*PHASES, "other")
+
+
+class _Kept(NamedTuple):
+    """The state at the last wait, from which the steps queued since are made again (:meth:`DeviceAtoms.settle`):
+    the step, the displacement's next slot, ``meta`` (host copy), and device copies of the owned rows of the
+    positions, velocities, forces, ids and reference positions."""
+
+    step: int
+    slot: int
+    meta: np.ndarray
+    rows: tuple
 
 
 def _flat(a):
@@ -90,8 +107,6 @@ class DeviceAtoms:
     of their rows in use.
     """
 
-    #: the steps one at a time, each launched from Python (``HostAtoms.steps`` batches them on the CPU)
-    batched = False
     #: (a rebuild's kernels run behind the host's back: their seconds are the profile's, ``phase_seconds``)
     rebuild_seconds = None
 
@@ -104,17 +119,29 @@ class DeviceAtoms:
         n = int(np.shape(v)[0])
         brick = system.brick
         travels = system.cart.Get_size() > 1 and any(d > 1 for d in brick.dims)
-        atoms = n + n // 4 + 64 if travels else max(n, 1)
-        widths = [brick.hi[d] - brick.lo[d] for d in range(3)]
-        ghosts = config.density * (np.prod([w + 2 * config.cutneigh for w in widths]) - np.prod(widths))
-        capacity = Capacity(atoms=atoms, rows=atoms + int(1.25 * ghosts) + 64, cell=cell_width(config, system.grid),
+        atoms, rows = first_rows(config, n, [brick.hi[d] - brick.lo[d] for d in range(3)], travels)
+        capacity = Capacity(atoms=atoms, rows=rows, cell=cell_width(config, system.grid),
                             widths=list(system.grid.capacity))
         self.build = DeviceBuild(dev, system, capacity)
         self.halo = DeviceHalo(system.cart, brick, config.cutneigh, dev, device.transport, half_shell=config.newton,
                                build=self.build)
         self.halo.room = self._room
+        #: does the device decide the rebuilds, the steps between two outputs queued without a wait
+        #: (:meth:`settle`)?  Where nothing travels (one rank) and the lists are full (half lists' reverse
+        #: halo launches by the host's counts); not when profiled (each phase waited for)
+        self.queued = not any(self.halo.travels) and not config.newton and not profile
+        #: :meth:`steps` takes many steps where they are queued
+        self.batched = self.queued
+        #: the device's books at the last wait (queued only; see ``Atoms.books``)
+        self.books = None
+        self._log: list[tuple[bool, bool]] = []  # the steps queued since the last wait: (folded first, forced)
+        self._folded = False  # (wrap: the next step's entry says so)
+        self._kept: _Kept | None = None
+        #: steps made again after a buffer was found short or a step failed (:meth:`settle`), so far
+        self.redone = 0
         #: the largest squared displacement of a step, two slots used in turn (see :meth:`step`)
         self._dmax = dev.from_host(np.zeros(2), np.float64)
+        self._d2 = dev.pinned(1)  # the step's, on the host after the first travelling stage's wait
         self._slot = self._step_slot = 0
         self._make_atoms()
         self._make_lists()
@@ -312,15 +339,8 @@ class DeviceAtoms:
         decide = (self._dmax, self._step_slot, system.timestep, 1)
         books = True
         while True:
+            self._build(n, fold=fold, copy=copy, decide=decide, books=books)
             with self._phase("list build"):
-                first = self.halo.layout()[0]
-                build.sort(self._owned_set(), self._sort_set(), self._x0, n, fold=fold, copy=copy, decide=decide,
-                           books=books, run=first, fused=self.halo.fused, up0=n if self.config.newton else 0)
-            with self._phase("halo"):
-                self.halo.borders(self._pos, self._gid, n, self._grow_rows, counted=self.halo.fused)
-            with self._phase("list build"):
-                build.ghost_cells()
-                build.lists(self._pos, n, self._lists)
                 meta = build.read()
                 rows, cells = build.grow(meta)
                 while not (rows or cells) and build.widen(meta):  # rows too narrow: the lists alone again
@@ -340,10 +360,33 @@ class DeviceAtoms:
                 self._bind()
             copy = fold = books = False  # again from the sort's set: the migrated atoms, folded
         self.nlocal = n
-        self.n_all = self.halo.settle(meta, n)
-        self.pairs = self._once * float(meta[rk.M_PAIRS])
+        self._adopt(meta)
         self._built = True
-        self.rebuilds += 1
+
+    def _build(self, n: int, *, fold: bool, copy: bool, decide, books: bool) -> None:
+        """The kernels of a rebuild of owned rows [0, n) after the migration, no wait: the sort by (cell, id),
+        the ghosts, their cells, the lists (:meth:`DeviceBuild.sort`'s arguments); behind the device's
+        decision where ``decide``'s force is 0 (every kernel returns at once where it does not rebuild)."""
+        build = self.build
+        with self._phase("list build"):
+            build.sort(self._owned_set(), self._sort_set(), self._x0, n, fold=fold, copy=copy, decide=decide,
+                       books=books, run=self.halo.layout()[0], fused=self.halo.fused,
+                       up0=n if self.config.newton else 0)
+        with self._phase("halo"):
+            self.halo.borders(self._pos, self._gid, n, self._grow_rows, counted=self.halo.fused)
+        with self._phase("list build"):
+            build.ghost_cells()
+            build.lists(self._pos, n, self._lists)
+
+    def _adopt(self, meta: np.ndarray) -> None:
+        """What the last rebuild left (``meta``, host copy): the ghost plan and rows held, the pairs listed, the
+        rebuilds so far and, where queued, the device's books."""
+        self.n_all = self.halo.settle(meta, self.nlocal, known=not self.queued)
+        self.pairs = self._once * float(meta[rk.M_PAIRS])
+        self.rebuilds = int(meta[rk.M_REBUILDS])  # (one a rebuild, made again or not: its first pass's books)
+        self._meta = meta
+        if self.queued:
+            self.books = (int(meta[rk.M_BUILT_AT]), int(meta[rk.M_DANGEROUS]))
 
     @property
     def _once(self) -> float:
@@ -374,7 +417,7 @@ class DeviceAtoms:
         return bool(self.dev.scalar(ok))
 
     # -- forces -----------------------------------------------------------
-    def compute_forces(self, forward: bool, eflag: bool = True, kick: bool = False) -> None:
+    def compute_forces(self, forward: bool, eflag: bool = True, kick: bool = False, go_on=None) -> bool:
         """Forces at the current positions (and each atom's pair energy and virial); collective if ``forward``.
 
         With ``forward`` the ghost positions are refreshed first (the halo), and
@@ -384,10 +427,12 @@ class DeviceAtoms:
         ``kick`` ends with the second kick (``v += f dt/2``).  Half lists
         (``config.newton``): :meth:`_forces_newton`.  ``eflag`` is not needed:
         the per-atom sums cost two stores, and are summed only for thermo.
+        ``go_on``: the halo's question to the caller after its first travelling
+        stage's wait (:meth:`DeviceHalo.forward`); where it says no, nothing more
+        is launched and False returned.
         """
         if self.config.newton:
-            self._forces_newton(forward, kick)
-            return
+            return self._forces_newton(forward, kick, go_on)
         pos, f, e, w, own_cnt, own_nbr, gh_cnt, gh_nbr = self._views
         rc2 = self.config.cutoff ** 2
         n = self.nlocal
@@ -395,7 +440,8 @@ class DeviceAtoms:
         work, parts = self._owned_parts(kernels.forces, forward)
         if forward:
             with self._phase("halo"):
-                self.halo.forward(self._pos, work)
+                if not self.halo.forward(self._pos, work, go_on):
+                    return False
         if n:
             with self._phase("forces"):
                 if not parts:
@@ -407,6 +453,7 @@ class DeviceAtoms:
                     self.dev.launch(kernels.forces, kg.grid(n), kg.BLOCK, pos, f, e, w, 0, n, gh_cnt, gh_nbr, rc2, 1)
         self.energy = self.virial = None  # summed when asked (local_sums)
         self.have_forces = True
+        return True
 
     def _owned_parts(self, kernel, forward: bool):
         """``(work, parts)``: the halo's ``work(stage)``, which launches ``kernel`` over the owned list of one
@@ -427,7 +474,7 @@ class DeviceAtoms:
 
         return work, len(stages)
 
-    def _forces_newton(self, forward: bool, kick: bool) -> None:
+    def _forces_newton(self, forward: bool, kick: bool, go_on=None) -> bool:
         """Half lists: the owned list behind the halo's travelling stages (or in one launch), the ghost list,
         the ghosts' forces sent home (the reverse halo), then the second kick if ``kick``; collective."""
         pos, f, e, w, own_cnt, own_nbr, gh_cnt, gh_nbr = self._views
@@ -439,7 +486,8 @@ class DeviceAtoms:
         work, parts = self._owned_parts(kernel, forward)
         if forward:
             with self._phase("halo"):
-                self.halo.forward(self._pos, work)
+                if not self.halo.forward(self._pos, work, go_on):
+                    return False
         with self._phase("forces"):
             if n and not parts:
                 self.dev.launch(kernel, kg.grid(n), kg.BLOCK, pos, f, e, w, 0, n, own_cnt, own_nbr, rc2, 0)
@@ -453,6 +501,7 @@ class DeviceAtoms:
                 self.dev.launch(kg.kick, kg.grid(n), kg.BLOCK, v, f, 0.5 * self.config.dt, n)
         self.energy = self.virial = None
         self.have_forces = True
+        return True
 
     def local_sums(self) -> np.ndarray:
         """``[sum v^2, px, py, pz, E_pair, virial]`` of this brick: six numbers to the host."""
@@ -474,20 +523,178 @@ class DeviceAtoms:
         wait for the device besides the halo's), the ranks' MAX; then the forces with the second
         kick (:meth:`compute_forces`).
         """
-        dev = self.dev
-        n = self.nlocal
+        if self.queued:
+            self._queue(force_rebuild)
+            return
+        system = self.system
         with self._phase("integrate"):
-            slot, self._slot = self._slot, 1 - self._slot  # the kernel zeroes the other slot for the next step
-            self._step_slot = slot
-            v, f, x, x0, dmax = self._step_views
-            dev.launch(kg.integrate, kg.grid(n), kg.BLOCK, v, f, x, x0, 0.5 * self.config.dt, self.config.dt, n,
-                       dmax, slot)
-            d2 = dev.scalar(self._dmax[slot])  # NaN counted as infinite by the kernel
-        if self.system.agree_displacement(d2) or force_rebuild:  # collective; a blow-up raises on every rank
-            self.rebuild()
-            self.compute_forces(forward=False, kick=True)  # a rebuild migrated atoms: this rank's may be others
-        else:
+            slot = self._integrate()
+            if any(self.halo.travels):  # read at the first travelling stage's wait: no wait of its own
+                self.dev.fetch(self._dmax[slot:slot + 1], self._d2)
+                d2 = None
+            else:
+                d2 = self.dev.scalar(self._dmax[slot])  # NaN counted as infinite by the kernel
+        if d2 is None:  # the halo asks, after that wait and before it sends, whether the ranks go on
+            if self.compute_forces(forward=True, kick=True,
+                                   go_on=lambda: not (system.agree_displacement(self._d2[0]) or force_rebuild)):
+                return
+        elif not (system.agree_displacement(d2) or force_rebuild):  # collective; a blow-up raises on every rank
             self.compute_forces(forward=True, kick=True)
+            return
+        self.rebuild()
+        self.compute_forces(forward=False, kick=True)  # a rebuild migrated atoms: this rank's may be others
+
+    def _integrate(self) -> int:
+        """The first kick, the drift and the largest squared displacement (one launch); the slot it went to."""
+        n = self.nlocal
+        slot, self._slot = self._slot, 1 - self._slot  # the kernel zeroes the other slot for the next step
+        self._step_slot = slot
+        v, f, x, x0, dmax = self._step_views
+        self.dev.launch(kg.integrate, kg.grid(n), kg.BLOCK, v, f, x, x0, 0.5 * self.config.dt, self.config.dt, n,
+                        dmax, slot)
+        return slot
+
+    # -- the steps the device decides (one brick) --------------------------
+    def _queue(self, force: bool) -> None:
+        """Step ``system.timestep`` queued, no wait: the integration, the rebuild's kernels behind the device's
+        decision (:func:`~pympi_gpu.nbody.lj.gpu.rebuild_kernels.bin_owned`: ``force``, or the lists' policy
+        and the step's largest displacement, all in device memory), the ghosts refreshed (up to the device's
+        count of them), the forces with the second kick.  Logged, to be made again from the last wait's state
+        (:meth:`settle`)."""
+        self._log.append((self._folded, bool(force)))
+        self._folded = False
+        with self._phase("integrate"):
+            slot = self._integrate()
+        self._build(self.nlocal, fold=True, copy=True, decide=(self._dmax, slot, self.system.timestep, int(force)),
+                    books=True)
+        self.compute_forces(forward=True, kick=True)
+
+    def settle(self) -> None:
+        """Wait for the steps queued since the last wait and take what the device decided; one wait (a read
+        of the rebuild's ``meta``).  At once where nothing is queued.
+
+        A buffer a device-decided rebuild found short (a cell's bucket, the rows of
+        the ghosts, a list row: ``meta``'s ``*_MOST`` above the capacity) is grown, the
+        state of the last wait put back (:meth:`_restore`) and the steps made again:
+        the run goes on as if the buffer had been large enough, bit for bit.  A step
+        at which an atom moved farther than its ghosts reach, or a rebuild found a
+        velocity or force not finite (``meta``'s ``M_BAD_STEP``, ``M_NONFINITE``),
+        is reached again from there and raises the host's
+        :class:`~pympi_gpu.nbody.blowup.BlowUp` at that step, the state as the host's
+        own step leaves it.  Then the books, the ghost plan and the state are kept
+        for the next wait.
+        """
+        if not self._log:
+            return
+        with self._phase("other"):
+            meta = self.build.read()
+        log = self._log
+        while True:
+            if self._short(meta):
+                self._grow(meta)
+                meta = self._again(log)
+                continue
+            bad = [int(meta[k]) for k in (rk.M_BAD_STEP, rk.M_NONFINITE) if meta[k]]
+            if not bad:
+                break
+            before = log[:min(bad) - self._kept.step - 1]
+            self._again(before)
+            self._fail(log[len(before)][0])
+        self._adopt(meta)
+        self._keep(meta)
+
+    def decide_on_host(self) -> None:
+        """From here on the host decides the rebuilds, one wait a step, as over several ranks: for a profile
+        that times each step, phase or rebuild alone (``benchmarks/lj.py --mode gpu-profile``)."""
+        self.settle()
+        self.queued = self.batched = False
+        self.books = None
+        self._log = []
+
+    def _short(self, meta: np.ndarray) -> bool:
+        """Did a rebuild since the buffers were made need more than they hold?"""
+        cap = self.build.capacity
+        return bool(meta[rk.M_ROWS_MOST] > cap.rows or meta[rk.M_CELL_MOST] > cap.cell
+                    or meta[rk.M_OWN_MOST] > cap.widths[0] or meta[rk.M_GH_MOST] > cap.widths[1])
+
+    def _grow(self, meta: np.ndarray) -> None:
+        """The buffers ``meta`` found short made larger (their contents are the restore's to fill)."""
+        rows, _ = self.build.grow(meta)
+        if rows:
+            self._make_atoms()
+        if self.build.widen(meta):
+            self._make_lists()
+        self._bind()
+
+    def _again(self, entries) -> np.ndarray:
+        """The state of the last wait put back and the logged steps ``entries`` queued again; ``meta`` read
+        after them (a wait)."""
+        self._restore()
+        self.redone += len(entries)
+        system = self.system
+        for folded, forced in entries:
+            if folded:
+                self.wrap()
+            system.timestep += 1
+            self._queue(forced)
+        with self._phase("other"):
+            return self.build.read()
+
+    def _fail(self, folded: bool) -> None:
+        """The step after the state now held, made by the host's rules up to its test: the integration, the
+        largest displacement read and judged (:meth:`LjSystem.agreed`: an atom that moved too far), else the
+        rebuild's finding of a velocity or force that was not finite.  Raises
+        :class:`~pympi_gpu.nbody.blowup.BlowUp`."""
+        system = self.system
+        if folded:
+            self.wrap()
+        system.timestep += 1
+        with self._phase("integrate"):
+            d2 = self.dev.scalar(self._dmax[self._integrate()])
+        system.agreed(d2, 0)
+        system.agree_migration(system.config.atoms, False)
+
+    def _keep(self, meta: np.ndarray) -> None:
+        """The state now, to make the steps queued from here again: the owned rows copied on the device (five
+        copies), ``meta``, the step and the displacement's next slot."""
+        n, xp = self.nlocal, self.dev.xp
+        rows = self._kept.rows if self._kept is not None else ()
+        if not rows or rows[0].shape[0] < n:
+            rows = tuple(xp.empty((n, 3), np.float64) for _ in range(4)) + (xp.empty(n, np.int64),)
+        with self._phase("other"), self.dev.ops(5):
+            for dst, src in zip(rows, (self._pos, self._v, self._f, self._x0, self._gid)):
+                dst[:n] = src[:n]
+        self._kept = _Kept(self.system.timestep, self._slot, meta.copy(), rows)
+        self._log = []
+
+    def _restore(self) -> None:
+        """The state of the last wait (:meth:`_keep`) back in place, with the lists it had.
+
+        The lists of that state were built at the positions of its last rebuild,
+        which it keeps as the displacement's reference, folded into the box and
+        sorted by (cell, id): a rebuild from them sorts nothing (the order is the
+        identity), and makes the same ghosts, cells and lists.  So the positions are
+        set to the references, rebuilt from (the books not counted: it is no new
+        rebuild), and set to the kept positions; the ghosts follow at the next
+        step's refresh.
+        """
+        kept, n, dev = self._kept, self.nlocal, self.dev
+        x, v, f, x0, gid = kept.rows
+        with self._phase("other"):
+            with dev.ops(6):
+                self._pos[:n] = x0[:n]
+                self._x0[:n] = x0[:n]
+                self._v[:n] = v[:n]
+                self._f[:n] = f[:n]
+                self._gid[:n] = gid[:n]
+                self._dmax.fill(0.0)
+            dev.into_device(kept.meta, self.build.meta)
+        self._slot = self._step_slot = kept.slot
+        self._build(n, fold=True, copy=True, decide=(self._dmax, kept.slot, kept.step, 1), books=False)
+        with self._phase("other"), dev.ops(1):
+            self._pos[:n] = x[:n]
+        self.system.timestep = kept.step
+        self._log = []
 
     def start(self) -> bool:
         """Lists and (unless loaded) forces at the current positions; collective."""
@@ -503,6 +710,8 @@ class DeviceAtoms:
                 self._f[:n] = keep
         if not self.dev.simulated:  # nothing to compile: the simulator runs the kernels' Python
             self._warm()
+        if self.queued:  # the first state the queued steps can be made again from (the forces left meta as it was)
+            self._keep(self._meta)
         return had
 
     def _warm(self) -> None:
@@ -535,20 +744,33 @@ class DeviceAtoms:
         """Fold the owned positions into the box on the device (the reference positions move with them): one
         launch (:func:`~pympi_gpu.nbody.lj.gpu.rebuild_kernels.fold_owned`)."""
         n, view = self.nlocal, self.dev.view
+        self._folded = True
         self.dev.launch(rk.fold_owned, kg.strided_grid(n, self.dev.most_blocks), kg.BLOCK, view(self._pos),
                         view(self._x0), n, self.config.box)
 
     def steps(self, most: int) -> list[float]:
-        """One step (``batched`` is False: the device's quiet steps are launched one at a time); its seconds."""
+        """Up to ``most`` steps without energy sums, ``system.timestep`` moved on by those taken; collective.
+
+        Where :attr:`queued`, ``most`` steps queued and one wait at their end
+        (:meth:`settle`), each step given an equal share of the seconds (the device
+        runs them behind the host: no step is timed alone); else one step.
+        """
         t0 = time.perf_counter()
-        self.step()
-        return [time.perf_counter() - t0]
+        if not self.queued:
+            self.step()
+            return [time.perf_counter() - t0]
+        for _ in range(most):
+            self.system.timestep += 1
+            self._queue(False)
+        self.settle()
+        return [(time.perf_counter() - t0) / most] * most
 
     def close(self) -> None:
         """(The device halo's messages are made and waited for within each step: nothing to free.)"""
 
     def owned(self) -> dict[str, np.ndarray]:
         """Host copies of the owned atoms (four atom arrays, counted): ``x v f`` ``(n, 3)`` and ``id``."""
+        self.settle()
         n = self.nlocal
         dev = self.dev
         return {"x": dev.to_host(self._pos[:n], "atoms"), "v": dev.to_host(self._v[:n], "atoms"),

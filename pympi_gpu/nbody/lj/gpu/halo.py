@@ -433,7 +433,7 @@ class DeviceHalo:
             self.pinned_allocations += 1
         return held[:rows]
 
-    def forward(self, pos, work=None) -> None:
+    def forward(self, pos, work=None, go_on=None) -> bool:
         """Refresh the ghost rows of device ``pos`` from their owners, segment by segment; collective.
 
         ``work(stage)`` (stage 0, 1, 2) is launched while that stage's
@@ -442,7 +442,11 @@ class DeviceHalo:
         (the copy to pinned memory, or the sync before MPI reads device
         memory), and with the host transport one copy of both received
         messages back; a run of the brick's own images: one launch.  Nothing
-        waits for ``work``'s kernels.
+        waits for ``work``'s kernels.  ``go_on()``, where given, is asked after
+        the first travelling stage's wait, before anything is sent: what the
+        device left for the host by then is on the host (the step's largest
+        displacement), and False (every rank's answer, a collective decision)
+        ends the refresh there, nothing sent.  Returns whether it went on.
         """
         from mpi4py import MPI
 
@@ -460,7 +464,13 @@ class DeviceHalo:
                         work(d)
                 busy += time.perf_counter() - tw
                 continue
-            reqs, unstage = self._post(pos, seg)
+            posted = self._post(pos, seg, go_on)
+            go_on = None  # (asked once: at the first stage that travels)
+            if posted is None:
+                self.comm_time += time.perf_counter() - t0 - busy
+                clock.add("communication", time.perf_counter() - t0 - busy)
+                return False
+            reqs, unstage = posted
             tw = time.perf_counter()
             if work is not None:
                 work(seg.d)  # launched on the stream: runs while the messages travel
@@ -473,6 +483,7 @@ class DeviceHalo:
         self.comm_time += time.perf_counter() - t0 - busy
         clock.add("waiting", waited)
         clock.add("communication", time.perf_counter() - t0 - busy - waited)
+        return True
 
     def _refresh(self, seg: _Local, pos) -> None:
         """A run's ghost rows from their base rows (:func:`~pympi_gpu.nbody.lj.gpu.rebuild_kernels.gather_images`),
@@ -484,8 +495,9 @@ class DeviceHalo:
         dev.launch(rk.gather_images, strided_grid(rows, dev.most_blocks), BLOCK, self._pos_view, dev.view(build.gsrc),
                    dev.view(build.gshift), self._n, seg.start, dev.view(build.meta), seg.d0)
 
-    def _post(self, pos, seg: _Travel) -> tuple[list, tuple | None]:
-        """Pack stage ``seg``'s messages and post them; the requests, and what to copy in once they are done."""
+    def _post(self, pos, seg: _Travel, go_on=None) -> tuple[list, tuple | None] | None:
+        """Pack stage ``seg``'s messages and post them; the requests, and what to copy in once they are done
+        (None where ``go_on()``, asked after the stage's wait, says not to: nothing posted)."""
         dev = self.dev
         if seg.rows:
             dev.launch(gather_rows, grid(seg.rows), BLOCK, self._pos_view, seg.idx, seg.shift, seg.buf_view, 0,
@@ -506,6 +518,8 @@ class DeviceHalo:
             send = [hsend[a:a + n] for _, a, n in seg.sends]
             total = hrecv.shape[0]
             unstage = (hrecv, pos[start:start + total]) if total else None
+        if go_on is not None and not go_on():
+            return None
         for k in (0, 1):
             tag = TAG_FORWARD + 2 * seg.d + k
             reqs.append(self.cart.Irecv(recv[k], seg.recvs[k][0], tag))

@@ -78,7 +78,8 @@ __all__ = ["META", "M_GO", "M_N", "M_NONFINITE", "M_CELL_MOST", "M_OWN_MOST", "M
 #: of the run of stages, or the stage, that starts at stage d).  Kept over the run, the most any rebuild
 #: needed since the buffers were made, which the host compares with the capacities: ``M_CELL_MOST`` (a
 #: cell bucket's rows), ``M_OWN_MOST``/``M_GH_MOST`` (a list row's entries), ``M_ROWS_MOST`` (rows, owned
-#: and ghosts); ``M_NONFINITE`` (a velocity or force was not finite at a rebuild); and the books of the
+#: and ghosts); ``M_NONFINITE`` (the first step at which a rebuild found a velocity or force not finite, at least 1;
+#: 0: none); and the books of the
 #: device's decisions: ``M_BUILT_AT`` (the step of the last build), ``M_REBUILDS``, ``M_DANGEROUS``
 #: (LAMMPS's dangerous builds), ``M_BAD_STEP`` (the first step an atom moved farther than its ghosts reach,
 #: 0: none); a migration's stage: its atoms staying, leaving down, leaving up, and lost (``M_STAY`` ...)
@@ -315,7 +316,8 @@ def bin_owned(x, v, f, gid, n, fold, copy, box, xb, vb, fb, gb, lo, inv, nc, cou
     bucket ``bucket[c capc:]`` of its cell c (``count``: zero before, :func:`order_cells`
     leaves them so); the velocities and forces tested (``meta[M_NONFINITE]``); the
     ghost cells' counts ``gcount`` zeroed for the ghost writers; ``meta[M_N]`` set.
-    Grid-stride over the atoms.
+    A velocity or force that is not finite leaves the step in ``meta[M_NONFINITE]``
+    (the first such step, at least 1).  Grid-stride over the atoms.
     """
     go = force != 0
     if not go and (step - meta[M_BUILT_AT]) % int64(policy[P_EVERY]) == 0:
@@ -341,8 +343,8 @@ def bin_owned(x, v, f, gid, n, fold, copy, box, xb, vb, fb, gb, lo, inv, nc, cou
                 fb[i, q] = f[i, q]
         if copy:
             gb[i] = gid[i]
-        if not (_finite3(v, i) and _finite3(f, i)):
-            meta[M_NONFINITE] = 1
+        if not (_finite3(v, i) and _finite3(f, i)) and meta[M_NONFINITE] == 0:
+            meta[M_NONFINITE] = max(step, int64(1))
         _bucket(cell_of(xb[i, 0], xb[i, 1], xb[i, 2], lo, inv, nc), i, count, bucket, capc, meta)
         i += stride
 
@@ -578,7 +580,7 @@ def gather_images(pos, gsrc, gshift, n, first, meta, d):
     ``gshift`` flat: row g's x, y, z at 3g..3g+2).  The end is the device's (its last rebuild's), so that a step
     launched before the host knows it refreshes what that rebuild made.  Grid-stride."""
     g, stride = _first(first)
-    end = meta[M_END + d]
+    end = min(meta[M_END + d], pos.shape[0] // 3)  # (a run whose rows overflowed wrote no more)
     while g < end:
         j = 3 * gsrc[g - n]
         s = 3 * (g - n)
@@ -625,8 +627,9 @@ def build_lists(pos, n, ocell, start, gcount, gbucket, capc, nc, reach, cut2, rc
     CPU's lists, row for row.  Each candidate is tested once: those within
     ``rc2`` are written from the row's front, those in the skin from its back
     (last slot first), and the skin's are then turned and moved up behind the
-    others (:func:`_skin_behind`).  Counts go beyond the capacity (the rows'
-    width) when it is short: the rows are then not valid, and the longest rows
+    others (:func:`_skin_behind`).  Where the capacity (the rows' width) is
+    short, a row holds as many of its entries as fit and its count says so
+    (a force kernel never reads past a row): the rows are then not valid, and the longest rows
     (``meta[M_OWN_MOST]``, ``meta[M_GH_MOST]``, the most of any build since the
     lists were made) tell the caller how wide to build them again.  The entries
     listed are added to ``meta[M_PAIRS]`` (a block's sum, one atomic add).  Only
@@ -693,8 +696,8 @@ def build_lists(pos, n, ocell, start, gcount, gbucket, capc, nc, reach, cut2, rc
             _skin_behind(own_nbr, i, no, fo, cap_own)
         if ng + fg <= cap_gh:
             _skin_behind(gh_nbr, i, ng, fg, cap_gh)
-        own_cnt[i] = no + fo
-        gh_cnt[i] = ng + fg
+        own_cnt[i] = min(no + fo, cap_own)  # (a short row is flagged below: its entries stay within it)
+        gh_cnt[i] = min(ng + fg, cap_gh)
         top_own = max(top_own, int32(no + fo))
         top_gh = max(top_gh, int32(ng + fg))
         listed += int32(no + fo + ng + fg)
