@@ -354,8 +354,10 @@ class Lj:
         thread count is its node's: numba caps it at the cpuset)."""
         if device.gpu:  # the device-resident path holds its arrays in CuPy (NumPy under the simulator)
             _need_cupy(cart)
+        config = dataclasses.replace(config, newton=half_lists(device.gpu, largest(cart, threads)))
+        if device.gpu:  # (priced with the lists the run makes)
             _check_device_memory(cart, config, device)
-        return dataclasses.replace(config, newton=half_lists(device.gpu, largest(cart, threads)))
+        return config
 
     def system(self, cart, config: LjConfig, device, restart: Restart | None, args):
         return _system(cart, config, device, restart)

@@ -42,7 +42,7 @@ def test_the_floor_grows_with_the_atoms(atoms):
 
 
 def test_a_gpu_short_of_memory_is_refused_with_its_sharers():
-    config = LjConfig(cells=cells_for(10**8))
+    config = LjConfig(cells=cells_for(10**8), newton=False)  # full lists, as the command runs them on a GPU
     each = gpu_need(config, (1, 1, 1))
     assert 1000 * config.atoms < each < 2000 * config.atoms  # full lists of ~100 entries, twice a step's state
     assert gpu_too_large(config, (1, 1, 1), 1, free=None) is None  # the device does not say: not refused

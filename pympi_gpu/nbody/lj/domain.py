@@ -5,17 +5,23 @@ as it can), ``Create_cart`` makes the periodic Cartesian communicator, and
 rank with grid coordinates ``c`` owns the brick ``[c_d L / p_d, (c_d + 1) L / p_d)``
 in each dimension ``d``.  Ghosts come only from the 26 neighbouring bricks, so
 every brick must be at least the neighbour cutoff (``rc + skin``) thick.
-The brick geometry is pure (no MPI) and tested serially.
+The brick geometry is pure (no MPI) and tested serially, as is the grid of
+cells a brick and its halo are binned into for the neighbour lists
+(:class:`CellGrid`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 
 import numpy as np
 
-__all__ = ["Brick", "brick_of", "grid_problem", "owner_coords", "wrap", "make_cart", "TAG_MIGRATE", "TAG_BORDER",
-           "TAG_FORWARD", "TAG_REVERSE"]
+from pympi_gpu.nbody.lj.config import LjConfig
+
+__all__ = ["Brick", "CellGrid", "brick_of", "grid_problem", "owner_coords", "wrap", "make_cart", "TAG_MIGRATE",
+           "TAG_BORDER", "TAG_FORWARD", "TAG_REVERSE"]
 
 #: the tags of the halo's messages between bricks (each plus an offset of its dimension and side), on
 #: either engine: the migration, the ghosts' borders, the forward (positions) and reverse (forces) halo
@@ -34,6 +40,39 @@ class Brick:
     box: float
     lo: tuple[float, float, float]
     hi: tuple[float, float, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class CellGrid:
+    """The cells a brick and its halo are binned into for the list build, and the lists' first capacities.
+
+    Cells of at least half the list radius (``rc + skin``), searched ``reach``
+    = 2 cells out; ``lo`` the grid's corner, ``inv`` cells per unit length,
+    ``ncell`` cells per dimension; ``capacity`` the padded list rows' first
+    widths (own, ghost), grown when a rebuild finds more neighbours.
+    """
+
+    lo: np.ndarray
+    inv: np.ndarray
+    ncell: np.ndarray
+    reach: int
+    capacity: tuple[int, int]
+
+    @functools.cached_property
+    def cells(self) -> int:
+        """How many cells the grid has."""
+        return int(self.ncell[0] * self.ncell[1] * self.ncell[2])
+
+    @classmethod
+    def of(cls, config: LjConfig, brick: Brick) -> CellGrid:
+        cut = config.cutneigh
+        ext = [brick.hi[d] - brick.lo[d] + 2 * cut for d in range(3)]
+        ncell = np.array([max(1, int(2 * e / cut)) for e in ext], np.int64)
+        shell = 4.0 / 3.0 * math.pi * cut ** 3 * config.density
+        width = int(0.75 * shell) + 16 if config.newton else int(1.3 * shell) + 16
+        return cls(lo=np.array([brick.lo[d] - cut for d in range(3)]),
+                   inv=np.array([ncell[d] / ext[d] for d in range(3)]), ncell=ncell, reach=2,
+                   capacity=(width, width))
 
 
 def brick_of(box: float, dims, coords) -> Brick:

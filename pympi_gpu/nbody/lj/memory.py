@@ -21,14 +21,14 @@ numba's, MPI's and Python's own buffers come on top.  It is pure arithmetic:
 the refusal comes at once, whatever the size (``pympi-nbody 1e9 --model lj``).
 
 The device's buffers (:class:`~pympi_gpu.nbody.lj.gpu.atoms.DeviceAtoms`) are
-made once at the first capacities :func:`first_rows` gives, which
-:func:`gpu_need` prices: each owned row its velocity, reference position, a
+made once at the first capacities :func:`first_rows` and :func:`cell_width`
+give (the lists' widths are the cell grid's, :class:`~pympi_gpu.nbody.lj.domain.CellGrid`),
+which :func:`gpu_need` prices: each owned row its velocity, reference position, a
 second set of rows to sort from, the per-atom energy and virial, its cell, a
-copy of its state kept for the steps made again, and two full Verlet lists of
-:data:`GPU_WIDTH` ``x`` shell entries and more (int32); each row, owned or
-ghost, its position, force, id and the ghosts' plan (``GPU_ROW``); each cell
-two buckets of int32 rows; where a stage travels, its messages.  The CUDA
-context and CuPy's pool come on top.
+copy of its state kept for the steps made again, and its two Verlet list rows
+(int32); each row, owned or ghost, its position, force, id and the ghosts'
+plan (``GPU_ROW``); each cell two buckets of int32 rows; where a stage
+travels, its messages.  The CUDA context and CuPy's pool come on top.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ import dataclasses
 import math
 
 from pympi_gpu.nbody.lj.config import LjConfig
+from pympi_gpu.nbody.lj.domain import CellGrid, brick_of
 from pympi_gpu.nbody.memory import available_bytes, human_bytes
 
-__all__ = ["Need", "need", "too_large", "first_rows", "gpu_need", "gpu_too_large"]
+__all__ = ["Need", "need", "too_large", "first_rows", "cell_width", "gpu_need", "gpu_too_large"]
 
 #: bytes of each owned atom besides its lists, of each atom in the brick or its halo, of each search cell
 OWNED, HELD, CELL = 24 + 24 + 8 + 16, 24 + 24 + 8 + 8 + 8 + 32 + 32, 24
@@ -51,8 +52,6 @@ GPU_HOST = 24 + 24 + 8
 GPU_OWNED = 24 + 24 + 3 * 24 + 8 + 8 + 8 + 8 + 16 + 4 * 24 + 8
 GPU_ROW = 24 + 24 + 8 + 4 + 8 + 8 + 24 + 4
 GPU_MESSAGE_ROW, GPU_MIGRATING = 64, 80
-#: a full list row's first width, in shells of neighbours (the GPU's lists are full: each pair twice)
-GPU_WIDTH = 1.3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,19 +118,24 @@ def first_rows(config: LjConfig, owned: float, widths, travels: bool) -> tuple[i
     return atoms, atoms + int(1.25 * ghosts) + 64
 
 
+def cell_width(config: LjConfig, grid) -> int:
+    """The first width of a cell's bucket: the atoms a cell of the search grid (a
+    :class:`~pympi_gpu.nbody.lj.domain.CellGrid`) holds on average at the config's density, twice over and
+    some: a liquid's cells seldom hold more (a full one is grown)."""
+    mean = config.density * math.prod(1.0 / float(grid.inv[d]) for d in range(3))
+    return int(2.0 * mean + 4.0 * math.sqrt(mean)) + 8
+
+
 def gpu_need(config: LjConfig, dims) -> float:
-    """The device bytes of the rank with the average brick of a ``dims`` grid (see the module's docstring)."""
-    ranks = math.prod(int(d) for d in dims)
-    reach = config.cutneigh
-    widths = [config.box / int(d) for d in dims]
-    travels = ranks > 1
-    atoms, rows = first_rows(config, config.atoms / ranks, widths, travels)
-    width = int(GPU_WIDTH * 4.0 / 3.0 * math.pi * reach ** 3 * config.density) + 16
-    ext = [w + 2 * reach for w in widths]
-    cells = math.prod(max(1, int(2 * e / reach)) for e in ext)
-    mean = rows / cells  # a cell's rows on average; its buckets are twice that and some
-    bucket = int(2.0 * mean + 4.0 * math.sqrt(mean)) + 8
-    total = atoms * (GPU_OWNED + 2 * 4 * width) + rows * GPU_ROW + cells * (2 * 4 * bucket + 24)
+    """The device bytes of the rank with the first brick of a ``dims`` grid, with the lists ``config`` asks for
+    (see the module's docstring)."""
+    brick = brick_of(config.box, dims, (0, 0, 0))
+    grid = CellGrid.of(config, brick)
+    travels = math.prod(int(d) for d in dims) > 1
+    atoms, rows = first_rows(config, config.atoms / math.prod(int(d) for d in dims),
+                             [brick.hi[d] - brick.lo[d] for d in range(3)], travels)
+    total = atoms * (GPU_OWNED + 4 * sum(grid.capacity)) + rows * GPU_ROW + \
+        grid.cells * (2 * 4 * cell_width(config, grid) + 24)
     if travels:
         total += rows * GPU_MESSAGE_ROW + atoms * GPU_MIGRATING
     return float(total)
@@ -149,4 +153,4 @@ def gpu_too_large(config: LjConfig, dims, sharing: int, free: int | None) -> str
     owned = config.atoms / math.prod(int(d) for d in dims)
     return (f"{config.atoms:,} atoms ({grid} rank grid) need about {human_bytes(each * sharing)} of GPU memory "
             f"on this GPU ({sharing} rank(s) x {human_bytes(each)}, {each / max(owned, 1):.3g} bytes an atom with "
-            f"its ghosts and full Verlet lists), but it has {human_bytes(free)} free; use fewer atoms or more GPUs")
+            f"its ghosts and Verlet lists), but it has {human_bytes(free)} free; use fewer atoms or more GPUs")

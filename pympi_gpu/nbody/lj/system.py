@@ -32,7 +32,6 @@ rebuild folds them).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import time
 
@@ -43,7 +42,7 @@ from pympi_gpu.nbody.blowup import BlowUp, moved_too_far
 from pympi_gpu.nbody.lj import lattice
 from pympi_gpu.nbody.lj.atoms import Atoms
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED, LjConfig
-from pympi_gpu.nbody.lj.domain import Brick, brick_of, wrap
+from pympi_gpu.nbody.lj.domain import CellGrid, brick_of, wrap
 from pympi_gpu.nbody.lj.record import LjRun
 from pympi_gpu.nbody.lj.thermo import thermo
 
@@ -76,39 +75,6 @@ def initial_arrays(config: LjConfig, brick, comm=None) -> tuple[np.ndarray, np.n
     sums = [parts[i % size][i // size] for i in range(len(leaves))]  # leaf i was rank i % size's
     lattice.scale_velocities(v, mean, lattice.square_sum(config.atoms, sums), config.atoms, config.temperature)
     return x, v, ids
-
-
-@dataclasses.dataclass(frozen=True)
-class CellGrid:
-    """The cells a brick and its halo are binned into for the list build, and the lists' first capacities.
-
-    Cells of at least half the list radius (``rc + skin``), searched ``reach``
-    = 2 cells out; ``lo`` the grid's corner, ``inv`` cells per unit length,
-    ``ncell`` cells per dimension; ``capacity`` the padded list rows' first
-    widths (own, ghost), grown when a rebuild finds more neighbours.
-    """
-
-    lo: np.ndarray
-    inv: np.ndarray
-    ncell: np.ndarray
-    reach: int
-    capacity: tuple[int, int]
-
-    @functools.cached_property
-    def cells(self) -> int:
-        """How many cells the grid has."""
-        return int(self.ncell[0] * self.ncell[1] * self.ncell[2])
-
-    @classmethod
-    def of(cls, config: LjConfig, brick: Brick) -> CellGrid:
-        cut = config.cutneigh
-        ext = [brick.hi[d] - brick.lo[d] + 2 * cut for d in range(3)]
-        ncell = np.array([max(1, int(2 * e / cut)) for e in ext], np.int64)
-        shell = 4.0 / 3.0 * math.pi * cut ** 3 * config.density
-        width = int(0.75 * shell) + 16 if config.newton else int(1.3 * shell) + 16
-        return cls(lo=np.array([brick.lo[d] - cut for d in range(3)]),
-                   inv=np.array([ncell[d] / ext[d] for d in range(3)]), ncell=ncell, reach=2,
-                   capacity=(width, width))
 
 
 def kernels_call_mpi(cart, device=CPU) -> bool:

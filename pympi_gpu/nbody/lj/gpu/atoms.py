@@ -54,8 +54,8 @@ import numpy as np
 from pympi_gpu.nbody.lj.gpu import kernels as kg
 from pympi_gpu.nbody.lj.gpu import rebuild_kernels as rk
 from pympi_gpu.nbody.lj.gpu.halo import DeviceHalo
-from pympi_gpu.nbody.lj.gpu.rebuild import Capacity, DeviceBuild, cell_width
-from pympi_gpu.nbody.lj.memory import first_rows
+from pympi_gpu.nbody.lj.gpu.rebuild import Capacity, DeviceBuild
+from pympi_gpu.nbody.lj.memory import cell_width, first_rows
 
 __all__ = ["DeviceAtoms", "PHASES", "COUNTED"]
 

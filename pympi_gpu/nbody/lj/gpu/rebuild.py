@@ -16,21 +16,13 @@ rebuild made again.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
 from pympi_gpu.nbody.lj.gpu import rebuild_kernels as rk
 from pympi_gpu.nbody.lj.gpu.kernels import BLOCK, grid, strided_grid
 
-__all__ = ["Capacity", "DeviceBuild", "cell_width"]
-
-
-def cell_width(config, grid_) -> int:
-    """The first width of a cell's bucket: the atoms a cell of the search grid holds on average at the
-    config's density, twice over and some: a liquid's cells seldom hold more (a full one is grown)."""
-    mean = config.density * math.prod(1.0 / float(grid_.inv[d]) for d in range(3))
-    return int(2.0 * mean + 4.0 * math.sqrt(mean)) + 8
+__all__ = ["Capacity", "DeviceBuild"]
 
 
 @dataclasses.dataclass
