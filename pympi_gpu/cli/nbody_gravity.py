@@ -6,7 +6,7 @@ import dataclasses
 
 import click
 
-from pympi_gpu.cli.common import fail
+from pympi_gpu.cli.common import fail, refuse_together
 from pympi_gpu.cli.models import Restart
 from pympi_gpu.cli.options import PositiveFloat
 from pympi_gpu.cli.simulation import format_tail, restart_values
@@ -91,9 +91,7 @@ def _check_size(comm, config: NbodyConfig) -> None:
     if config.bodies < size:
         fail(f"BODIES ({config.bodies}) must be at least the number of ranks ({size})")
     # Decided together before anything is allocated: one rank short of memory stops them all.
-    verdicts = comm.allgather(too_large(config.bodies, config.precision, size, local_rank(comm)[1]))
-    if any(verdicts):
-        fail(next(v for v in verdicts if v))
+    refuse_together(comm, too_large(config.bodies, config.precision, size, local_rank(comm)[1]))
 
 
 def _restart(ctx, comm, args, config: NbodyConfig):

@@ -7,7 +7,7 @@ import dataclasses
 import click
 import numpy as np
 
-from pympi_gpu.cli.common import fail, largest
+from pympi_gpu.cli.common import fail, largest, refuse_together
 from pympi_gpu.cli.models import Restart
 from pympi_gpu.cli.options import IntRange, PositiveFloat, given
 from pympi_gpu.cli.simulation import format_tail, restart_values
@@ -133,9 +133,7 @@ def _check_memory(cart, config: LjConfig, backend: str) -> None:
     from pympi_gpu.nbody.lj.memory import too_large
 
     dims = tuple(cart.Get_topo()[0])
-    verdicts = cart.allgather(too_large(config, dims, local_rank(cart)[1], gpu=backend == "gpu"))
-    if any(verdicts):
-        fail(next(v for v in verdicts if v))
+    refuse_together(cart, too_large(config, dims, local_rank(cart)[1], gpu=backend == "gpu"))
 
 
 def _check_device_memory(cart, config: LjConfig, device) -> None:
@@ -152,9 +150,7 @@ def _check_device_memory(cart, config: LjConfig, device) -> None:
         free = free_bytes()
     b = device.binding
     sharing = len(range(b["device"], b["local_size"], b["visible"])) if b else 1
-    verdicts = cart.allgather(gpu_too_large(config, tuple(cart.Get_topo()[0]), sharing, free))
-    if any(verdicts):
-        fail(next(v for v in verdicts if v))
+    refuse_together(cart, gpu_too_large(config, tuple(cart.Get_topo()[0]), sharing, free))
 
 
 def _restart(ctx, cart, args, config: LjConfig):

@@ -130,10 +130,7 @@ class DeviceAtoms:
         #: (:meth:`settle`)?  Where nothing travels (one rank) and the lists are full (half lists' reverse
         #: halo launches by the host's counts); not when profiled (each phase waited for)
         self.queued = not any(self.halo.travels) and not config.newton and not profile
-        #: :meth:`steps` takes many steps where they are queued
-        self.batched = self.queued
-        #: the device's books at the last wait (queued only; see ``Atoms.books``)
-        self.books = None
+        self._meta = None  # what the last rebuild (or wait) left, host copy
         self._log: list[tuple[bool, bool]] = []  # the steps queued since the last wait: (folded first, forced)
         self._folded = False  # (wrap: the next step's entry says so)
         self._kept: _Kept | None = None
@@ -385,8 +382,19 @@ class DeviceAtoms:
         self.pairs = self._once * float(meta[rk.M_PAIRS])
         self.rebuilds = int(meta[rk.M_REBUILDS])  # (one a rebuild, made again or not: its first pass's books)
         self._meta = meta
-        if self.queued:
-            self.books = (int(meta[rk.M_BUILT_AT]), int(meta[rk.M_DANGEROUS]))
+
+    @property
+    def batched(self) -> bool:
+        """Does :meth:`steps` take many steps?  Where they are queued."""
+        return self.queued
+
+    @property
+    def books(self) -> tuple[int, int] | None:
+        """The device's books at the last wait, where it decides the rebuilds (``Atoms.books``): the step of the
+        last build and LAMMPS's dangerous builds, from ``meta``; else None."""
+        if not self.queued or self._meta is None:
+            return None
+        return int(self._meta[rk.M_BUILT_AT]), int(self._meta[rk.M_DANGEROUS])
 
     @property
     def _once(self) -> float:
@@ -590,7 +598,7 @@ class DeviceAtoms:
             meta = self.build.read()
         log = self._log
         while True:
-            if self._short(meta):
+            if any(self.build.short(meta)):
                 self._grow(meta)
                 meta = self._again(log)
                 continue
@@ -607,15 +615,7 @@ class DeviceAtoms:
         """From here on the host decides the rebuilds, one wait a step, as over several ranks: for a profile
         that times each step, phase or rebuild alone (``benchmarks/lj.py --mode gpu-profile``)."""
         self.settle()
-        self.queued = self.batched = False
-        self.books = None
-        self._log = []
-
-    def _short(self, meta: np.ndarray) -> bool:
-        """Did a rebuild since the buffers were made need more than they hold?"""
-        cap = self.build.capacity
-        return bool(meta[rk.M_ROWS_MOST] > cap.rows or meta[rk.M_CELL_MOST] > cap.cell
-                    or meta[rk.M_OWN_MOST] > cap.widths[0] or meta[rk.M_GH_MOST] > cap.widths[1])
+        self.queued = False
 
     def _grow(self, meta: np.ndarray) -> None:
         """The buffers ``meta`` found short made larger (their contents are the restore's to fill)."""

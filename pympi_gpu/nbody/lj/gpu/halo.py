@@ -450,7 +450,7 @@ class DeviceHalo:
         """
         from mpi4py import MPI
 
-        dev, clock = self.dev, self.clock
+        dev = self.dev
         if pos is not self._pos:  # a kernel's view of pos, made once per array (the array held: ids stay unique)
             self._pos, self._pos_view = pos, dev.view(_flat(pos))
         t0 = time.perf_counter()
@@ -467,8 +467,7 @@ class DeviceHalo:
             posted = self._post(pos, seg, go_on)
             go_on = None  # (asked once: at the first stage that travels)
             if posted is None:
-                self.comm_time += time.perf_counter() - t0 - busy
-                clock.add("communication", time.perf_counter() - t0 - busy)
+                self._spent(t0, busy, waited)
                 return False
             reqs, unstage = posted
             tw = time.perf_counter()
@@ -480,10 +479,16 @@ class DeviceHalo:
             waited += time.perf_counter() - tw
             if unstage is not None:
                 dev.into_device(*unstage)
-        self.comm_time += time.perf_counter() - t0 - busy
-        clock.add("waiting", waited)
-        clock.add("communication", time.perf_counter() - t0 - busy - waited)
+        self._spent(t0, busy, waited)
         return True
+
+    def _spent(self, t0: float, busy: float, waited: float) -> None:
+        """The seconds since ``t0`` less ``busy`` (the work launched behind the messages) to :attr:`comm_time`,
+        and to the clock: ``waited`` as waiting, the rest as communication."""
+        spent = time.perf_counter() - t0 - busy
+        self.comm_time += spent
+        self.clock.add("waiting", waited)
+        self.clock.add("communication", spent - waited)
 
     def _refresh(self, seg: _Local, pos) -> None:
         """A run's ghost rows from their base rows (:func:`~pympi_gpu.nbody.lj.gpu.rebuild_kernels.gather_images`),

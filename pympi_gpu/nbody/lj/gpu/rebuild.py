@@ -104,6 +104,13 @@ class DeviceBuild:
         self.capacity.rows = rows + rows // 4 + 64
         self._make_rows(keep=ghosts)
 
+    def short(self, meta: np.ndarray) -> tuple[bool, bool, bool]:
+        """What the rebuilds that left ``meta`` (host copy) needed more of than the buffers hold: ``(rows,
+        cell, lists)``, the rows owned and ghosts, a cell's bucket, a list row (owned or ghosts)."""
+        cap = self.capacity
+        return (int(meta[rk.M_ROWS_MOST]) > cap.rows, int(meta[rk.M_CELL_MOST]) > cap.cell,
+                int(meta[rk.M_OWN_MOST]) > cap.widths[0] or int(meta[rk.M_GH_MOST]) > cap.widths[1])
+
     def grow(self, meta: np.ndarray) -> tuple[bool, bool]:
         """Grow what the rebuild that left ``meta`` (host copy) found short: ``(rows, cell)``, which were.
 
@@ -112,8 +119,7 @@ class DeviceBuild:
         and makes the rebuild again; the lists' widths are :meth:`widen`'s.
         """
         cap = self.capacity
-        rows = int(meta[rk.M_ROWS_MOST]) > cap.rows
-        cell = int(meta[rk.M_CELL_MOST]) > cap.cell
+        rows, cell, _ = self.short(meta)
         if rows:
             need = int(meta[rk.M_ROWS_MOST])
             cap.rows = need + need // 4 + 64
@@ -135,10 +141,10 @@ class DeviceBuild:
 
     def widen(self, meta: np.ndarray) -> bool:
         """Widen the list rows where the build that left ``meta`` found longer rows; were they short?"""
+        if not self.short(meta)[2]:
+            return False
         widths = self.capacity.widths
         most = [int(meta[rk.M_OWN_MOST]), int(meta[rk.M_GH_MOST])]
-        if most[0] <= widths[0] and most[1] <= widths[1]:
-            return False
         self.capacity.widths = [max(widths[0], most[0] + 8), max(widths[1], most[1] + 8)]
         return True
 
