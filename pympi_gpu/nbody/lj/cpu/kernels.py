@@ -937,7 +937,7 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
 
 
 class _Grid(NamedTuple):
-    """The fields of a :class:`~pympi_gpu.nbody.lj.system.CellGrid` a list build reads."""
+    """The fields of a :class:`~pympi_gpu.nbody.lj.domain.CellGrid` a list build reads."""
 
     lo: np.ndarray
     inv: np.ndarray
