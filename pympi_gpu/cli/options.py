@@ -6,11 +6,13 @@ MPI here (the error rules and the start-up are :mod:`pympi_gpu.cli.common`).
 
 from __future__ import annotations
 
+import re
+
 import click
 
 from pympi_gpu.cli.counts import MAX_COUNT, CountError, parse_count
 
-__all__ = ["Count", "IntRange", "PositiveFloat", "given", "version_option", "escape", "CONTEXT_SETTINGS"]
+__all__ = ["Command", "Count", "IntRange", "PositiveFloat", "given", "version_option", "escape", "CONTEXT_SETTINGS"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -28,6 +30,33 @@ class Count(click.ParamType):
             return parse_count(value, minimum=self.minimum, maximum=self.maximum)
         except CountError as exc:
             self.fail(str(exc), param, ctx)
+
+
+#: what a number typed with a minus sign looks like (``-1``, ``-1e6``, ``-.5``): to click, an option's name
+_NEGATIVE = re.compile(r"-\.?[0-9][0-9_.eE+-]*")
+
+
+class Command(click.Command):
+    """A command whose :class:`Count` argument may be typed negative: ``pympi-pi -1`` is refused as a
+    negative count (exit status 2), not as ``No such option '-1'``.
+
+    click reads any word that begins with ``-`` as an option; a negative
+    number is none of them, so its refusal is the argument's own.
+    """
+
+    def parse_args(self, ctx, args):
+        typed_args = list(args)  # (click's parser takes the words off the list it is given)
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            name = exc.option_name or ""
+            typed = next((a for a in typed_args if a.startswith(name) and _NEGATIVE.fullmatch(a)), None)
+            count = next((p for p in self.params if isinstance(p, click.Argument) and isinstance(p.type, Count)),
+                         None)
+            if typed is None or count is None:
+                raise
+            count.type.convert(typed, count, ctx)  # refuses it: negative
+            raise
 
 
 class IntRange(click.IntRange):

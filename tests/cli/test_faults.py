@@ -245,6 +245,7 @@ BAD_COUNTS = [
     ("١٠٠", "is not a whole number"),          # Arabic-Indic digits
     ("0x10", "is not a whole number"),
     ("1e-3", "is not a whole number"),
+    ("-1", "'-1' is negative (must be at least 1)"),  # was: No such option '-1'
 ]
 BAD_OPTIONS = [
     (["--threads", "0"], "0 is not in the range 1<=x<=4096"),
