@@ -244,12 +244,28 @@ def agree_at_start(comm, problem: str | None, ctx: click.Context | None) -> None
     """
     global _refusals
     _refusals = comm.Dup()
-    everyone = comm.allgather((problem, _options(ctx)))
-    found = _first_problem([p for p, _ in everyone])
+    everyone = comm.allgather((problem, _command_of(ctx), _options(ctx)))
+    found = _first_problem([p for p, _, _ in everyone])
     if found is None and comm.Get_size() > 1:
-        found = _differing_option(ctx, [o for _, o in everyone])
+        found = _differing_command([c for _, c, _ in everyone]) or _differing_option(ctx, [o for _, _, o in everyone])
     if found:
         raise Refusal(found)
+
+
+def _command_of(ctx: click.Context | None) -> str | None:
+    """The command this rank runs (``pympi-pi``), or None where it hands in no options."""
+    return None if ctx is None else f"pympi-{ctx.command.name}"
+
+
+def _differing_command(commands: list[str | None]) -> str | None:
+    """The refusal of a launch whose ranks run different commands (an MPMD line ``A : B``), or None: their
+    options could only differ, and the one command would wait for the other's collectives."""
+    base = commands[0]
+    for rank, mine in enumerate(commands[1:], start=1):
+        if base is not None and mine is not None and mine != base:
+            return (f"the ranks run different commands: {base} on rank 0 but {mine} on rank {rank}; an MPMD "
+                    "launch (mpiexec -n 1 A : -n 1 B) must give every rank the same command")
+    return None
 
 
 def _options(ctx: click.Context | None) -> dict:
