@@ -12,7 +12,7 @@ import click
 
 from pympi_gpu.cli.counts import MAX_COUNT, CountError, parse_count
 
-__all__ = ["Command", "Count", "IntRange", "PositiveFloat", "given", "version_option", "escape", "CONTEXT_SETTINGS"]
+__all__ = ["Command", "Count", "IntRange", "PositiveFloat", "step_problem", "given", "version_option", "escape", "CONTEXT_SETTINGS"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -95,6 +95,23 @@ class PositiveFloat(click.ParamType):
         if x < 0 or (x == 0 and not self.allow_zero):
             self.fail(f"{value!r} must be {'>= 0' if self.allow_zero else '> 0'}", param, ctx)
         return x
+
+
+def step_problem(dt: float, dtype, precision: str) -> str | None:
+    """Why ``--dt`` cannot be a time step of a run in ``dtype`` (named ``precision``); None: it can.
+
+    A step below the smallest normal number of the run's precision is zero
+    there (``1e-46`` in fp32) or keeps few of its digits (``1e-320`` in fp64):
+    the run would go on with nothing moving.  As ``--dt 0``, it is refused.
+    """
+    import numpy as np
+
+    tiny = float(np.finfo(dtype).tiny)
+    if dt >= tiny:
+        return None
+    zero = "is zero" if dtype(dt) == 0 else "keeps few of its digits"
+    return (f"--dt {dt!r} is below {tiny:.3g}, the smallest normal number of {precision}, the run's precision: "
+            f"there a step of it {zero}, and nothing would move")
 
 
 def version_option():

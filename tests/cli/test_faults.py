@@ -270,7 +270,11 @@ BAD_INPUTS = ([(app, [count], words) for app in ("pi", "nbody") for count, words
                  ("nbody", ["4000", "--model", "lj", "--cutoff", "1e-3", "--skin", "0"],
                   "cells of the neighbour search"),
                  ("nbody", ["100", "--softening", "1e308"], "where eps^2 overflows fp32"),
-                 ("nbody", ["1"], "BODIES (1) must be at least 2")])
+                 ("nbody", ["1"], "BODIES (1) must be at least 2"),
+                 # issue 60: a step that is zero in the run's precision ran with nothing moving
+                 ("nbody", ["100", "--dt", "1e-46"], "--dt 1e-46 is below 1.18e-38, the smallest normal number of "
+                                                     "fp32"),
+                 ("nbody", ["500", "--model", "lj", "--dt", "1e-320"], "--dt 1e-320 is below 2.23e-308")])
 #: inputs refused for the memory they need, and the bytes that takes (a node with more runs them)
 NEEDS_MEMORY = {"2e9": 256e9, "1e9": 800e9, "2e8": 160e9}
 
