@@ -29,7 +29,7 @@ from pympi_gpu.nbody.loop import Labels, RunOptions, Writer
 #: what a second Ctrl-C says of the run's files
 TWICE = "nothing more written (checkpoints on disk are as they were)"
 
-__all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "Outputs", "claim_outputs", "labels",
+__all__ = ["TWICE", "arithmetic_unsaid", "ThermoOutput", "check_thermo_file", "Outputs", "claim_outputs", "labels",
            "progress", "simulating", "format_tail", "exit_if_unverified", "exit_if_stopped",
            "clear_stale_temporaries", "unusable", "recorded_values", "restart_values", "recorded_row", "execute",
            "StopAgreed", "report"]
@@ -91,6 +91,21 @@ def simulating(bar, stop: Stop):
         if bar is not None:
             bar.stop()
         stop.finished()
+
+
+@contextlib.contextmanager
+def arithmetic_unsaid():
+    """NumPy's floating-point warnings (an overflow, an invalid value, a division by zero) left unsaid for
+    the block: a run's arithmetic overflows only in a state that blew up, and the run's own checks find
+    that state and say so in one message (:class:`BlownUp`, exit status 3); the warnings, printed first,
+    once per rank and by the simulator's kernels too, said it again in NumPy's words.  The filter is the
+    process's, so it holds in every thread (the simulator runs kernels in threads of its own)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero|underflow) encountered",
+                                RuntimeWarning)
+        yield
 
 
 def clear_stale_temporaries(comm, paths) -> None:
