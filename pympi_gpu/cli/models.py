@@ -138,7 +138,8 @@ def run(ctx, args, simd_note: str) -> None:
         device = choose_device(comm, args.backend, early, transport=args.transport, dtype=m.dtype(config))
         threads = configure_threads(comm, args.threads)
         config = m.on_device(comm, config, device, threads)
-        outputs = claim_outputs(comm, args, config.identity(), thermo_module=m.thermo, box=m.box(config))
+        outputs = claim_outputs(comm, args, config.identity(), thermo_module=m.thermo, box=m.box(config),
+                                through=restart.meta["step"] if restart else None)
         with arithmetic_unsaid():  # a state that overflows is a blow-up: one message, not NumPy's too
             system = m.system(comm, config, device, restart, args)
             record, shown = _simulate(comm, m, config, system, device, outputs, args, stop, threads, simd_note)
