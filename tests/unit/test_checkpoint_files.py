@@ -51,8 +51,8 @@ def test_a_meta_record_that_inflates_far_beyond_a_checkpoints_is_refused_unread(
     tracemalloc.start()
     t0 = time.perf_counter()
     try:
-        with pytest.raises(gravity.CheckpointError, match=r"the 'meta' record holds 64 MiB once inflated, far more than a "
-                                                          r"checkpoint's"):
+        with pytest.raises(gravity.CheckpointError,
+                           match=r"the 'meta' record holds 64 MiB once inflated, far more than a checkpoint's"):
             NpzRows(bomb)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
