@@ -389,7 +389,7 @@ def run_command(command: click.Command, prog_name: str | None = None,
         code = command.main(args=args, prog_name=prog, standalone_mode=False, **extra)
         if isinstance(code, int) and code:
             sys.exit(code)
-        _exit_if_output_closed()
+        _exit_if_output_closed(prog)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
@@ -412,11 +412,20 @@ def run_command(command: click.Command, prog_name: str | None = None,
         no_terminal_reset_at_exit()
 
 
-def _exit_if_output_closed() -> None:
-    """A command whose stdout or stderr closed on the way did not say all it had to: exit status 141."""
+def _exit_if_output_closed(prog: str) -> None:
+    """A command whose stdout or stderr closed on the way did not say all it had to: exit status 141.
+
+    Where no run's stop line told of it (``pympi-pi``'s estimate, a study's table, a record printed at
+    the end), one line on stderr names the stream and why, as long as stderr itself is open.
+    """
     signals = sys.modules.get("pympi_gpu.cli.signals")
-    if signals is not None and signals.CLOSED_STREAMS:
-        sys.exit(signals.exit_status(signals.CLOSED_OUTPUT))
+    if signals is None or not signals.CLOSED_STREAMS:
+        return
+    if "stderr" not in signals.CLOSED_STREAMS:
+        for name in dict.fromkeys(signals.UNTOLD):
+            click.echo(f"{prog}: cannot write to {name} ({signals.CLOSED_WHY.get(name, 'a write failed')}): what "
+                       "the command had to print there is lost", err=True)
+    sys.exit(signals.exit_status(signals.CLOSED_OUTPUT))
 
 
 def no_terminal_reset_at_exit() -> None:
