@@ -351,9 +351,9 @@ def _scan_gsd(path: Path) -> int | None:
     name, the frames in order, none after the first empty one), then each
     frame's step (above the one before) and its atom count (the first
     frame's); anything else raises :func:`~pympi_gpu.run.outputs.damaged`
-    naming the entry (ValueError: the file is no GSD file at all).  A frame GSD did not commit (a writer killed
-    mid-frame: its data without its index) is not a frame, and GSD writes
-    over it.
+    naming the entry (ValueError: the file is no GSD file at all).  A frame
+    GSD did not commit (a writer killed mid-frame: its data without its
+    index) is not a frame, and GSD writes over it.
     """
     import gsd.fl
 
