@@ -12,7 +12,8 @@ import click
 
 from pympi_gpu.cli.counts import MAX_COUNT, CountError, parse_count
 
-__all__ = ["Command", "Count", "IntRange", "PositiveFloat", "step_problem", "given", "version_option", "escape", "CONTEXT_SETTINGS"]
+__all__ = ["Command", "Count", "IntRange", "PositiveFloat", "step_problem", "given", "version_option", "escape",
+           "CONTEXT_SETTINGS"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

@@ -340,8 +340,8 @@ def test_a_closed_stdout_is_named_and_a_damaged_results_line_is_refused_by_its_n
         p = subprocess.run(study, stdout=full, stderr=subprocess.PIPE, text=True, env=env(), timeout=600)
     assert p.returncode == 141, p.stderr
     said = [line for line in p.stderr.splitlines() if line.startswith(("pympi-scale:", "Error"))]
-    assert said == ["pympi-scale: cannot write to stdout (No space left on device): what the command had to print there "
-                    "is lost"], p.stderr
+    assert said == ["pympi-scale: cannot write to stdout (No space left on device): what the command had to print "
+                    "there is lost"], p.stderr
     assert read_jsonl(out.with_suffix(".jsonl"))[0]["ok"] and json.loads(out.with_suffix(".json").read_text())
     # the same study again, its reader gone before the table comes (nothing left to run)
     proc = subprocess.Popen(study, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
