@@ -55,6 +55,7 @@ def cli():
 
 
 def main() -> None:
+    _guard_outputs()
     run_command(cli, prog_name="pympi", auto_envvar_prefix="PYMPI")
 
 
@@ -62,10 +63,21 @@ def _standalone(name: str):
     def entry() -> None:
         from pympi_gpu.cli.common import lazy
 
+        _guard_outputs()
         run_command(lazy(COMMANDS[name])(), prog_name=f"pympi-{name}",
                     auto_envvar_prefix=f"PYMPI_{name.upper()}")
     entry.__name__ = f"{name}_main"
     return entry
+
+
+def _guard_outputs() -> None:
+    """Before anything else: a closed stdout or stderr is a closed output for every command, never an
+    exception (a closed one a run's stop request; a result that could not be printed: exit status 141
+    and one line), and one closed when the command started is given /dev/null before a file can take
+    its number (:func:`pympi_gpu.cli.signals.guard_outputs`)."""
+    from pympi_gpu.cli.signals import guard_outputs
+
+    guard_outputs()
 
 
 pi_main = _standalone("pi")

@@ -244,12 +244,28 @@ def agree_at_start(comm, problem: str | None, ctx: click.Context | None) -> None
     """
     global _refusals
     _refusals = comm.Dup()
-    everyone = comm.allgather((problem, _options(ctx)))
-    found = _first_problem([p for p, _ in everyone])
+    everyone = comm.allgather((problem, _command_of(ctx), _options(ctx)))
+    found = _first_problem([p for p, _, _ in everyone])
     if found is None and comm.Get_size() > 1:
-        found = _differing_option(ctx, [o for _, o in everyone])
+        found = _differing_command([c for _, c, _ in everyone]) or _differing_option(ctx, [o for _, _, o in everyone])
     if found:
         raise Refusal(found)
+
+
+def _command_of(ctx: click.Context | None) -> str | None:
+    """The command this rank runs (``pympi-pi``), or None where it hands in no options."""
+    return None if ctx is None else f"pympi-{ctx.command.name}"
+
+
+def _differing_command(commands: list[str | None]) -> str | None:
+    """The refusal of a launch whose ranks run different commands (an MPMD line ``A : B``), or None: their
+    options could only differ, and the one command would wait for the other's collectives."""
+    base = commands[0]
+    for rank, mine in enumerate(commands[1:], start=1):
+        if base is not None and mine is not None and mine != base:
+            return (f"the ranks run different commands: {base} on rank 0 but {mine} on rank {rank}; an MPMD "
+                    "launch (mpiexec -n 1 A : -n 1 B) must give every rank the same command")
+    return None
 
 
 def _options(ctx: click.Context | None) -> dict:
@@ -373,7 +389,7 @@ def run_command(command: click.Command, prog_name: str | None = None,
         code = command.main(args=args, prog_name=prog, standalone_mode=False, **extra)
         if isinstance(code, int) and code:
             sys.exit(code)
-        _exit_if_output_closed()
+        _exit_if_output_closed(prog)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
@@ -396,11 +412,20 @@ def run_command(command: click.Command, prog_name: str | None = None,
         no_terminal_reset_at_exit()
 
 
-def _exit_if_output_closed() -> None:
-    """A command whose stdout or stderr closed on the way did not say all it had to: exit status 141."""
+def _exit_if_output_closed(prog: str) -> None:
+    """A command whose stdout or stderr closed on the way did not say all it had to: exit status 141.
+
+    Where no run's stop line told of it (``pympi-pi``'s estimate, a study's table, a record printed at
+    the end), one line on stderr names the stream and why, as long as stderr itself is open.
+    """
     signals = sys.modules.get("pympi_gpu.cli.signals")
-    if signals is not None and signals.CLOSED_STREAMS:
-        sys.exit(signals.exit_status(signals.CLOSED_OUTPUT))
+    if signals is None or not signals.CLOSED_STREAMS:
+        return
+    if "stderr" not in signals.CLOSED_STREAMS:
+        for name in dict.fromkeys(signals.UNTOLD):
+            click.echo(f"{prog}: cannot write to {name} ({signals.CLOSED_WHY.get(name, 'a write failed')}): what "
+                       "the command had to print there is lost", err=True)
+    sys.exit(signals.exit_status(signals.CLOSED_OUTPUT))
 
 
 def no_terminal_reset_at_exit() -> None:

@@ -49,14 +49,17 @@ def parse_count(text: str | int, *, maximum: int = MAX_COUNT, minimum: int = 1) 
         s = str(text).strip()
         if not s:
             raise CountError("a count is required, got an empty string")
-        m = _COUNT_RE.fullmatch(s)
+        negative = s.startswith("-")
+        m = _COUNT_RE.fullmatch(s[1:] if negative else s)
         if m is None:
             raise CountError(f"{text!r} is not a whole number (write e.g. 1e7, 10000000 or 10_000_000)")
+        if negative and Decimal(m["int"].replace("_", "") + "." + (m["frac"] or "0").replace("_", "")) != 0:
+            raise CountError(f"{text!r} is negative (must be at least {minimum})")
         exp = m["exp"]
         if exp is not None and len(exp.lstrip("+-")) > 4:
             raise CountError(f"{text!r} is out of range (at most {maximum:.4g})")
         try:
-            d = Decimal(s.replace("_", "").lstrip("+"))
+            d = abs(Decimal(s.replace("_", "").lstrip("+")))  # -0 is 0
         except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
             raise CountError(f"{text!r} is not a whole number") from None
         if d != d.to_integral_value():

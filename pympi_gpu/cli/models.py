@@ -121,7 +121,7 @@ def run(ctx, args, simd_note: str) -> None:
     from pympi_gpu.cli.common import configure_threads, mpi_world, select_gpu_early
     from pympi_gpu.cli.devices import choose_device
     from pympi_gpu.cli.signals import Stop
-    from pympi_gpu.cli.simulation import TWICE, claim_outputs, report
+    from pympi_gpu.cli.simulation import TWICE, arithmetic_unsaid, claim_outputs, report
 
     m = model(args.model)
     config = m.config(args)
@@ -138,9 +138,11 @@ def run(ctx, args, simd_note: str) -> None:
         device = choose_device(comm, args.backend, early, transport=args.transport, dtype=m.dtype(config))
         threads = configure_threads(comm, args.threads)
         config = m.on_device(comm, config, device, threads)
-        outputs = claim_outputs(comm, args, config.identity(), thermo_module=m.thermo, box=m.box(config))
-        system = m.system(comm, config, device, restart, args)
-        record, shown = _simulate(comm, m, config, system, device, outputs, args, stop, threads, simd_note)
+        outputs = claim_outputs(comm, args, config.identity(), thermo_module=m.thermo, box=m.box(config),
+                                through=restart.meta["step"] if restart else None)
+        with arithmetic_unsaid():  # a state that overflows is a blow-up: one message, not NumPy's too
+            system = m.system(comm, config, device, restart, args)
+            record, shown = _simulate(comm, m, config, system, device, outputs, args, stop, threads, simd_note)
     finally:
         if system is not None:
             system.close()

@@ -18,7 +18,7 @@ import click
 
 from pympi_gpu.cli import models
 from pympi_gpu.cli.common import fail, mpi_command, world_rank_hint
-from pympi_gpu.cli.options import CONTEXT_SETTINGS, Count, IntRange, PositiveFloat, given, version_option
+from pympi_gpu.cli.options import CONTEXT_SETTINGS, Command, Count, IntRange, PositiveFloat, given, version_option
 from pympi_gpu.device.device import AUTO, CHOICES
 from pympi_gpu.mpi.cuda_aware import TRANSPORTS
 from pympi_gpu.nbody.loop import RunOptions
@@ -28,23 +28,14 @@ MAX_BODIES = 2**31 - 1
 DEFAULT_MODEL = "gravity"
 
 
-class _Count(Count):
-    """A :class:`Count` that says "negative" for negative numbers."""
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, str) and value.strip().startswith("-") and value.strip()[1:2].isdigit():
-            self.fail(f"{value!r} is negative (must be at least {self.minimum})", param, ctx)
-        return super().convert(value, param, ctx)
-
-
-class _Bodies(_Count):
+class _Bodies(Count):
     """BODIES: above :data:`MAX_BODIES` the refusal says the memory it would have taken."""
 
     def convert(self, value, param, ctx):
         from pympi_gpu.cli.counts import MAX_COUNT
         from pympi_gpu.nbody.gravity.memory import human_bytes, need_bytes
 
-        n = _Count(minimum=self.minimum, maximum=MAX_COUNT).convert(value, param, ctx)
+        n = Count(minimum=self.minimum, maximum=MAX_COUNT).convert(value, param, ctx)
         if n > self.maximum:
             self.fail(f"{value!r} is out of range (at most {self.maximum:,} bodies; {n:.3g} bodies would "
                       f"need about {human_bytes(need_bytes(n, 'fp32'))} of memory in fp32)", param, ctx)
@@ -67,10 +58,10 @@ def _model_options(f):
 
 
 @mpi_command
-@click.command(context_settings=CONTEXT_SETTINGS)
+@click.command(cls=Command, context_settings=CONTEXT_SETTINGS)
 @version_option()
 @click.argument("bodies", type=_Bodies(maximum=MAX_BODIES))
-@click.option("--steps", type=_Count(minimum=0, maximum=10**12), default=10, show_default=True,
+@click.option("--steps", type=Count(minimum=0, maximum=10**12), default=10, show_default=True,
               help="Leapfrog steps; with --restart, the step to reach.")
 @click.option("--dt", type=PositiveFloat(), default=None,
               help=f"Time step (model units)  {models.default_help('dt', lambda v: f'{v:g}')}")
@@ -89,7 +80,7 @@ def _model_options(f):
               help="Write the state here at the end (and every K steps, on SIGTERM); a checkpoint already "
                    "there is continued only by --restart of its run, replaced only with --overwrite.  "
                    "Without it a stop writes pympi-nbody-N.ckpt.npz (or -1, -2...: never an existing file).")
-@click.option("--checkpoint-every", type=_Count(minimum=1, maximum=10**12), default=None, metavar="K",
+@click.option("--checkpoint-every", type=Count(minimum=1, maximum=10**12), default=None, metavar="K",
               help="Also write a checkpoint every K steps.")
 @click.option("--restart", type=str, default=None, metavar="PATH", help="Continue from this checkpoint.")
 @click.option("--on-blowup", type=click.Choice(["stop", "save"]), default="stop", show_default=True,
@@ -104,7 +95,7 @@ def _model_options(f):
 @click.option("--dump", type=str, default=None, metavar="PATH",
               help="Write a trajectory: .extxyz (OVITO, ASE) or .gsd (HOOMD-blue; the dump extra), a frame at "
                    "the first step and every --dump-every steps; a restart appends.")
-@click.option("--dump-every", type=_Count(minimum=1, maximum=10**12), default=None, metavar="K",
+@click.option("--dump-every", type=Count(minimum=1, maximum=10**12), default=None, metavar="K",
               help="Steps between trajectory frames  [default: 100]")
 @click.option("--overwrite", is_flag=True,
               help="Replace a --checkpoint, --dump or --thermo-file that holds another run's output (else "

@@ -8,7 +8,7 @@ import click
 
 from pympi_gpu.cli.common import fail, refuse_together
 from pympi_gpu.cli.models import Restart
-from pympi_gpu.cli.options import PositiveFloat
+from pympi_gpu.cli.options import PositiveFloat, step_problem
 from pympi_gpu.cli.simulation import format_tail, restart_values
 from pympi_gpu.nbody.gravity.config import DEFAULT_SEED, NbodyConfig
 
@@ -60,6 +60,8 @@ def _config(args) -> NbodyConfig:
              "-2K/U has no potential energy to divide by")
     if why := _softening_problem(own["softening"], own["precision"]):
         fail(why)
+    if args.dt is not None and (why := _step_problem(args.dt, own["precision"])):
+        fail(why)
     return NbodyConfig(bodies=args.bodies, dt=NbodyConfig.dt if args.dt is None else args.dt,
                        softening=own["softening"], precision=own["precision"], init=own["init"],
                        seed=NbodyConfig.seed if args.seed is None else args.seed)
@@ -80,6 +82,13 @@ def _softening_problem(softening: float, precision: str) -> str | None:
     if softening > largest:
         return f"--softening {softening:g} is above {largest:.3g}, where eps^2 overflows {precision}"
     return None
+
+
+def _step_problem(dt: float, precision: str) -> str | None:
+    """Why ``dt`` is no time step in ``precision`` (None: it is one)."""
+    from pympi_gpu.nbody.gravity.precision import PRECISIONS
+
+    return step_problem(dt, PRECISIONS[precision], precision)
 
 
 def _check_size(comm, config: NbodyConfig) -> None:
@@ -115,7 +124,8 @@ def _restart(ctx, comm, args, config: NbodyConfig):
     if meta["bodies"] != config.bodies:
         fail(f"--restart: {path!r} holds {meta['bodies']} bodies, but BODIES is {config.bodies}")
     fixed = restart_values(ctx, path, meta, {name: getattr(config, name) for name in _FROM_FILE})
-    if why := _softening_problem(fixed["softening"], fixed["precision"]):
+    if why := _softening_problem(fixed["softening"], fixed["precision"]) or _step_problem(fixed["dt"],
+                                                                                          fixed["precision"]):
         unusable(path, why)
     initial = recorded_row(path, meta, Diagnostics)
     if meta["step"] > args.steps:

@@ -9,7 +9,7 @@ import numpy as np
 
 from pympi_gpu.cli.common import fail, largest, refuse_together
 from pympi_gpu.cli.models import Restart
-from pympi_gpu.cli.options import IntRange, PositiveFloat, given
+from pympi_gpu.cli.options import IntRange, PositiveFloat, given, step_problem
 from pympi_gpu.cli.simulation import format_tail, restart_values
 from pympi_gpu.nbody.lj import pairs
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED, LjConfig, half_lists
@@ -113,9 +113,12 @@ def _config(args) -> LjConfig:
 
 
 def _too_large(config: LjConfig) -> str | None:
-    """Why the box or the neighbour search of ``config`` cannot be held in floating point (None: they can)."""
+    """Why the time step, the box or the neighbour search of ``config`` cannot be held in floating point (None:
+    they can)."""
     import math
 
+    if why := step_problem(config.dt, np.float64, "fp64"):
+        return why
     if not math.isfinite(config.box):  # 4 / density overflows: the box would be infinite
         return f"--density {config.density:g} is too small: the fcc cell edge (4 / density)^(1/3) overflows"
     try:  # the neighbour lists are sized from this count

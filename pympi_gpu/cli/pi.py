@@ -9,7 +9,7 @@ import click
 
 from pympi_gpu.cli import settings
 from pympi_gpu.cli.common import configure_threads, fail, mpi_command, mpi_world, select_gpu_early
-from pympi_gpu.cli.options import CONTEXT_SETTINGS, Count, IntRange, version_option
+from pympi_gpu.cli.options import CONTEXT_SETTINGS, Command, Count, IntRange, version_option
 from pympi_gpu.cli.counts import MAX_COUNT
 from pympi_gpu.cli.signals import Stop, exit_status, signal_name
 from pympi_gpu.device.device import AUTO, CHOICES
@@ -52,7 +52,7 @@ def format_run(run, threads: int, verbose: bool = False, reason: str | None = No
 
 
 @mpi_command
-@click.command(context_settings=CONTEXT_SETTINGS)
+@click.command(cls=Command, context_settings=CONTEXT_SETTINGS)
 @version_option()
 @click.argument("samples", type=Count())
 @click.option("--method", type=click.Choice(["mc", "trapezoid", "both"]), default="mc", show_default=True,

@@ -27,7 +27,11 @@ cannot take more, the write fails with EPIPE (Python ignores SIGPIPE) or
 ENOSPC; :meth:`Stop.guard_streams` makes such a failure the request
 :data:`CLOSED_OUTPUT` (SIGPIPE, exit status 141 as a shell reports it) and
 sends what follows to ``/dev/null``, so that the run stops after its step,
-writes its checkpoint and says so on the stream still open.  Under a
+writes its checkpoint and says so on the stream still open.  Every command's
+streams are guarded from its start (:func:`guard_outputs`, one closed when
+the command started, ``>&-``, among them): where no run is left to stop (an
+estimate, a study's table, a record printed at the end), the command says in
+one line which stream it could not write, and exits 141 all the same.  Under a
 launcher the launcher holds the user's pipe, and MPICH's mpiexec and Open
 MPI's mpirun die of SIGPIPE and kill the ranks at once: ``pympi-launch``
 reads their output through pipes of its own and relays a closed one as a
@@ -55,8 +59,8 @@ import time
 from pympi_gpu.cli.common import abort_job, rank_now
 
 __all__ = ["Stop", "STOP_SIGNALS", "REPEAT_WINDOW", "INTERRUPTED", "GRACE_VARIABLE", "DEFAULT_GRACE",
-           "RELAY_VARIABLE", "CLOSED_OUTPUT", "CLOSED_STREAMS", "exit_status", "grace_from_env", "signal_name",
-           "GuardedStream"]
+           "RELAY_VARIABLE", "CLOSED_OUTPUT", "CLOSED_STREAMS", "UNTOLD", "CLOSED_WHY", "exit_status",
+           "grace_from_env", "signal_name", "GuardedStream", "guard_outputs"]
 
 #: every signal that asks a run to stop
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -67,6 +71,11 @@ CLOSED_OUTPUT = signal.SIGPIPE
 #: the streams of this process found closed (``stdout``, ``stderr``): its exit status is then
 #: :func:`exit_status` of :data:`CLOSED_OUTPUT`, whenever it happened
 CLOSED_STREAMS: list[str] = []
+#: of those, the ones no run's stop line tells of (a closed output when no run was left to stop: the
+#: estimate of ``pympi-pi``, a study's table, a record): the command says so in one line of its own
+UNTOLD: list[str] = []
+#: why each stream closed, in a few words (``its reader left``, ``No space left on device``)
+CLOSED_WHY: dict[str, str] = {}
 
 #: seconds within which a second SIGINT is the same Ctrl-C delivered twice
 REPEAT_WINDOW = 0.25
@@ -160,15 +169,19 @@ class Stop:
 
     def guard_streams(self) -> Stop:
         """Make a failed write to stdout or stderr a stop request (:class:`GuardedStream`); idempotent."""
+        guard_outputs()
         for name in ("stdout", "stderr"):
             stream = getattr(sys, name)
-            if stream is not None and not isinstance(stream, GuardedStream):
-                setattr(sys, name, GuardedStream(stream, name, self.output_closed))
+            if isinstance(stream, GuardedStream):
+                stream.closed_by(self.output_closed)
         return self
 
     def output_closed(self, name: str) -> None:
-        """A stream of this process can take no more: a stop request (:data:`CLOSED_OUTPUT`)."""
+        """A stream of this process can take no more: a stop request (:data:`CLOSED_OUTPUT`) of a run still
+        going, which says so when it stops; after the run (or before it) one the command tells of itself."""
         CLOSED_STREAMS.append(name)
+        if not self._installed or self._done:
+            UNTOLD.append(name)
         self.arrived(CLOSED_OUTPUT)
 
     def finished(self) -> None:
@@ -280,6 +293,71 @@ def _note(signum, frame) -> None:
     """The Python-level handler: nothing to do (the watching thread acts), but no KeyboardInterrupt."""
 
 
+def guard_outputs() -> None:
+    """Every command's stdout and stderr, from its start: a write that fails is a closed output, noted
+    (:data:`CLOSED_STREAMS`, :data:`UNTOLD`; a run's :class:`Stop` takes them as stop requests), never an
+    exception; idempotent.
+
+    A stream closed when the command started (``pympi-pi 1e4 >&-``: Python then has no ``sys.stdout``)
+    is closed from its first write on, as one whose reader left, and its file descriptor is given
+    ``/dev/null`` at once: a file the command opens later would otherwise take that number, and
+    whatever a library writes to its stdout would go into the file.
+    """
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        stream = getattr(sys, name)
+        if stream is None:
+            stream = _closed_at_start(fd, name)
+        if not isinstance(stream, GuardedStream):
+            setattr(sys, name, GuardedStream(stream, name, _untold))
+
+
+def _untold(name: str) -> None:
+    CLOSED_STREAMS.append(name)
+    UNTOLD.append(name)
+
+
+def _closed_at_start(fd: int, name: str) -> io.TextIOBase:
+    try:
+        os.fstat(fd)
+        taken = True  # (something opened it since: not ours to touch)
+    except OSError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        taken = False
+    return _ClosedStream(name, None if taken else fd)
+
+
+class _ClosedStream(io.TextIOBase):
+    """The stream of a file descriptor closed when the command started: every write fails (EBADF)."""
+
+    def __init__(self, name: str, fd: int | None):
+        self.name, self._fd = name, fd
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "it was closed when the command started")
+
+    def fileno(self) -> int:
+        if self._fd is None:
+            raise io.UnsupportedOperation("fileno")
+        return self._fd
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self):
+        return "utf-8"
+
+    @property
+    def errors(self):
+        return "strict"
+
+
 class GuardedStream(io.TextIOBase):
     """A text stream (``sys.stdout``) whose failed write is a closed output, not an exception.
 
@@ -309,11 +387,17 @@ class GuardedStream(io.TextIOBase):
             except (OSError, ValueError) as exc:
                 self._lose(exc)
 
+    def closed_by(self, closed) -> None:
+        """Call ``closed(name)`` instead, from now on, at the first failed write (a run's stop request)."""
+        self._closed = closed
+
     def _lose(self, exc: Exception) -> None:
         if isinstance(exc, OSError) and exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EBADF,
                                                            errno.ECONNRESET, errno.EDQUOT):
             raise exc
         self.lost = True
+        CLOSED_WHY.setdefault(self._name, "its reader left" if getattr(exc, "errno", None) in (
+            errno.EPIPE, errno.ECONNRESET) else getattr(exc, "strerror", None) or str(exc))
         try:
             fd = self._stream.fileno()
             null = os.open(os.devnull, os.O_WRONLY)

@@ -29,7 +29,7 @@ from pympi_gpu.nbody.loop import Labels, RunOptions, Writer
 #: what a second Ctrl-C says of the run's files
 TWICE = "nothing more written (checkpoints on disk are as they were)"
 
-__all__ = ["TWICE", "ThermoOutput", "check_thermo_file", "Outputs", "claim_outputs", "labels",
+__all__ = ["TWICE", "arithmetic_unsaid", "ThermoOutput", "check_thermo_file", "Outputs", "claim_outputs", "labels",
            "progress", "simulating", "format_tail", "exit_if_unverified", "exit_if_stopped",
            "clear_stale_temporaries", "unusable", "recorded_values", "restart_values", "recorded_row", "execute",
            "StopAgreed", "report"]
@@ -91,6 +91,21 @@ def simulating(bar, stop: Stop):
         if bar is not None:
             bar.stop()
         stop.finished()
+
+
+@contextlib.contextmanager
+def arithmetic_unsaid():
+    """NumPy's floating-point warnings (an overflow, an invalid value, a division by zero) left unsaid for
+    the block: a run's arithmetic overflows only in a state that blew up, and the run's own checks find
+    that state and say so in one message (:class:`BlownUp`, exit status 3); the warnings, printed first,
+    once per rank and by the simulator's kernels too, said it again in NumPy's words.  The filter is the
+    process's, so it holds in every thread (the simulator runs kernels in threads of its own)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero|underflow) encountered",
+                                RuntimeWarning)
+        yield
 
 
 def clear_stale_temporaries(comm, paths) -> None:
@@ -267,7 +282,7 @@ class Outputs:
             self.claim = None
 
 
-def claim_outputs(comm, args, identity, *, thermo_module, box: float | None) -> Outputs:
+def claim_outputs(comm, args, identity, *, thermo_module, box: float | None, through: int | None = None) -> Outputs:
     """Claim ``--checkpoint``, ``--dump`` and ``--thermo-file`` for this run and open them; collective over comm.
 
     Rank 0 claims every file (:mod:`pympi_gpu.run.claims`: locked for the
@@ -278,7 +293,9 @@ def claim_outputs(comm, args, identity, *, thermo_module, box: float | None) -> 
     is broadcast, so a refusal is one message and exit status 2 on every
     rank, before anything was written.  ``identity`` is the run's
     :class:`~pympi_gpu.run.outputs.RunIdentity`, ``box`` the periodic box edge
-    (None: open space).
+    (None: open space), ``through`` the step of the restart's checkpoint: a
+    trajectory or log continued is checked whole, and refused where damaged
+    before its end (a torn last frame or row is cut) or holding a step past it.
     """
     from pympi_gpu.nbody.checkpoint import CheckpointError
     from pympi_gpu.run.outputs import OutputError
@@ -286,7 +303,7 @@ def claim_outputs(comm, args, identity, *, thermo_module, box: float | None) -> 
     outputs, error = Outputs(), None
     if comm.Get_rank() == 0:
         try:
-            _claim(outputs, args, identity, thermo_module, box)
+            _claim(outputs, args, identity, thermo_module, box, through)
         except (OutputError, CheckpointError) as exc:
             outputs.abandon()
             error = str(exc)
@@ -303,7 +320,7 @@ def claim_outputs(comm, args, identity, *, thermo_module, box: float | None) -> 
 _BUSY = "being written by another pympi-nbody run"
 
 
-def _claim(outputs: Outputs, args, identity, thermo_module, box) -> None:
+def _claim(outputs: Outputs, args, identity, thermo_module, box, through) -> None:
     """Rank 0's part of :func:`claim_outputs`: every file locked and judged first, then the files opened."""
     from pympi_gpu.nbody import checkpoint, dump
     from pympi_gpu.run import thermolog
@@ -331,12 +348,17 @@ def _claim(outputs: Outputs, args, identity, thermo_module, box) -> None:
             modes[option] = decide(option, path, found, identity, restart=restart, overwrite=overwrite)
     if args.dump:
         try:
-            outputs.dump = dump.open_dump(args.dump, box, identity, modes["--dump"])
+            outputs.dump = dump.open_dump(args.dump, box, identity, modes["--dump"], through)
         except OSError as exc:
             raise OutputRefused(f"--dump {args.dump!r} cannot be written: {exc.strerror or exc}") from None
+        except OutputRefused as exc:  # damaged, or past the checkpoint: its words name the file
+            raise OutputRefused(f"--dump {exc}") from None
     if args.thermo_file:
-        outputs.thermo = thermolog.ThermoLog(args.thermo_file, thermo_module.KEYWORDS, identity,
-                                             modes["--thermo-file"])
+        try:
+            outputs.thermo = thermolog.ThermoLog(args.thermo_file, thermo_module.KEYWORDS, identity,
+                                                 modes["--thermo-file"], through)
+        except OutputRefused as exc:
+            raise OutputRefused(f"--thermo-file {exc}") from None
 
 
 def unusable(path: str, why: str) -> None:

@@ -9,8 +9,9 @@ a non-finite one counting as infinite), at a rebuild (atoms lost or
 duplicated, non-finite velocities or forces: on the CPU only the first,
 which follows no displacement test) and at every thermo and
 checkpoint step; the gravity model at every step's stop agreement (non-finite
-positions or velocities).  The command line turns it into one message and
-exit status :data:`EXIT_STATUS`.
+positions or velocities) and at every thermo step (energies whose sums
+overflow).  The command line turns it into one message and exit status
+:data:`EXIT_STATUS`.
 """
 
 from __future__ import annotations

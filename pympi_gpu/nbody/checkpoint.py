@@ -44,6 +44,11 @@ __all__ = ["BLOCK_ROWS", "CheckpointError", "unusable", "write_file", "check_wri
 
 #: the most rows of one array that pass through rank 0 at once, written or read
 BLOCK_ROWS = 1 << 18
+#: the most bytes a checkpoint's ``meta`` record may inflate to: it holds a few kB (the run's options, the
+#: step-0 thermo row); a larger one is refused unread (damaged, or a decompression bomb)
+META_MOST = 64 << 10
+#: the most bytes of an array record's ``.npy`` header, and of one of its rows (three float64 values: 24)
+HEADER_MOST, ROW_MOST = 4096, 64
 
 class CheckpointError(Exception):
     """A checkpoint that cannot be written, read or used; the message is for people."""
@@ -206,6 +211,14 @@ def _nowhere(start: int, rows: np.ndarray) -> None:  # the sink of ranks other t
     raise AssertionError("rows reach only the root")
 
 
+def _size(nbytes: int) -> str:
+    """``64 MiB``, ``4,096 bytes``: a size for a message."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:,} bytes"
+
+
 _READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, KeyError)
 
 
@@ -240,6 +253,7 @@ class NpzRows:
             self._zip = zipfile.ZipFile(self._file)
             if "meta.npy" not in self._zip.namelist():
                 raise CheckpointError(f"{self.path!r} is not a pympi-nbody checkpoint (no 'meta' record)")
+            self._bound("meta.npy", META_MOST, "the 'meta' record", "a checkpoint's (a few kB)")
             with self._zip.open("meta.npy") as fp:
                 self.meta = json.loads(str(npy.read_array(fp, allow_pickle=False)))
 
@@ -259,14 +273,32 @@ class NpzRows:
             raise CheckpointError(f"{self.path!r} is not a readable checkpoint (truncated or corrupt?): "
                                   f"{exc}") from None
 
-    def open(self, names) -> None:
-        """Read the headers of the arrays ``names`` into :attr:`dtype` and :attr:`shape`."""
+    def _bound(self, member: str, most: int, what: str, whose: str) -> None:
+        """Refuse ``member`` unread where the archive's directory says it inflates to more than ``most`` bytes.
+
+        A reader of the member never gets more than the directory's size (zipfile stops there), so this
+        bounds what reading it can take: a 1 MB file whose record inflates to 1 GB is refused at once.
+        """
+        size = self._zip.getinfo(member).file_size
+        if size > most:
+            raise CheckpointError(f"{self.path!r} is not a readable checkpoint: {what} holds {_size(size)} once "
+                                  f"inflated, far more than {whose}: refused unread (damaged, or a decompression "
+                                  "bomb)")
+
+    def open(self, names, rows: int) -> None:
+        """Read the headers of the arrays ``names`` into :attr:`dtype` and :attr:`shape`.
+
+        ``rows`` is the count of atoms (bodies) the record says: an array's record that inflates to more
+        than that many rows can hold is refused before any of it is read.
+        """
         with self._reading():
             members = set(self._zip.namelist())
             missing = [n for n in names if f"{n}.npy" not in members]
             if missing:
                 raise CheckpointError(f"{self.path!r} lacks the array(s) {', '.join(missing)}")
             for n in names:
+                self._bound(f"{n}.npy", HEADER_MOST + rows * ROW_MOST, f"array {n!r}",
+                            f"{rows:,} rows fill (at most {_size(HEADER_MOST + rows * ROW_MOST)})")
                 fp = self._streams[n] = self._zip.open(f"{n}.npy")
                 version = npy.read_magic(fp)
                 read_header = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}.get(version)

@@ -19,7 +19,9 @@ A frame is added in one write (short writes continued) and flushed, so a
 reader sees whole frames (bar the one being written); a write that fails (a
 full disk) cuts the file back to its last whole frame and raises.  A job
 killed mid-frame leaves at most one torn frame at the end, which the next
-:func:`open_dump` that continues the file (a restart) cuts off.  GSD commits a
+:func:`open_dump` that continues the file (a restart) cuts off, after
+reading the file whole: damaged anywhere else, or holding a frame past the
+restart's checkpoint, it is refused and left as it is.  GSD commits a
 frame only after all its data are written: a torn one is never read.  A
 writer continuing a file skips the frames up to the step the file already
 holds: a restarted run repeats none.
@@ -36,7 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from pympi_gpu.run.fileio import append_whole
-from pympi_gpu.run.outputs import APPEND, NEW, Found, OutputError, RunIdentity, parse_fields
+from pympi_gpu.run.outputs import (APPEND, NEW, Found, OutputError, OutputRefused, RunIdentity, beyond, damaged,
+                                   parse_fields)
 
 __all__ = ["FORMATS", "DumpError", "format_of", "open_dump", "write_frame", "read_frame", "inspect", "ExtxyzDump",
            "GsdDump", "IDENTITY_LOG"]
@@ -83,14 +86,18 @@ def format_of(path: str | os.PathLike) -> str:
 
 
 def open_dump(path: str | os.PathLike, box: float | None, identity: RunIdentity | None = None,
-              mode: str | None = None):
+              mode: str | None = None, through: int | None = None):
     """A writer for ``path`` (format by suffix); ``box`` is the periodic cube's edge, or None (open space).
 
     ``identity`` names the run in every frame; ``mode``: ``NEW`` (start the
     file afresh), ``APPEND`` (continue it) or None (continue a file that
-    exists, else start it).  Raises OSError where the file cannot be opened.
+    exists, else start it).  A file continued is checked whole first: a torn
+    last frame is cut, anything else damaged refused (:func:`~pympi_gpu.run.outputs.damaged`),
+    and so are frames past step ``through`` (the restart's checkpoint;
+    :func:`~pympi_gpu.run.outputs.beyond`), the file left as it was.  Raises
+    OSError where the file cannot be opened.
     """
-    return (GsdDump if format_of(path) == "gsd" else ExtxyzDump)(path, box, identity, mode)
+    return (GsdDump if format_of(path) == "gsd" else ExtxyzDump)(path, box, identity, mode, through)
 
 
 def inspect(path: str | os.PathLike) -> Found:
@@ -118,6 +125,14 @@ def _inspect_gsd(path: Path) -> Found:
     import gsd.fl
 
     try:
+        _scan_gsd(path)  # its index whole first: a damaged one can hide the records read below
+    except OutputRefused as exc:
+        return Found("data", None, "a damaged GSD trajectory", damage=str(exc))
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, PermissionError):
+            raise
+        return Found("foreign", detail="a GSD trajectory")
+    try:
         with gsd.fl.open(os.fspath(path), "r") as f:
             if f.nframes == 0:
                 return Found("nothing")
@@ -139,33 +154,29 @@ class ExtxyzDump:
     """Extended XYZ frames appended to ``path`` (see :func:`open_dump`)."""
 
     def __init__(self, path: str | os.PathLike, box: float | None, identity: RunIdentity | None = None,
-                 mode: str | None = None):
+                 mode: str | None = None, through: int | None = None):
         self.path, self.box = Path(path), box
         self.identity = "" if identity is None else " " + identity.text()
         if mode is None:
             mode = APPEND if self.path.is_file() and self.path.stat().st_size else NEW
-        self.after = self._repair() if mode == APPEND else None
+        self.after = self._repair(through) if mode == APPEND else None
         # opened now: a directory or file that cannot be written is found before the run
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if mode == APPEND else os.O_TRUNC),
                      0o644)
         os.close(fd)
 
-    def _repair(self) -> int | None:
-        """Cut a torn last frame off an existing file; return the last whole frame's step."""
+    def _repair(self, through: int | None) -> int | None:
+        """Cut a torn last frame off an existing file; return the last whole frame's step.
+
+        The file is read whole first (:func:`_scan_extxyz`): damaged before its
+        end, or holding a frame past step ``through``, it is refused untouched.
+        """
         if not self.path.is_file():
             return None
         data = self.path.read_bytes()
-        ends = np.flatnonzero(np.frombuffer(data, np.uint8) == ord("\n"))  # where every line ends
-        line, good, last = 0, 0, None
-        while line + 1 < len(ends):
-            start = ends[line - 1] + 1 if line else 0
-            count = data[start:ends[line]].strip()
-            if not count.isdigit() or line + 1 + int(count) >= len(ends):
-                break  # not a frame, or one cut short
-            header = data[ends[line] + 1:ends[line + 1]].decode("utf-8", "replace")
-            last = int(_field(header, "step"))
-            line += 2 + int(count)
-            good = int(ends[line - 1]) + 1
+        good, last = _scan_extxyz(self.path, data)
+        if through is not None and last is not None and last > through:
+            raise beyond(self.path, last, through, "frames")
         if good < len(data):
             with open(self.path, "r+b") as fh:
                 fh.truncate(good)
@@ -200,6 +211,69 @@ class ExtxyzDump:
         pass
 
 
+#: the words of a frame's atom line: ``X id x y z vx vy vz``
+_ATOM_WORDS = 8
+
+
+def _scan_extxyz(path, data: bytes) -> tuple[int, int | None]:
+    """``(bytes of the whole frames, the last one's step)`` of an extended-XYZ file this module wrote.
+
+    Each frame is its atom count (the first frame's), a header whose ``step=``
+    is a whole number above the frame before's, and that many atom lines of
+    :data:`_ATOM_WORDS` words.  What follows the last whole frame is a torn
+    one (a writer killed mid-frame: every line it has is whole or the file's
+    last) or nothing; anything else raises :func:`~pympi_gpu.run.outputs.damaged`
+    naming the line.  Words are counted for every line at once (NumPy), so a
+    large file takes one pass.
+    """
+    arr = np.frombuffer(data, np.uint8)
+    ends = np.flatnonzero(arr == ord("\n"))  # where every whole line ends
+    starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
+    blank = (arr == ord(" ")) | (arr == ord("\t")) | (arr == ord("\r")) | (arr == ord("\n"))
+    first = np.flatnonzero(~blank & np.concatenate(([True], blank[:-1])))  # where every word begins
+    words = np.searchsorted(first, ends) - np.searchsorted(first, starts)  # words of each whole line
+    lines, line, good, last, atoms = len(ends), 0, 0, None, None
+
+    def text(k: int) -> str:
+        return data[starts[k]:ends[k]].decode("utf-8", "replace").strip()
+
+    while line < lines:
+        count = text(line)
+        if not count.isdigit() or (atoms is not None and int(count) != atoms):
+            what = (f"{count[:40]!r} where the atom count of a frame ({atoms} atoms) should be" if atoms is not None
+                    else f"{count[:40]!r} where a frame's atom count should be")
+            raise damaged(path, f"line {line + 1}", what, "frame")
+        atoms = int(count)
+        if line + 1 < lines:  # the header, whole
+            try:
+                step = int(_field(text(line + 1), "step"))
+            except ValueError:
+                raise damaged(path, f"line {line + 2}", f"the frame header's step={_value(text(line + 1), 'step')} "
+                              "is not a whole number", "frame") from None
+            if last is not None and step <= last:
+                raise damaged(path, f"line {line + 2}", f"a frame at step {step} follows the frame at step {last}",
+                              "frame")
+        rows = words[line + 2:line + 2 + atoms]
+        wrong = np.flatnonzero(rows != _ATOM_WORDS)
+        if wrong.size:
+            k = line + 2 + int(wrong[0])
+            raise damaged(path, f"line {k + 1}", f"{text(k)[:40]!r} ({int(words[k])} word(s)) where an atom line "
+                          f"of the frame of line {line + 1} ({_ATOM_WORDS} words) should be", "frame")
+        if line + 2 + atoms > lines:
+            break  # the last frame, torn: every line it has whole is as it should be
+        last, line = step, line + 2 + atoms
+        good = int(ends[line - 1]) + 1
+    return good, last
+
+
+def _value(header: str, key: str) -> str:
+    """The text of ``key=`` in a frame header, or ``(none)``."""
+    try:
+        return _field(header, key)
+    except ValueError:
+        return "(none)"
+
+
 def _field(header: str, key: str) -> str:
     for item in header.split():
         if item.startswith(key + "="):
@@ -211,15 +285,19 @@ class GsdDump:
     """GSD frames (HOOMD-blue's schema) appended to ``path`` (see :func:`open_dump`)."""
 
     def __init__(self, path: str | os.PathLike, box: float | None, identity: RunIdentity | None = None,
-                 mode: str | None = None):
+                 mode: str | None = None, through: int | None = None):
         import gsd.hoomd
 
         self.path, self.box = Path(path), box
         self.identity = None if identity is None else np.frombuffer(identity.text().encode("utf-8"), np.uint8)
         if mode is None:
             mode = APPEND if self.path.is_file() and self.path.stat().st_size else NEW
+        self.after = None
+        if mode == APPEND:  # checked whole before GSD writes a byte: it would append after the frames it finds
+            self.after = _scan_gsd(self.path)
+            if through is not None and self.after is not None and self.after > through:
+                raise beyond(self.path, self.after, through, "frames")
         self.file = gsd.hoomd.open(os.fspath(path), mode="a" if mode == APPEND else "w")
-        self.after = int(self.file[-1].configuration.step) if len(self.file) else None
 
     def write(self, step: int, time: float, ids, x, v) -> bool:
         import gsd.hoomd
@@ -251,6 +329,87 @@ class GsdDump:
         """Close the file; every frame was flushed when written, so an error here loses nothing."""
         with contextlib.suppress(OSError):
             self.file.close()
+
+
+#: GSD's file layout (version 2): the header's first fields, an index entry, and the bytes of each chunk type
+_GSD_HEADER = np.dtype([("magic", "<u8"), ("index_location", "<u8"), ("index_allocated", "<u8"),
+                        ("namelist_location", "<u8"), ("namelist_allocated", "<u8"), ("schema_version", "<u4"),
+                        ("gsd_version", "<u4")])
+_GSD_ENTRY = np.dtype([("frame", "<u8"), ("N", "<u8"), ("location", "<i8"), ("M", "<u4"), ("id", "<u2"),
+                       ("type", "u1"), ("flags", "u1")])
+_GSD_TYPE_BYTES = {1: 1, 2: 2, 3: 4, 4: 8, 5: 1, 6: 2, 7: 4, 8: 8, 9: 4, 10: 8, 11: 1}
+_GSD_MAGIC, _GSD_NAME = 0x65DF65DF65DF65DF, 64
+
+
+def _scan_gsd(path: Path) -> int | None:
+    """The step of the last frame of a GSD file this module wrote, after checking it whole (None: no frame).
+
+    GSD finds its frames by a binary search of its index, so an entry lost
+    in the middle (erased, or pointing past the file) can hide every frame
+    after it, and an append then writes over their entries: the trajectory
+    cut silently.  Every entry is checked (in the file, of a known type and
+    name, the frames in order, none after the first empty one), then each
+    frame's step (above the one before) and its atom count (the first
+    frame's); anything else raises :func:`~pympi_gpu.run.outputs.damaged`
+    naming the entry (ValueError: the file is no GSD file at all).  A frame
+    GSD did not commit (a writer killed mid-frame: its data without its
+    index) is not a frame, and GSD writes over it.
+    """
+    import gsd.fl
+
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = np.frombuffer(fh.read(_GSD_HEADER.itemsize).ljust(_GSD_HEADER.itemsize, b"\0"), _GSD_HEADER)[0]
+        if int(head["magic"]) != _GSD_MAGIC or int(head["gsd_version"]) >> 16 != 2:
+            raise ValueError(f"{os.fspath(path)!r} is not a GSD file of version 2")  # another kind of file
+        where, count = int(head["index_location"]), int(head["index_allocated"])
+        names = int(head["namelist_allocated"])
+        if where + count * _GSD_ENTRY.itemsize > size or int(head["namelist_location"]) + names * _GSD_NAME > size:
+            raise damaged(path, "its header", "its index or its list of names runs past the end of the file",
+                          "frame")
+        fh.seek(where)
+        index = np.frombuffer(fh.read(count * _GSD_ENTRY.itemsize), _GSD_ENTRY)
+    used = index["location"] != 0
+    n = int(np.argmin(used)) if not used.all() else count
+    if used[n:].any():
+        k = n + int(np.argmax(used[n:]))
+        raise damaged(path, f"index entry {n}", f"it is empty, but entry {k} (frame {int(index['frame'][k])}) and "
+                      "others follow: the frames after it would be lost", "frame")
+    entries = index[:n]
+    nbytes = entries["N"] * entries["M"] * np.array([_GSD_TYPE_BYTES.get(int(t), 0) for t in entries["type"]],
+                                                    np.uint64)
+    frames = entries["frame"].astype(np.int64)
+    step = np.diff(frames, prepend=0)  # from one entry's frame to the next: 0 or 1, from frame 0
+    bad = ((entries["location"] < _GSD_HEADER.itemsize) | (entries["location"].astype(np.uint64) + nbytes > size)
+           | ~np.isin(entries["type"], list(_GSD_TYPE_BYTES)) | (entries["id"] >= names)
+           | (step < 0) | (step > 1) | ((np.arange(n) == 0) & (frames != 0)))
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise damaged(path, f"index entry {k}", f"its chunk of frame {int(frames[k])} is not one GSD wrote (out of "
+                      "order, past the end of the file, or of no known type or name)", "frame")
+    if not n:
+        return None
+    last = None
+    with gsd.fl.open(os.fspath(path), "r") as f:
+        atoms = _gsd_value(f, 0, "particles/N", 0)
+        for frame in range(f.nframes):
+            step = _gsd_value(f, frame, "configuration/step", 0)
+            if last is not None and step <= last:
+                raise damaged(path, f"frame {frame}", f"its step {step} follows step {last}", "frame")
+            if _gsd_value(f, frame, "particles/N", atoms) != atoms:
+                raise damaged(path, f"frame {frame}", f"it holds {_gsd_value(f, frame, 'particles/N', atoms)} "
+                              f"atoms, the first frame {atoms}", "frame")
+            last = step
+    return last
+
+
+def _gsd_value(f, frame: int, name: str, default: int) -> int:
+    """A frame's one-number chunk ``name``; where the frame has none, the first frame's, else ``default``
+    (HOOMD's schema: a chunk a frame leaves out is the first frame's)."""
+    for k in (frame, 0):
+        if f.chunk_exists(frame=k, name=name):
+            return int(f.read_chunk(frame=k, name=name)[0])
+    return default
 
 
 def read_frame(path: str | os.PathLike, index: int = -1) -> dict:

@@ -24,8 +24,8 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
-__all__ = ["RunIdentity", "Found", "OutputError", "OutputRefused", "decide", "parse_fields", "NEW", "APPEND",
-           "REPLACE"]
+__all__ = ["RunIdentity", "Found", "OutputError", "OutputRefused", "decide", "parse_fields", "damaged", "beyond",
+           "NEW", "APPEND", "REPLACE"]
 
 #: what :func:`decide` says to do with a file
 NEW, APPEND, REPLACE = "new", "append", "replace"
@@ -37,6 +37,31 @@ class OutputError(Exception):
 
 class OutputRefused(OutputError):
     """An output file a run may not write (another run's, not of its kind, not writable): bad input."""
+
+
+def damaged(path, where: str, why: str, unit: str) -> OutputRefused:
+    """The refusal of a file a restart would continue that is damaged ``where`` (``line 205``) before its end.
+
+    What a job killed mid-write leaves is a torn last ``unit`` (``frame``, ``row``), which the restart
+    cuts; anything else (a line deleted or changed, a frame's index entry lost) is no such tear:
+    cutting the file there would drop what follows, silently, so it is left as it is.
+    """
+    return OutputRefused(f"{str(path)!r} is damaged at {where}: {why}; a restart cuts only a torn last {unit} "
+                         "(what a job killed mid-write leaves), so the file is left as it is: mend it, remove it, "
+                         "or pass --overwrite to start it afresh")
+
+
+def beyond(path, last: int, through: int, units: str) -> OutputRefused:
+    """The refusal of a file holding ``units`` (``rows``) up to step ``last``, past the restart's ``through``.
+
+    A restart skips what its file already holds; ``units`` beyond the checkpoint's step are not what
+    the restart would write there (another run's, or a run's after the checkpoint it restarts from),
+    and the restart would print its own and keep them.
+    """
+    return OutputRefused(f"{str(path)!r} holds {units} up to step {last}, beyond step {through} of the "
+                         f"checkpoint: they are not this restart's, and it would skip writing its own up to step "
+                         f"{last}; restart from the checkpoint of the run that wrote them, remove the {units} "
+                         "after the checkpoint's step (or the file), or pass --overwrite to start it afresh")
 
 
 def _text(value) -> str:
@@ -85,12 +110,17 @@ class Found:
     ``kind``: ``"nothing"`` (absent, empty, or of its format but with no
     frame or row), ``"data"`` (frames or rows of this format) or ``"foreign"``
     (another kind of file); ``fields`` the ``key=value`` identity it records
-    (None: none recorded); ``detail`` a few words on what it holds, for messages.
+    (None: none recorded); ``detail`` a few words on what it holds, for messages;
+    ``damage`` why it cannot be continued, where that was seen already (a GSD
+    index whose damage hides the records, so that the identity read is no
+    judge of it).
     """
 
     kind: str
     fields: dict[str, str] | None = None
     detail: str = ""
+    #: why the file cannot be continued, where judging it found it damaged (:func:`damaged`'s words)
+    damage: str | None = None
 
 
 def decide(option: str, path: str, found: Found, identity: RunIdentity | None, *, restart: bool,
@@ -107,6 +137,8 @@ def decide(option: str, path: str, found: Found, identity: RunIdentity | None, *
     if not restart:
         raise OutputRefused(f"{where} already exists ({found.detail}): continue the run that wrote it with "
                             "--restart CHECKPOINT, remove the file, or pass --overwrite to replace it")
+    if found.damage:
+        raise OutputRefused(f"{option} {found.damage}")
     if found.fields is None or "model" not in found.fields:
         raise OutputRefused(f"{where} records no run ({found.detail}; written by another program or an older "
                             "pympi-nbody), so --restart cannot continue it: remove it, choose another path, "

@@ -10,9 +10,11 @@ is a comment naming the run (``# pympi-nbody model=lj n=4000 ...``, see
 :mod:`pympi_gpu.run.outputs`): YAML readers skip it, pandas with
 ``comment="#"``.
 
-A run that continues a log (a restart) first cuts a torn last row (a job
-killed mid-row), then appends and skips the rows up to the step the log
-already holds, so no step is written twice.  A row that cannot be written
+A run that continues a log (a restart) first checks it whole and cuts a
+torn last row (a job killed mid-row), then appends and skips the rows up to
+the step the log already holds, so no step is written twice; a log damaged
+before its end, or holding a row past the restart's checkpoint, is refused
+and left as it is.  A row that cannot be written
 (a full disk) is cut off again and raises :class:`~pympi_gpu.run.outputs.OutputError`.
 Written by rank 0 only.
 """
@@ -27,9 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pympi_gpu.run.fileio import append_whole
-from pympi_gpu.run.outputs import APPEND, NEW, Found, OutputError, RunIdentity, parse_fields
+from pympi_gpu.run.outputs import APPEND, NEW, Found, OutputError, RunIdentity, beyond, damaged, parse_fields
 
-__all__ = ["ThermoLog", "FORMATS", "format_of", "last_step", "read", "inspect", "IDENTITY_MARK"]
+__all__ = ["ThermoLog", "FORMATS", "format_of", "last_step", "check", "read", "inspect", "IDENTITY_MARK"]
 
 #: the suffixes understood, and their format
 FORMATS = {".csv": "csv", ".yaml": "yaml", ".yml": "yaml"}
@@ -101,23 +103,70 @@ def inspect(path: str | os.PathLike) -> Found:
     return Found("data", fields, f"thermo rows up to step {last_step(p)}")
 
 
-def cut_torn_tail(path: str | os.PathLike) -> int:
-    """Cut what follows the last newline of ``path`` (a row a killed job left half written); its new length."""
-    with open(path, "r+b") as fh:
-        end = fh.seek(0, os.SEEK_END)
-        pos = end
-        while pos > 0:
-            start = max(0, pos - _PEEK)
-            fh.seek(start)
-            chunk = fh.read(pos - start)
-            newline = chunk.rfind(b"\n")
-            if newline >= 0:
-                pos = start + newline + 1
-                break
-            pos = start
-        if pos != end:
-            fh.truncate(pos)
-        return pos
+def check(path: str | os.PathLike, through: int | None = None) -> tuple[int, int | None]:
+    """``(bytes of the whole lines, the last row's step)`` of an existing log this module wrote, checked whole.
+
+    What follows the last newline is a torn row (a job killed mid-row; each
+    row is one write ending in its newline), for the caller to cut.  Every
+    whole line must be the log's: a comment (``#``), blank, the header (CSV)
+    or the document's lines (YAML: ``---``, ``keywords: [...]``, ``data:``,
+    ``...``), or a row of as many values as the keywords, its step a whole
+    number above the row before's.  Anything else raises
+    :func:`~pympi_gpu.run.outputs.damaged` naming the line, and a row past step
+    ``through`` (the restart's checkpoint) :func:`~pympi_gpu.run.outputs.beyond`.
+    """
+    fmt = format_of(path)
+    data = Path(path).read_bytes()
+    whole = data.rfind(b"\n") + 1
+    width, last = None, None
+    for number, raw in enumerate(data[:whole].split(b"\n")[:-1], start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise damaged(path, f"line {number}", "it is not UTF-8 text", "row") from None
+        if not line.strip() or line.startswith("#"):
+            continue
+        if fmt == "csv" and width is None:  # the header
+            width = len(next(csv.reader([line])))
+            if line.split(",", 1)[0].strip() != "Step":
+                raise damaged(path, f"line {number}", f"{line[:40]!r} where the header line Step,... should be",
+                              "row")
+            continue
+        if fmt == "yaml" and line.rstrip() in ("---", "data:", "..."):
+            continue
+        if fmt == "yaml" and line.startswith("keywords: [") and line.rstrip().endswith("]"):
+            width = len([k for k in line.rstrip()[len("keywords: ["):-1].split(",") if k.strip()])
+            continue
+        values = _row_values(line, fmt)
+        if values is None or width is None or len(values) != width:
+            what = "no row" if values is None else f"{len(values)} value(s)"
+            raise damaged(path, f"line {number}", f"{line[:40]!r} ({what}) where a row of {width or 'its'} values "
+                          "should be", "row")
+        try:
+            step, _ = int(values[0]), [float(_YAML_NAMES.get(v, v)) for v in values[1:]]
+        except ValueError:
+            raise damaged(path, f"line {number}", f"{line[:40]!r} is a row of values that are not numbers",
+                          "row") from None
+        if last is not None and step <= last:
+            raise damaged(path, f"line {number}", f"a row at step {step} follows the row at step {last}", "row")
+        last = step
+    if through is not None and last is not None and last > through:
+        raise beyond(path, last, through, "rows")
+    return whole, last
+
+
+#: YAML's names of the non-finite floats, as Python reads them
+_YAML_NAMES = {".inf": "inf", "-.inf": "-inf", ".nan": "nan"}
+
+
+def _row_values(line: str, fmt: str) -> list[str] | None:
+    """The values of a row line as written (text), or None where the line is no row."""
+    if fmt == "csv":
+        return [v.strip() for v in next(csv.reader([line]))]
+    if not (line.startswith("  - [") and line.rstrip().endswith("]")):
+        return None
+    values = [v.strip() for v in line.rstrip()[len("  - ["):-1].split(",")]
+    return values[:-1] if values and not values[-1] else values
 
 
 class ThermoLog:
@@ -126,13 +175,16 @@ class ThermoLog:
     ``identity`` names the run in the log's first line (None: no such line);
     ``mode`` is :data:`~pympi_gpu.run.outputs.NEW` (start the file, replacing
     what it held), ``APPEND`` (continue it, after cutting a torn last row) or
-    None (append to a file that holds something, else start it).  Raises
+    None (append to a file that holds something, else start it).  A log
+    continued is checked whole first (:func:`check`: damaged before its end,
+    or holding a row past step ``through``, it is refused with
+    :class:`~pympi_gpu.run.outputs.OutputRefused`, untouched).  Raises
     :class:`~pympi_gpu.run.outputs.OutputError` where a write fails, after
     cutting what it wrote (a new file is removed).
     """
 
     def __init__(self, path: str | os.PathLike, keywords: Sequence[str], identity: RunIdentity | None = None,
-                 mode: str | None = None):
+                 mode: str | None = None, through: int | None = None):
         self.path = Path(path)
         self.format = format_of(path)
         self.keywords = list(keywords)
@@ -141,9 +193,10 @@ class ThermoLog:
             mode = APPEND if self.path.is_file() and self.path.stat().st_size else NEW
         self.after = None
         try:
-            if mode == APPEND:
-                cut_torn_tail(self.path)
-                self.after = last_step(self.path)
+            if mode == APPEND:  # checked whole (refused, untouched, if damaged); then a torn last row cut
+                whole, self.after = check(self.path, through)
+                if whole != self.path.stat().st_size:
+                    os.truncate(self.path, whole)
             self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if mode == APPEND else
                                                                                   os.O_TRUNC), 0o644)
             self._write(self._start(identity, mode))

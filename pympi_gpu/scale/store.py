@@ -13,13 +13,15 @@ name that is no lock is never touched), and a second study on the same prefix
 is refused at once (the kernel drops the lock when its holder dies, so a
 killed study never leaves a stale one).  A results file that holds anything
 but a study's lines (a torn one aside) is another program's: it is refused,
-never appended to.
+never appended to; a study's line whose fields are not what a run writes (a
+``wall_time`` lost, a ``repeat`` in quotes) is refused by its number.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +47,43 @@ class StudyLocked(RuntimeError):
 
 class StudyRefused(ValueError):
     """The results file (or its lock file's name) is another program's, or cannot be made."""
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _damage(run: dict[str, Any]) -> str | None:
+    """What is wrong with a run's line (None: nothing): the fields the study's report reads, of their kinds.
+
+    Each is checked as :class:`~pympi_gpu.scale.runner.RunOutcome` writes it,
+    so that a line changed by hand (a ``wall_time`` lost, ``"repeat": "0"``)
+    is refused with its number instead of failing the report.
+    """
+    if not isinstance(run.get("point"), str):
+        return "its 'point' is not a point's name"
+    repeat = run.get("repeat")
+    if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
+        return f"its 'repeat' {repeat!r} is not a whole number >= 0"
+    if not isinstance(run.get("ok"), bool):
+        return f"its 'ok' {run.get('ok')!r} is not true or false"
+    if not _number(run.get("elapsed")):
+        return f"its 'elapsed' {run.get('elapsed')!r} is not a number of seconds"
+    if run.get("load") is not None and not _number(run["load"]):
+        return f"its 'load' {run['load']!r} is not a number"
+    if not run["ok"]:
+        return None
+    rec = run.get("record")
+    if not isinstance(rec, dict):
+        return "it succeeded but holds no record"
+    if not _number(rec.get("wall_time")) or rec["wall_time"] < 0:
+        return f"its record's 'wall_time' {rec.get('wall_time', '(none)')!r} is not a number of seconds"
+    if rec.get("throughput") is not None and not _number(rec["throughput"]):
+        return f"its record's 'throughput' {rec['throughput']!r} is not a number"
+    threads = rec.get("threads_per_rank")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)):
+        return f"its record's 'threads_per_rank' {threads!r} is not a whole number"
+    return None
 
 
 class ResultsStore:
@@ -134,6 +173,10 @@ class ResultsStore:
                         continue
                     raise StudyRefused(f"{self.path} is not the results file of a pympi-scale study (line "
                                        f"{number} is no run of one): it is never written; choose another --out")
+                if problem := _damage(run):
+                    raise StudyRefused(f"{self.path}: line {number} is a run of a pympi-scale study, but {problem}: "
+                                       "it is never read or written over; mend or remove that line, or choose "
+                                       "another --out")
                 if run.get("command") != self.command or run.get("kind") != self.kind:
                     raise StudyMismatch(
                         f"{self.path} holds a {run.get('kind')} study of "

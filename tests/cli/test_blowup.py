@@ -92,6 +92,44 @@ def test_gravity_overflow_stops_with_exit_3_and_keeps_the_checkpoint(tmp_path, r
     assert good.read_bytes() == before
 
 
+def fast_atom(good: Path, out: Path, model: str) -> Path:
+    """The checkpoint ``good`` with one velocity of 1e300: finite, but its square is not."""
+    ckpt = gravity_ckpt if model == "gravity" else lj_ckpt
+    meta, arrays = ckpt.read_file(str(good))
+    v = arrays["vx"] if model == "gravity" else arrays["v"]
+    v.flat[3] = 1e300
+    gravity_ckpt.write_file(out, arrays, meta)
+    return out
+
+
+#: the size and options of each model's run with one atom far too fast
+FAST = {"gravity": ("200", ["--precision", "fp64"]), "lj": ("2048", ["--model", "lj"])}
+
+
+@pytest.fixture(scope="module")
+def fast_atoms(tmp_path_factory):
+    """Each model's checkpoint at step 10 with one velocity of 1e300."""
+    d = tmp_path_factory.mktemp("fast")
+    out = {}
+    for model, (size, extra) in FAST.items():
+        first = nbody(1, size, *extra, "--steps", "10", "--checkpoint", str(d / f"{model}.npz"))
+        assert first.returncode == 0, first.stderr
+        out[model] = fast_atom(d / f"{model}.npz", d / f"{model}-fast.npz", model)
+    return out
+
+
+@pytest.mark.parametrize("model, backend, ranks", [("gravity", "numpy", 1), ("gravity", "numba", 3),
+                                                   ("lj", "numba", 3)])
+def test_a_velocity_of_1e300_from_a_checkpoint_is_one_message(fast_atoms, model, backend, ranks):
+    """(was: exit 3 after NumPy's RuntimeWarning lines, once per rank; under --backend numpy the gravity
+    run went on to its end with an infinite energy, exit 0).  The simulator's paths: tests/gpu."""
+    size, extra = FAST[model]
+    proc = nbody(ranks, size, *extra, "--backend", backend, "--steps", "20", "--restart", str(fast_atoms[model]))
+    blew_up(proc, "the run blew up at step 10: non-finite thermo")
+    assert proc.stderr.strip().splitlines() == [line for line in proc.stderr.splitlines() if "blew up" in line], \
+        proc.stderr  # that one line, nothing more
+
+
 def test_gravity_on_blowup_save_writes_beside_the_default_name(tmp_path):
     proc = nbody(3, "999", "--dt", "1e30", "--steps", "5", "--on-blowup", "save", cwd=tmp_path)
     blew_up(proc, "pympi-nbody-999.blowup.npz")

@@ -225,6 +225,7 @@ LJ_FAULTS = {  # a meta field changed, and what the refusal says
     "infinite temperature": ({"temperature": float("inf")}, "its --temperature inf is refused"),
     "seed out of range": ({"seed": 2 ** 70}, "is not in the range 0<=x<=18446744073709551615"),
     "zero dt": ({"dt": 0.0}, "must be finite and > 0"),
+    "dt zero in fp64": ({"dt": 1e-320}, "--dt 1e-320 is below 2.23e-308"),
     "pair style of a number": ({"pair": 3}, "its --pair 3 is refused"),
     "unknown pair style": ({"pair": "lj/nonsense"}, "its --pair 'lj/nonsense' is refused"),
     "coefficients as a list": ({"pair_coeffs": [1, 2]}, "its pair coefficients: not a record"),
@@ -275,6 +276,7 @@ GRAVITY_FAULTS = {
     "softening too small": ({"softening": 1e-20}, "--softening 1e-20 is below 1e-15"),
     "unknown init": ({"init": "cube"}, "its --init 'cube' is refused"),
     "dt negative": ({"dt": -1.0}, "must be finite and > 0"),
+    "dt zero in fp32": ({"dt": 1e-46}, "--dt 1e-46 is below 1.18e-38, the smallest normal number of fp32"),
     "initial row of strings": ({"initial": {"step": 0, "kinetic": "a", "potential": 1.0, "energy": 1.0,
                                             "momentum": [0, 0, 0]}}, "its initial thermo row's kinetic 'a'"),
 }

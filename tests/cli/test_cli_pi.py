@@ -187,3 +187,28 @@ def test_an_imbalanced_run_shows_the_waiting_on_its_fast_ranks():
         if imbalanced(ph):
             break
     assert imbalanced(ph), ph
+
+
+@pytest.mark.parametrize("stdout", ["closed (>&-)", "full (/dev/full)", "a pipe whose reader left"])
+def test_a_result_that_cannot_be_printed_is_one_line_and_exit_141(tmp_path, stdout):
+    """``pympi-pi 1e4 >&-`` exited 0 with the estimate printed nowhere (and with /dev/full, or a closed pipe,
+    141 without a word): as pympi-nbody treats a closed output, exit status 141 and one line naming stdout.
+    pympi-nbody given a stdout closed at its start stops as it does on a full one."""
+    import subprocess
+
+    redirect = {"closed (>&-)": ">&-", "full (/dev/full)": ">/dev/full", "a pipe whose reader left": "| true"}[stdout]
+    why = {"closed (>&-)": "it was closed when the command started",
+           "full (/dev/full)": "No space left on device", "a pipe whose reader left": "its reader left"}[stdout]
+    # (true leaves long before the estimate comes, a second of start-up later)
+    shell = f"set -o pipefail; {PI} 1e4 {redirect}; echo $? >&2"
+    p = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, env=clean_env(), timeout=120)
+    lines = p.stderr.strip().splitlines()
+    assert lines == [f"pympi-pi: cannot write to stdout ({why}): what the command had to print there is lost", "141"], \
+        p.stderr
+    if stdout == "closed (>&-)":
+        nbody = script("pympi-nbody")
+        p = subprocess.run(["bash", "-c", f"{nbody} 100 --steps 3 --threads 1 >&-; echo $? >&2"], capture_output=True,
+                           text=True, env=clean_env(), timeout=120, cwd=tmp_path)
+        lines = p.stderr.strip().splitlines()
+        assert lines[-1] == "141" and "stopped by SIGPIPE (its output closed) after step 1" in lines[-2], p.stderr
+        assert (tmp_path / "pympi-nbody-100.ckpt.npz").is_file()

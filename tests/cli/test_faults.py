@@ -21,6 +21,7 @@ import pytest
 from helpers.commands import env, mpiexec_argv, one_message, run, script
 from helpers.disks import fill, tmpfs
 from helpers.jobs import END_WITHIN, job, kill_last_rank, wait_busy, wait_for_path, wait_for_rank
+from helpers.outputs import inflated
 from pympi_gpu.nbody.gravity import checkpoint as ckpt
 
 PI = script("pympi-pi")
@@ -121,6 +122,12 @@ def _bad_checkpoint(kind: str, good: Path, where: Path) -> Path:
         ckpt.write_file(path, {k: v.astype(np.float64) for k, v in arrays.items()}, meta)
     elif kind == "nan":
         ckpt.write_file(path, dict(arrays, x=np.full_like(arrays["x"], np.nan)), meta)
+    elif kind == "no-mass":  # a body of mass 0 and one of mass -1
+        m = arrays["m"].copy()
+        m[:2] = 0.0, -1.0
+        ckpt.write_file(path, dict(arrays, m=m), meta)
+    elif kind == "bomb":  # a meta record of 1.2 GB deflated into 1.2 MB (here 256 MB into 256 kB)
+        inflated(path, good, "meta", 256 << 20)
     elif kind == "not-a-checkpoint":
         with open(path, "wb") as fh:
             np.savez(fh, a=np.arange(3))
@@ -137,6 +144,8 @@ def _bad_checkpoint(kind: str, good: Path, where: Path) -> Path:
     ("wrong-n", "has shape (50,), expected (60,)"),
     ("wrong-precision", "is float64, expected float32 (fp32)"),
     ("nan", "holds non-finite values"),
+    ("no-mass", "array 'm' holds masses that are not positive"),  # was: run, virial ratio nan
+    ("bomb", "the 'meta' record holds 256 MiB once inflated, far more than a checkpoint's"),  # was: read whole
     ("not-a-checkpoint", "is not a pympi-nbody checkpoint"),
 ])
 def test_bad_checkpoint_is_refused_with_one_message(tmp_path, ranks, kind, words):
@@ -245,6 +254,7 @@ BAD_COUNTS = [
     ("١٠٠", "is not a whole number"),          # Arabic-Indic digits
     ("0x10", "is not a whole number"),
     ("1e-3", "is not a whole number"),
+    ("-1", "'-1' is negative (must be at least 1)"),  # was: No such option '-1'
 ]
 BAD_OPTIONS = [
     (["--threads", "0"], "0 is not in the range 1<=x<=4096"),
@@ -269,7 +279,11 @@ BAD_INPUTS = ([(app, [count], words) for app in ("pi", "nbody") for count, words
                  ("nbody", ["4000", "--model", "lj", "--cutoff", "1e-3", "--skin", "0"],
                   "cells of the neighbour search"),
                  ("nbody", ["100", "--softening", "1e308"], "where eps^2 overflows fp32"),
-                 ("nbody", ["1"], "BODIES (1) must be at least 2")])
+                 ("nbody", ["1"], "BODIES (1) must be at least 2"),
+                 # issue 60: a step that is zero in the run's precision ran with nothing moving
+                 ("nbody", ["100", "--dt", "1e-46"], "--dt 1e-46 is below 1.18e-38, the smallest normal number of "
+                                                     "fp32"),
+                 ("nbody", ["500", "--model", "lj", "--dt", "1e-320"], "--dt 1e-320 is below 2.23e-308")])
 #: inputs refused for the memory they need, and the bytes that takes (a node with more runs them)
 NEEDS_MEMORY = {"2e9": 256e9, "1e9": 800e9, "2e8": 160e9}
 

@@ -16,7 +16,7 @@ NBODY = script("pympi-nbody")
 
 @pytest.mark.parametrize("args, match", [
     (["0"], "must be at least 1"),
-    (["-5"], "No such option"),
+    (["-5"], "'-5' is negative (must be at least 1)"),  # was: No such option '-5'.
     (["abc"], "is not a whole number"),
     (["nan"], "is not a whole number"),
     (["1.5"], "is not a whole number"),

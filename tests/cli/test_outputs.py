@@ -162,6 +162,70 @@ def test_a_torn_row_is_cut_on_restart(tmp_path, suffix):
         assert all(len(r) == 6 for r in rows)
 
 
+@pytest.fixture(scope="module")
+def continued(tmp_path_factory):
+    """A gravity run's checkpoint at step 15 with its frames and rows every 5 steps: a trajectory and a log
+    of each format, for a restart to continue."""
+    d = tmp_path_factory.mktemp("continued")
+    for dump, log in (("d.extxyz", "t.csv"), ("d.gsd", "t.yaml")):
+        ok(nbody(2, 200, "--backend", "numpy", "--steps", 15, "--dump", d / dump, "--dump-every", 5, "--thermo", 5,
+                 "--thermo-file", d / log, "--checkpoint", d / "c.npz", "--overwrite"))
+    return d
+
+
+def _damage(path, case: str) -> None:
+    """What each case of :func:`test_a_file_damaged_before_its_end_is_refused_untouched` does to ``path``."""
+    if case in ("an atom line deleted", "step=ten"):
+        lines = path.read_bytes().split(b"\n")
+        frame = next(i for i, line in enumerate(lines) if b" step=5 " in line)  # the header of step 5's frame
+        if case == "step=ten":
+            lines[frame] = lines[frame].replace(b" step=5 ", b" step=ten ")
+        else:
+            del lines[frame + 50]
+        path.write_bytes(b"\n".join(lines))
+    elif case == "an index entry erased":  # GSD: frame 1's first entry
+        import struct
+
+        import numpy as np
+
+        data = bytearray(path.read_bytes())
+        at, allocated = struct.unpack_from("<QQ", data, 8)
+        frames = np.frombuffer(data, "<u8", count=allocated * 4, offset=at)[::4]
+        first = int(np.flatnonzero(frames == 1)[0])
+        data[at + 32 * first:at + 32 * (first + 1)] = bytes(32)
+        path.write_bytes(bytes(data))
+    elif case == "a row damaged":
+        path.write_text(path.read_text().replace("\n5,", "\n5,1.5,oops\n6,", 1))
+    else:  # a row past the checkpoint
+        with open(path, "a") as fh:
+            fh.write("  - [999, 1.0, 2.0, 3.0, 4.0, 0.0, 0.0, 0.0, ]\n")
+
+
+@pytest.mark.parametrize("case, name, ranks, words", [
+    ("an atom line deleted", "d.extxyz", 2, "--dump '{path}' is damaged at line 404: '200' (1 word(s)) where an atom "
+                                            "line of the frame of line 203"),
+    ("step=ten", "d.extxyz", 3, "--dump '{path}' is damaged at line 204: the frame header's step=ten is not a whole "
+                                "number"),
+    ("an index entry erased", "d.gsd", 2, "--dump '{path}' is damaged at index entry "),
+    ("a row damaged", "t.csv", 2, "--thermo-file '{path}' is damaged at line 4: "),
+    ("a row past the checkpoint", "t.yaml", 2, "--thermo-file '{path}' holds rows up to step 999, beyond step 15 of "
+                                              "the checkpoint"),
+])
+def test_a_file_damaged_before_its_end_is_refused_untouched(tmp_path, continued, case, name, ranks, words):
+    """(issue 60, items 2, 11, 13; was: the extended XYZ cut at the first frame that did not parse, the frames
+    after it gone, exit 0 and no word; ``step=ten`` an error on rank 0, exit 1; a row at step 999 made the
+    restart skip every row up to it while printing them)"""
+    for f in continued.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    path = tmp_path / name
+    _damage(path, case)
+    before = path.read_bytes()
+    option = ["--dump", path, "--dump-every", 5] if name.startswith("d.") else ["--thermo-file", path]
+    p = nbody(ranks, 200, "--backend", "numpy", "--steps", 25, "--thermo", 5, *option, "--restart", tmp_path / "c.npz")
+    one_message(p, words.format(path=path))
+    assert path.read_bytes() == before
+
+
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_a_second_job_on_one_checkpoint_is_refused(tmp_path, ranks):
     ck = tmp_path / "c.npz"

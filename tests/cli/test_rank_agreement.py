@@ -143,6 +143,16 @@ def test_an_option_from_one_ranks_environment_is_refused_naming_it(app):
     assert f"(from {var.split('=')[0]})" in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize("ranks", [(1, 1), (2, 1)], ids=["2 ranks", "3 ranks"])
+def test_ranks_running_different_commands_are_refused_saying_so(ranks):
+    """``mpiexec -n 1 pympi-pi 1e3 : -n 1 pympi-nbody 100``: was refused as ``benchmark is None on rank 0 but
+    False on rank 1`` (an option one command has and the other not)."""
+    p, took = timed(mpmd([PI, "1e3", "--backend", "numpy"], [NBODY, "100", "--backend", "numpy"], ranks=ranks))
+    refused_once(p, took, f"the ranks run different commands: pympi-pi on rank 0 but pympi-nbody on rank "
+                          f"{sum(ranks) - 1}")
+    assert "benchmark" not in p.stderr, p.stderr
+
+
 def test_threads_may_differ_between_ranks():
     """--threads is each node's own (PER_RANK_OPTIONS): not refused."""
     same = [PI, "1e6", "--backend", "numba"]

@@ -328,3 +328,36 @@ def test_projection_needs_phases(tmp_path):
             env=env(), cwd=tmp_path, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "no projection" in p.stdout and "phases" in p.stdout
+
+
+def test_a_closed_stdout_is_named_and_a_damaged_results_line_is_refused_by_its_number(tmp_path):
+    """(issue 60, items 15 and 14) ``pympi-scale ... > /dev/full`` said ``cannot write a file of --out`` (it was
+    stdout), exit 1; a results line without its ``wall_time``, or with ``"repeat": "0"``, ended in KeyError or
+    TypeError, exit 1, no report."""
+    out = tmp_path / "s"
+    study = [SCALE, "--ranks", "1", "--out", str(out), "--timeout", "240", "--", *PI]
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(study, stdout=full, stderr=subprocess.PIPE, text=True, env=env(), timeout=600)
+    assert p.returncode == 141, p.stderr
+    said = [line for line in p.stderr.splitlines() if line.startswith(("pympi-scale:", "Error"))]
+    assert said == ["pympi-scale: cannot write to stdout (No space left on device): what the command had to print "
+                    "there is lost"], p.stderr
+    assert read_jsonl(out.with_suffix(".jsonl"))[0]["ok"] and json.loads(out.with_suffix(".json").read_text())
+    # the same study again, its reader gone before the table comes (nothing left to run)
+    proc = subprocess.Popen(study, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=600) == 141 and "cannot write to stdout (its reader left)" in err, err
+    jsonl = out.with_suffix(".jsonl")
+    good = jsonl.read_text()
+    for damage, words in ((lambda r: r["record"].pop("wall_time"), "its record's 'wall_time' '(none)' is not a "
+                                                                   "number of seconds"),
+                          (lambda r: r.update(repeat="0"), "its 'repeat' '0' is not a whole number >= 0")):
+        line = json.loads(good)
+        damage(line)
+        jsonl.write_text(json.dumps(line) + "\n")
+        before = {f.name: f.read_bytes() for f in tmp_path.iterdir()}
+        p = run(study, env=env(), timeout=120)
+        assert p.returncode == 2 and p.stderr.count("Error") == 1 and "Traceback" not in p.stderr, p.stderr
+        assert f"line 1 is a run of a pympi-scale study, but {words}" in p.stderr, p.stderr
+        assert {f.name: f.read_bytes() for f in tmp_path.iterdir()} == before  # nothing written

@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from helpers.commands import ROOT, clean_env, mpiexec_argv, run
+from helpers.commands import ROOT, clean_env, mpiexec_argv, run, script
 
 SIM = clean_env(NUMBA_ENABLE_CUDASIM="1", OMP_NUM_THREADS="1")
 
@@ -200,6 +200,33 @@ def test_low_occupancy_warnings_filtered():
     count, after = out.stdout.split(" ", 1)
     assert int(count) == 1, out.stdout  # numba does warn, here
     assert after.strip() == "['another warning still shows']", out.stdout
+
+
+# ------------------------------------------------------------------ an overflowing state: one message
+
+@pytest.mark.parametrize("model", ["gravity", "lj"])
+def test_an_overflowing_state_is_one_message_under_the_simulator(tmp_path, model):
+    """A velocity of 1e300 from a checkpoint: exit 3 and the blow-up's one line, without NumPy's
+    RuntimeWarning lines before it (the simulator runs the kernels' arithmetic in NumPy).  The CPU's
+    paths: tests/cli/test_blowup.py."""
+    from pympi_gpu.nbody.checkpoint import write_file
+    from pympi_gpu.nbody.gravity import checkpoint as gravity
+    from pympi_gpu.nbody.lj import checkpoint as lj
+
+    nbody = script("pympi-nbody")
+    size, extra = ("128", ["--precision", "fp64"]) if model == "gravity" else ("256", ["--model", "lj"])
+    good, fast = tmp_path / "good.npz", tmp_path / "fast.npz"
+    first = run([nbody, size, *extra, "--backend", "numba", "--threads", "1", "--steps", "4", "--checkpoint",
+                 str(good), "-q"], env=clean_env(OMP_NUM_THREADS="1"), timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    meta, arrays = (gravity if model == "gravity" else lj).read_file(str(good))
+    (arrays["vx"] if model == "gravity" else arrays["v"]).flat[3] = 1e300
+    write_file(fast, arrays, meta)
+    out = run([nbody, size, *extra, "--backend", "gpu", "--steps", "8", "--restart", str(fast), "-q"], env=SIM,
+              timeout=600)
+    assert out.returncode == 3, out.stderr[-3000:]
+    assert out.stderr.strip().splitlines() == [
+        line for line in out.stderr.splitlines() if line.startswith("Error: the run blew up at step 4")], out.stderr
 
 
 # ------------------------------------------------------------------ fp64 gravity: the clamp out of the loop

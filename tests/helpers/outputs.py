@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import json
+import zipfile
+
 import ase.io
 import gsd.hoomd
 import numpy as np
@@ -34,3 +38,27 @@ def frames(path):
             return out
     return [(int(a.info["step"]), a.arrays["id"], a.positions, a.arrays["velo"],
              float(a.cell.lengths()[0]) if a.pbc.all() else None) for a in ase.io.read(str(path), index=":")]
+
+
+def inflated(path, source, member: str, size: int) -> str:
+    """A decompression bomb: the checkpoint ``source`` written to ``path`` with its record ``member``
+    (``meta``, ``x``...) deflated and made to inflate to ``size`` bytes, a few hundred kB on disk: the meta
+    record's string padded with blanks (JSON reads it as before), an array's rows followed by zeros (a
+    reader of its rows stops before them)."""
+    with zipfile.ZipFile(source) as z:
+        members = {info.filename: z.read(info) for info in z.infolist()}
+    name = f"{member}.npy"
+    if member == "meta":
+        text = json.dumps(json.loads(str(np.load(source)["meta"])))
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, np.array(text + " " * ((size - 128) // 4 - len(text))))
+        data = buf.getvalue()
+    else:
+        data = members[name] + bytes(size - len(members[name]))
+    with zipfile.ZipFile(path, "w") as z:
+        for n, body in members.items():
+            if n == name:
+                z.writestr(zipfile.ZipInfo(n), data, compress_type=zipfile.ZIP_DEFLATED)
+            else:
+                z.writestr(n, body)
+    return str(path)

@@ -88,3 +88,14 @@ def test_every_option_has_help_and_help_is_plain_text():
     for name, command in commands().items():
         text = runner.invoke(command, ["--help"], prog_name=f"pympi-{name}").output
         assert "--version" in text and "``" not in text and ":func:" not in text, name
+
+
+@pytest.mark.parametrize("name", ["pi", "nbody"])
+@pytest.mark.parametrize("typed", [["-1"], ["-1e6"], ["-5", "--steps", "2"]])
+def test_a_negative_count_is_said_to_be_negative(name, typed, capsys):
+    """``pympi-pi -1`` was refused as ``No such option '-1'``: a count typed negative is said to be one."""
+    with pytest.raises(SystemExit) as info:
+        run_command(lazy(COMMANDS[name])(), prog_name=f"pympi-{name}", args=typed)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"'{typed[0]}' is negative" in err and "No such option" not in err, err
+    assert err.count("Error:") == 1

@@ -13,7 +13,8 @@ def test_good(text, value):
 
 
 @pytest.mark.parametrize("text, words", [
-    ("-5", "not a whole number"), ("0", "at least 1"), ("1.5", "not a whole number"),
+    ("-5", "'-5' is negative"), ("-1e6", "is negative"), ("-0", "at least 1"), ("0", "at least 1"),
+    ("1.5", "not a whole number"),
     ("nan", "not a whole number"), ("inf", "not a whole number"), ("1e30", "out of range"),
     ("abc", "not a whole number"), ("", "empty"), ("   ", "empty"), ("1e-3", "not a whole number"),
     ("1__0", "not a whole number"), ("_10", "not a whole number"), ("10_", "not a whole number"),

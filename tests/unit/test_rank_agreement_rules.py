@@ -11,7 +11,7 @@ def test_the_options_that_must_agree_unit():
     """The start-up agreement's comparison, without MPI: the first option differing from rank 0's."""
     import click
 
-    from pympi_gpu.cli.common import _differing_option, _first_problem
+    from pympi_gpu.cli.common import _differing_command, _differing_option, _first_problem
 
     @click.command()
     @click.argument("bodies")
@@ -27,6 +27,9 @@ def test_the_options_that_must_agree_unit():
                            "(from PYMPI_NBODY_STEPS)")
     assert "BODIES is '9' on rank 0 but '8'" in _differing_option(ctx, [{"bodies": ("9", None)},
                                                                          {"bodies": ("8", None)}])
+    assert _differing_command(["pympi-pi", "pympi-pi", None]) is None  # None: a rank that hands in no options
+    assert _differing_command(["pympi-pi", "pympi-pi", "pympi-nbody"]).startswith(
+        "the ranks run different commands: pympi-pi on rank 0 but pympi-nbody on rank 2;")
     assert _first_problem([None, None]) is None
     assert _first_problem(["no GPU", "no GPU"]) == "no GPU"  # every rank: no rank named
     assert _first_problem([None, "no GPU", None]) == "no GPU (rank 1 of 3)"

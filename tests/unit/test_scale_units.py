@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 
 import pytest
@@ -103,6 +104,34 @@ def test_store_appends_and_resists_torn_lines(tmp_path):
         ResultsStore(path, ["pympi-pi", "1e6"], "weak").load()
     moved = store.set_aside()
     assert moved.name == "s.jsonl.1.bak" and not path.exists() and moved.exists()
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"record": {"wall_time": None}}, "its record's 'wall_time' None is not a number of seconds"),
+    ({"record": {}}, "its record's 'wall_time' '(none)' is not a number of seconds"),
+    ({"repeat": "0"}, "its 'repeat' '0' is not a whole number >= 0"),
+    ({"repeat": -1}, "its 'repeat' -1 is not a whole number >= 0"),
+    ({"ok": "yes"}, "its 'ok' 'yes' is not true or false"),
+    ({"elapsed": float("nan")}, "its 'elapsed' nan is not a number of seconds"),
+    ({"record": None}, "it succeeded but holds no record"),
+])
+def test_a_damaged_line_of_the_study_is_refused_by_its_number(tmp_path, change, words):
+    """(was: KeyError or TypeError in the report, exit 1, no report)"""
+    from pympi_gpu.scale.store import StudyRefused
+
+    path = tmp_path / "s.jsonl"
+    store = ResultsStore(path, ["pympi-pi", "1e6"], "strong")
+    store.append(run_entry(Point(1), 0, 1.0))
+    bad = run_entry(Point(2), 0, 0.5)
+    for key, value in change.items():
+        if key == "record" and isinstance(value, dict):
+            bad["record"] = {k: v for k, v in bad["record"].items() if k != "wall_time"} | value
+        else:
+            bad[key] = value
+    with open(path, "a") as fh:  # a line changed by hand (NaN too: JSON's readers take it)
+        fh.write(json.dumps({"schema": RUN_SCHEMA, "command": ["pympi-pi", "1e6"], "kind": "strong", **bad}) + "\n")
+    with pytest.raises(StudyRefused, match=rf"line 2 is a run of a pympi-scale study, but {re.escape(words)}"):
+        store.load()
 
 
 def test_parse_record():

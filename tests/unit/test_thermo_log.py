@@ -3,6 +3,8 @@ second header or a repeated step, a bad suffix refused.  Runs that write it: tes
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -26,3 +28,71 @@ def test_thermo_log_units(tmp_path):
     assert list(yaml.safe_load_all(open(y)))[0] == {"keywords": ["Step", "X"], "data": [[0, float("inf")]]}
     with pytest.raises(ValueError, match="suffix must be one of"):
         format_of("thermo.txt")
+
+
+def _log(path, rows=(0, 5, 10, 15)) -> bytes:
+    """A log of ``rows`` as a run writes it (its identity line first), then closed."""
+    from pympi_gpu.run.outputs import RunIdentity
+
+    with ThermoLog(path, ["Step", "X", "Y"], RunIdentity.of("lj", 4, 1.0, 1)) as t:
+        for step in rows:
+            t.write((step, 0.5 * step, float("inf")))
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".yaml"])
+@pytest.mark.parametrize("damage, words", [
+    ("cut", "(2 value(s)) where a row of 3 values should be"),          # a row cut short, its newline kept
+    ("garbage", "(no row)"),                                             # a line of something else
+    ("backwards", "a row at step 3 follows the row at step 5"),
+    ("not numbers", "is a row of values that are not numbers"),
+])
+def test_a_log_damaged_before_its_end_is_refused_untouched(tmp_path, suffix, damage, words):
+    """(was: a restart appended after it, keeping the damage; a damaged last row is no torn one either)"""
+    from pympi_gpu.run.outputs import APPEND, OutputRefused
+
+    path = tmp_path / f"t{suffix}"
+    lines = _log(path).decode().split("\n")
+    step = "10," if damage == "backwards" else "5,"
+    row = next(i for i, line in enumerate(lines) if line.replace("  - [", "").startswith(step))
+    cut = lines[row][:lines[row].rindex(",", 0, len(lines[row]) - 3)] + ("]" if suffix == ".yaml" else "")
+    lines[row] = {"cut": cut,
+                  "garbage": "it was here" if suffix == ".csv" else "  it was here",
+                  "backwards": lines[row].replace("10,", "3,", 1),
+                  "not numbers": lines[row].replace("2.5", "two and a half")}[damage]
+    if damage == "garbage" and suffix == ".csv":
+        words = "(1 value(s))"
+    path.write_bytes("\n".join(lines).encode())
+    before = path.read_bytes()
+    with pytest.raises(OutputRefused, match=rf"is damaged at line {row + 1}: .*{re.escape(words)}"):
+        ThermoLog(path, ["Step", "X", "Y"], mode=APPEND)
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".yaml"])
+def test_a_log_holding_a_step_past_the_checkpoint_is_refused_untouched(tmp_path, suffix):
+    """An appended row ``999,...``: a restart from step 10 skipped every new row up to 999 while printing them."""
+    from pympi_gpu.run.outputs import APPEND, OutputRefused
+
+    path = tmp_path / f"t{suffix}"
+    _log(path, rows=(0, 5, 10, 999))
+    before = path.read_bytes()
+    with pytest.raises(OutputRefused, match="holds rows up to step 999, beyond step 10 of the checkpoint"):
+        ThermoLog(path, ["Step", "X", "Y"], mode=APPEND, through=10)
+    assert path.read_bytes() == before
+    with ThermoLog(path, ["Step", "X", "Y"], mode=APPEND, through=999) as t:  # its own restart: continued
+        assert t.after == 999
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".yaml"])
+def test_only_a_torn_last_row_is_cut(tmp_path, suffix):
+    from pympi_gpu.run.outputs import APPEND
+
+    path = tmp_path / f"t{suffix}"
+    whole = _log(path)
+    with open(path, "ab") as fh:
+        fh.write(b"20,1.0" if suffix == ".csv" else b"  - [20, 1.0")
+    with ThermoLog(path, ["Step", "X", "Y"], mode=APPEND, through=15) as t:
+        assert t.after == 15
+    assert path.read_bytes().startswith(whole) and b"20, 1.0" not in path.read_bytes()
+    assert b"20,1.0" not in path.read_bytes()

@@ -68,7 +68,7 @@ def _validate_header(f: NpzRows) -> None:
             and meta["softening"] > 0):
         raise unusable(name, "dt and softening must be finite and > 0")
     dtype = _DTYPES[meta["precision"]]
-    f.open(FIELDS)
+    f.open(FIELDS, rows=n)
     for k in FIELDS:
         if f.shape[k] != (n,):
             raise unusable(name, f"array {k!r} has shape {f.shape[k]}, expected ({n},)")
@@ -80,6 +80,8 @@ def _validate_rows(name: str, rows: dict[str, np.ndarray]) -> None:
     for k in FIELDS:
         if not np.isfinite(rows[k]).all():
             raise unusable(name, f"array {k!r} holds non-finite values")
+    if not (rows["m"] > 0).all():  # a body of no mass, or a negative one, has no physics (nor virial ratio)
+        raise unusable(name, "array 'm' holds masses that are not positive")
 
 
 def gather(comm, local: dict[str, np.ndarray], fields=FIELDS) -> dict[str, np.ndarray] | None:

@@ -17,6 +17,7 @@ momentum sum m v.  :class:`GravitySystem` is what the run loop
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -179,8 +180,17 @@ class GravitySystem:
                       f"(now {c.softening:g})")
 
     def thermo(self) -> Diagnostics:
-        """Energies and momentum at this step (one potential evaluation, as much as a force step)."""
-        return diagnostics(self.comm, self.backend, self.exchange, self.state, self.eps2)
+        """Energies and momentum at this step (one potential evaluation, as much as a force step); a
+        non-finite one is a blow-up (finite velocities whose squares overflow: the positions stay finite,
+        and the run would go on with an infinite energy)."""
+        row = diagnostics(self.comm, self.backend, self.exchange, self.state, self.eps2)
+        if not all(math.isfinite(v) for v in (row.kinetic, row.potential, row.energy, *row.momentum)):
+            c = self.config
+            raise BlowUp(None, f"non-finite thermo (kinetic energy {row.kinetic:.4g}, potential "
+                               f"{row.potential:.4g})",
+                         f"the integration overflowed: reduce --dt (now {c.dt:g}) or raise --softening "
+                         f"(now {c.softening:g})")
+        return row
 
     def frame(self) -> dict | None:
         """Every body on rank 0 (None elsewhere), in index order (ids 1..N); collective."""

@@ -83,7 +83,7 @@ def _validate_header(f: NpzRows) -> None:
         raise unusable(path, "meta atoms/cells/step out of range")
     if not all(math.isfinite(meta[k]) and meta[k] > 0 for k in ("density", "cutoff", "dt")):
         raise unusable(path, "density, cutoff and dt must be finite and > 0")
-    f.open(FIELDS)
+    f.open(FIELDS, rows=n)
     for k in ("x", "v", "f"):
         if f.shape[k] != (n, 3) or f.dtype[k] != np.float64:
             raise unusable(path, f"array {k!r} is not ({n}, 3) finite float64")
