@@ -83,6 +83,32 @@ def test_the_prebuild_holds_every_lock_from_its_start_and_survives_a_failure(loc
     assert "prebuild slow: made" in out and "prebuild broken: FAILED" in out and "no base image" in out
 
 
+#: Two chains: "slow" then "after" in one, "quick" in the other, each noting when it ends.
+FAKE_CHAINS = """
+import sys, time
+sys.path[:0] = [{tests!r}, {root!r}]
+from system import containers as c
+c.PREBUILD = (("slow", "after"), ("quick",))
+def make(name):
+    time.sleep({{"slow": 3, "after": 0, "quick": 0.2}}[name])
+    print("done", name, round(time.monotonic(), 3), flush=True)
+c._make = make
+sys.exit(c.prebuild())
+"""
+
+
+def test_the_prebuild_makes_its_chains_side_by_side(locks):
+    """The second chain's image is made while the first chain's first one is still being made; a chain's
+    images one after the other."""
+    proc = subprocess.run([sys.executable, "-c", FAKE_CHAINS.format(tests=str(ROOT / "tests"), root=str(ROOT))],
+                          env=os.environ, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ended = {line.split()[1]: float(line.split()[2]) for line in proc.stdout.splitlines() if line.startswith("done")}
+    assert set(ended) == {"slow", "after", "quick"}
+    assert ended["quick"] < ended["slow"] - 1.5  # not after it
+    assert ended["after"] >= ended["slow"]
+
+
 def test_the_container_tiers_run_last():
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                            "tests/system/test_cuda_image.py", "tests/system/test_slurm.py", "tests/unit/test_rng.py",
