@@ -108,9 +108,8 @@ def _config(args) -> LjConfig:
                       pair_coeffs=tuple(own["pair_coeff"]), neigh_every=own["neigh_every"],
                       neigh_check=own["neigh_check"] == "yes", thermostat=own["thermostat"],
                       tdamp=thermostats.default_tdamp(dt) if own["tdamp"] is None else own["tdamp"])
-    if not args.restart:  # (a restart's thermostat is its checkpoint's: _restart_thermostat)
+    if not args.restart:  # a restart's coefficients and thermostat are its checkpoint's (_restart_pair, ...)
         _check_thermostat(config, own["tdamp"] is not None, args.verify)
-    if not args.restart:  # a restart's coefficients are judged against its checkpoint's style (_restart_pair)
         try:
             config.coefficients
         except ValueError as exc:
