@@ -15,7 +15,7 @@ one order for every model:
    what the restarted system must meet (the LJ bricks);
 4. the device (:func:`~pympi_gpu.cli.devices.choose_device`, the round trip in
    ``dtype(config)``), the threads, ``on_device(comm, config, device, threads)``;
-5. the outputs claimed (the run's ``config.identity()``, ``thermo``, ``box(config)``),
+5. the outputs claimed (the run's ``config.identity()``, ``thermo(config)``: its thermo columns, ``box(config)``),
    ``system(comm, config, device, restart, args)``, the loop with the command's
    writers, ``verify(...)`` where asked, and the record printed by ``human`` or
    ``document``.
@@ -81,9 +81,7 @@ class Model(Protocol):
     def verify(self, comm, system, config, run, args) -> Any: ...         # collective
     def human(self, run, threads: int, shown: bool) -> str: ...
     def document(self, run, threads: int, device) -> dict: ...
-
-    @property
-    def thermo(self) -> Any: ...                                          # the thermo module
+    def thermo(self, config) -> Any: ...                                  # the run's thermo columns
 
 
 @functools.cache
@@ -138,7 +136,7 @@ def run(ctx, args, simd_note: str) -> None:
         device = choose_device(comm, args.backend, early, transport=args.transport, dtype=m.dtype(config))
         threads = configure_threads(comm, args.threads)
         config = m.on_device(comm, config, device, threads)
-        outputs = claim_outputs(comm, args, config.identity(), thermo_module=m.thermo, box=m.box(config),
+        outputs = claim_outputs(comm, args, config.identity(), thermo_module=m.thermo(config), box=m.box(config),
                                 through=restart.meta["step"] if restart else None)
         with arithmetic_unsaid():  # a state that overflows is a blow-up: one message, not NumPy's too
             system = m.system(comm, config, device, restart, args)
@@ -161,7 +159,7 @@ def _simulate(comm, m: Model, config, system, device, outputs, args, stop, threa
     provenance = collect(comm, extra={**device.provenance(), "threads_per_rank": str(threads), **m.provenance(note)})
     options = args.run_options(name=m.stop_name(config), thermo=m.thermo_rows(args))
     record, shown = execute(comm, system, options, device=device, provenance=provenance, stop=stop,
-                            thermo_module=m.thermo, title=m.title(config, comm), args=args, box=m.box(config),
+                            thermo_module=m.thermo(config), title=m.title(config, comm), args=args, box=m.box(config),
                             outputs=outputs)
     if args.verify:
         record = m.verify(comm, system, config, record, args)

@@ -190,8 +190,7 @@ class Gravity:
                      help="gravity: time the steps only, no energy diagnostics (unless --verify)."),
     )
 
-    @property
-    def thermo(self):
+    def thermo(self, config: NbodyConfig):
         from pympi_gpu.nbody.gravity import thermo
 
         return thermo

@@ -11,7 +11,7 @@ from pympi_gpu.cli.common import fail, largest, refuse_together
 from pympi_gpu.cli.models import Restart
 from pympi_gpu.cli.options import IntRange, PositiveFloat, given, step_problem
 from pympi_gpu.cli.simulation import format_tail, restart_values
-from pympi_gpu.nbody.lj import pairs
+from pympi_gpu.nbody.lj import pairs, thermostats
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED, LjConfig, half_lists
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
@@ -43,10 +43,12 @@ class PairCoeff(click.ParamType):
 
 def lj_title(config, ranks: int, grid) -> str:
     """The summary's first line, from the run's :class:`~pympi_gpu.nbody.lj.config.LjConfig` (or record)."""
+    bath = (f", thermostat {config.thermostat} at T {config.temperature:g} (tdamp {config.tdamp:g})"
+            if config.thermostat != thermostats.DEFAULT else "")
     return (f"lj: {config.atoms:,} atoms ({config.cells}^3 fcc cells, density {config.density:g}, box "
             f"{config.box:.6g}), {ranks} rank(s) as a {'x'.join(map(str, grid))} grid, T0 {config.temperature:g} "
             f"(seed {config.seed}), dt {config.dt:g}, pair {pairs.style(config.pair).describe(config.pair_coeffs)} "
-            f"cut at {config.cutoff:g} + skin {config.skin:g}")
+            f"cut at {config.cutoff:g} + skin {config.skin:g}{bath}")
 
 
 def format_lj(run, threads: int, shown: bool = False) -> str:
@@ -54,8 +56,9 @@ def format_lj(run, threads: int, shown: bool = False) -> str:
 
     ``shown``: the title line and the thermo rows were printed as the run went (left out here).
     """
-    from pympi_gpu.nbody.lj.thermo import HEADER, format_row
+    from pympi_gpu.nbody.lj.thermo import columns
 
+    thermo = columns(thermostats.style(run.thermostat).couples)
     lines = [] if shown else [lj_title(run, run.ranks, run.grid)]
     lines.append(f"  steps      {run.steps} (step {run.first_step} -> {run.last_step})"
                  + (f", restarted from {run.restarted_from}" if run.restarted_from else ""))
@@ -71,10 +74,11 @@ def format_lj(run, threads: int, shown: bool = False) -> str:
                      f"not hidden (max over ranks), CPU {100 * run.cpu_time / run.wall_time:.0f}% of wall")
         lines.append(f"  rate       {run.rate:.4e} atom-steps/s")
     if not shown:
-        lines.append("  thermo   " + HEADER)
-        lines += ["           " + format_row(t) for t in run.thermo]
+        lines.append("  thermo   " + thermo.HEADER)
+        lines += ["           " + thermo.format_row(t) for t in run.thermo]
     if run.energy_drift is not None:
-        lines.append(f"  energy     relative drift of TotEng {run.energy_drift:.3e}; momentum |P1 - P0| = "
+        what = "Econserve" if len(thermo.KEYWORDS) > 6 else "TotEng"
+        lines.append(f"  energy     relative drift of {what} {run.energy_drift:.3e}; momentum |P1 - P0| = "
                      f"{run.momentum_change:.3e}")
     lines += format_tail(run, "force", "atoms", bound=".1e")
     return "\n".join(lines)
@@ -97,12 +101,15 @@ def _config(args) -> LjConfig:
         fail("--model lj runs on --backend numba or gpu (auto picks one)")
     if args.bodies < 4:
         fail(f"ATOMS ({args.bodies}) is too few for the fcc lattice: one cell holds 4 atoms")
+    dt = LjConfig.dt if args.dt is None else args.dt
     config = LjConfig(cells=cells_for(args.bodies), density=own["density"], temperature=own["temperature"],
-                      cutoff=own["cutoff"], skin=own["skin"], dt=LjConfig.dt if args.dt is None else args.dt,
+                      cutoff=own["cutoff"], skin=own["skin"], dt=dt,
                       seed=LjConfig.seed if args.seed is None else args.seed, pair=own["pair"],
                       pair_coeffs=tuple(own["pair_coeff"]), neigh_every=own["neigh_every"],
-                      neigh_check=own["neigh_check"] == "yes")
-    if not args.restart:  # a restart's coefficients are judged against its checkpoint's style (_restart_pair)
+                      neigh_check=own["neigh_check"] == "yes", thermostat=own["thermostat"],
+                      tdamp=thermostats.default_tdamp(dt) if own["tdamp"] is None else own["tdamp"])
+    if not args.restart:  # a restart's coefficients and thermostat are its checkpoint's (_restart_pair, ...)
+        _check_thermostat(config, own["tdamp"] is not None, args.verify)
         try:
             config.coefficients
         except ValueError as exc:
@@ -110,6 +117,21 @@ def _config(args) -> LjConfig:
     if why := _too_large(config):
         fail(why)
     return config
+
+
+def _check_thermostat(config: LjConfig, tdamp_given: bool, verify: bool) -> None:
+    """Refuse what the thermostat cannot do: a damping time without one, a target of 0 for a Nose-Hoover
+    chain (whose masses it scales: LAMMPS refuses it too), ``--verify`` of a Langevin run (its forces are
+    not the pair forces, its energy and momentum are not conserved)."""
+    bath = thermostats.style(config.thermostat)
+    if tdamp_given and not (bath.scales or bath.forces):
+        others = ", ".join(n for n in thermostats.styles() if n != thermostats.DEFAULT)
+        fail(f"--tdamp applies to a thermostat (--thermostat {others})")
+    if bath.positive and not config.temperature > 0:
+        fail(f"--thermostat {config.thermostat} holds --temperature, which must be > 0 (not {config.temperature:g})")
+    if verify and bath.forces:
+        fail(f"--verify checks the pair forces and the conservation of energy and momentum, which the "
+             f"{config.thermostat} thermostat's forces change: run it without --verify")
 
 
 def _too_large(config: LjConfig) -> str | None:
@@ -182,13 +204,42 @@ def _restart(ctx, cart, args, config: LjConfig):
     fixed = restart_values(ctx, path, meta, {name: getattr(config, name) for name in _FROM_FILE})
     fixed.update(_restart_pair(ctx, path, meta, config))
     fixed.update(_restart_policy(ctx, path, meta, config))
+    fixed.update(_restart_thermostat(ctx, path, meta, config))
     restarted = dataclasses.replace(config, **fixed)
     if why := _too_large(restarted):
         unusable(path, why)
     initial = recorded_row(path, meta, Thermo)
     if meta["step"] > args.steps:
         fail(f"--restart: {path!r} is at step {meta['step']}, beyond --steps {args.steps}")
+    _check_thermostat(restarted, False, args.verify)
     return Restart(restarted, meta, local, initial)
+
+
+def _restart_thermostat(ctx, path: str, meta: dict, config: LjConfig) -> dict:
+    """The thermostat a checkpoint fixes, with its damping time and state (one written before thermostats,
+    or of an NVE run: none); given on the command line they must be the recorded ones (a restart continues
+    its run bit for bit)."""
+    import math
+
+    from pympi_gpu.cli.simulation import recorded_values, unusable
+
+    name = recorded_values(ctx, path, {"thermostat": meta.get("thermostat", thermostats.DEFAULT)},
+                           ["thermostat"])["thermostat"]
+    if given(ctx, "thermostat") and config.thermostat != name:
+        fail(f"--restart: {path!r} was run with --thermostat {name}, not {config.thermostat}")
+    bath = thermostats.style(name)
+    if not (bath.scales or bath.forces):
+        if given(ctx, "tdamp"):
+            fail(f"--restart: {path!r} was run without a thermostat: --tdamp does not apply to it")
+        return {"thermostat": name, "tdamp": config.tdamp}
+    tdamp = recorded_values(ctx, path, meta, ["tdamp"])["tdamp"]
+    if given(ctx, "tdamp") and config.tdamp != tdamp:
+        fail(f"--restart: {path!r} was run with --tdamp {tdamp!r}, not {config.tdamp!r}")
+    state = meta.get("thermostat_state", [])
+    if bath.state_size and not (isinstance(state, list) and len(state) == bath.state_size and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in state)):
+        unusable(path, f"its {name} thermostat's state is not {bath.state_size} finite numbers")
+    return {"thermostat": name, "tdamp": tdamp}
 
 
 def _restart_pair(ctx, path: str, meta: dict, config: LjConfig) -> dict:
@@ -265,8 +316,10 @@ def _system(cart, config: LjConfig, device, restart):
         brick = brick_of(config.box, tuple(cart.Get_topo()[0]), cart.Get_coords(cart.Get_rank()))
         return LjSystem(cart, config, *initial_arrays(config, brick, cart), device=device)
     local = restart.local
+    state = restart.meta.get("thermostat_state") if config.thermostatted else None
     return LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"], device=device,
-                    timestep=restart.meta["step"], initial=restart.initial)
+                    timestep=restart.meta["step"], initial=restart.initial,
+                    bath_state=None if state is None else [float(x) for x in state])
 
 
 def _verify(cart, system, config: LjConfig, run, args):
@@ -298,7 +351,15 @@ class Lj:
         click.Option(["--density"], type=PositiveFloat(), default=LjConfig.density, show_default=True,
                      help="lj: reduced number density of the fcc lattice."),
         click.Option(["--temperature"], type=PositiveFloat(allow_zero=True), default=LjConfig.temperature,
-                     show_default=True, help="lj: initial temperature (zero total momentum)."),
+                     show_default=True, help="lj: initial temperature (zero total momentum), and the "
+                                             "thermostat's target."),
+        click.Option(["--thermostat"], type=click.Choice(list(thermostats.styles())), default=thermostats.DEFAULT,
+                     show_default=True, help="lj: hold the temperature: "
+                     + "; ".join(f"{s.name}: {s.summary}" for s in thermostats.styles().values()) + "."),
+        click.Option(["--tdamp"], type=PositiveFloat(), default=None, metavar="T",
+                     help=f"lj: the thermostat's damping time (LJ time units), LAMMPS's Tdamp of fix nvt and "
+                          f"damp of fix langevin [default: {thermostats.TDAMP_STEPS} steps, "
+                          f"{thermostats.default_tdamp(LjConfig.dt):g} at the default --dt]."),
         click.Option(["--cutoff"], type=PositiveFloat(), default=LjConfig.cutoff, show_default=True,
                      help="lj: pair cutoff (sigma)."),
         click.Option(["--skin"], type=PositiveFloat(allow_zero=True), default=LjConfig.skin, show_default=True,
@@ -322,11 +383,11 @@ class Lj:
                                       for s in pairs.styles().values()) + "."),
     )
 
-    @property
-    def thermo(self):
-        from pympi_gpu.nbody.lj import thermo
+    def thermo(self, config: LjConfig):
+        """The run's thermo columns (``Econserve`` too where its thermostat has an energy of its own)."""
+        from pympi_gpu.nbody.lj.thermo import columns
 
-        return thermo
+        return columns(thermostats.style(config.thermostat).couples)
 
     def config(self, args) -> LjConfig:
         return _config(args)

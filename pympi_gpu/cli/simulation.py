@@ -406,15 +406,18 @@ def recorded_row(path: str, meta: dict, row_type):
 
     ``row_type`` is the model's frozen dataclass of a row: ``step`` a whole
     number, ``momentum`` three numbers, every other field a number; all
-    finite.  Anything else is refused by :func:`unusable`.
+    finite.  A field with a default of None (the LJ row's ``econserve``) may be
+    None or left out.  Anything else is refused by :func:`unusable`.
     """
     import math
 
     initial = meta.get("initial")
     if initial is None:
         return None
-    names = [f.name for f in dataclasses.fields(row_type)]
-    if not isinstance(initial, dict) or sorted(initial) != sorted(names):
+    fields = dataclasses.fields(row_type)
+    names = [f.name for f in fields]
+    optional = {f.name for f in fields if f.default is None}
+    if not isinstance(initial, dict) or not set(names) - optional <= set(initial) <= set(names):
         unusable(path, f"its initial thermo row is not a record of {', '.join(names)}")
 
     def number(v) -> bool:
@@ -422,8 +425,10 @@ def recorded_row(path: str, meta: dict, row_type):
 
     values = {}
     for name in names:
-        v = initial[name]
-        if name == "momentum":
+        v = initial.get(name)
+        if name in optional and v is None:
+            ok = True
+        elif name == "momentum":
             ok = isinstance(v, (list, tuple)) and len(v) == 3 and all(number(c) for c in v)
             v = tuple(float(c) for c in v) if ok else v
         elif name == "step":

@@ -82,6 +82,19 @@ def _rebuild_syncs() -> dict[str, int]:
     return {"host": _events()["rebuild 2×1×1"][1], "device": int(m.group(1))}
 
 
+def _thermostats() -> dict[str, dict[str, tuple[int, int, int]]]:
+    """``{thermostat: {bricks: (launches, syncs, uploads)}}`` a thermostat adds to a step (full lists)."""
+    return {r[0]: {"1×1×1": (int(r[1]), int(r[2]), 0), "2×1×1": (int(r[3]), int(r[4]), int(r[5]))}
+            for r in _tables()["thermostat"]}
+
+
+def _thermostat_events() -> tuple[int, int]:
+    """What ``nvt`` adds to reading its state (syncs) and to a wait for the queued steps (launches)."""
+    m = re.search(r"reads the\s+chain's state \((\d+) sync\), and a wait for the queued steps keeps it \((\d+) launch\)",
+                  "\n".join(_section()))
+    return int(m.group(1)), int(m.group(2))
+
+
 def _half() -> tuple[int, int]:
     """Half lists' launches and syncs a step on one rank."""
     m = re.search(r"(\d+) launches\s+and (\d+) sync\s+a step on one rank", "\n".join(_section()))
@@ -119,7 +132,7 @@ from pympi_gpu.device.device import Device
 from pympi_gpu.nbody.lj.domain import brick_of, make_cart
 from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
 
-config = LjConfig(cells=4, newton=sys.argv[2] == "half")
+config = LjConfig(cells=4, newton=sys.argv[2] == "half", thermostat=sys.argv[4])
 cart = make_cart(MPI.COMM_WORLD)
 brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
 atoms = LjSystem(cart, config, *initial_arrays(config, brick),
@@ -139,6 +152,7 @@ rows = {"steady": [counted(lambda e=e: atoms.step(eflag=e)) for e in (False, Tru
         "after": counted(atoms.step),
         "wait": counted(atoms.settle),
         "thermo": counted(atoms.local_sums),
+        "state": counted(atoms.bath_state),
         "check": counted(atoms.finite),
         "rebuilds": atoms.rebuilds, "grid": list(cart.Get_topo()[0])}
 atoms.dev.op_seconds = {}  # a rebuild again, profiled op by op (benchmarks/lj.py --mode gpu-profile)
@@ -154,7 +168,7 @@ cart.Free()
                                                    (1, "host", "half")])
 def test_each_event_costs_what_the_page_says(ranks, transport, lists):
     env = clean_env(PYMPI_CUDA_AWARE="1", **SIM) if transport == "device" else SIM
-    argv = [sys.executable, "-c", COUNT, transport, lists, str(ROOT / "tests")]
+    argv = [sys.executable, "-c", COUNT, transport, lists, str(ROOT / "tests"), "nve"]
     out = run((mpiexec_argv(ranks) if ranks > 1 else []) + argv, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     docs = json.loads(out.stdout)
@@ -203,6 +217,30 @@ def test_each_event_costs_what_the_page_says(ranks, transport, lists):
         assert any(re.fullmatch(r"gpu\.halo\.borders:\d+", k) for k in places)  # the ghosts' scan
         assert any(re.fullmatch(r"gpu\.rebuild\.sort:\d+", k) for k in places)  # the cells' scan
         assert all(v >= 0.0 for v in places.values())
+
+
+@pytest.mark.parametrize("ranks,bath", [(1, "nvt"), (2, "nvt"), (1, "langevin")])
+def test_a_thermostat_adds_what_the_page_says(ranks, bath):
+    """A thermostat's launches, waits and uploads on top of a step's (the page's thermostat table), all in the
+    integrate phase, with a rebuild or without; on one brick still no wait between two outputs."""
+    argv = [sys.executable, "-c", COUNT, "host", "full", str(ROOT / "tests"), bath]
+    out = run((mpiexec_argv(ranks) if ranks > 1 else []) + argv, env=SIM, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    docs = json.loads(out.stdout)
+    bricks = "×".join(map(str, docs[0]["grid"]))
+    more = _thermostats()[bath][bricks]
+    state_syncs, kept = _thermostat_events() if bath == "nvt" else (0, 0)
+    for doc in docs:
+        steps = [*doc["steady"], doc["after"], doc["rebuild"]] if ranks == 1 else [*doc["steady"], doc["after"]]
+        nve = [*_queued(), 0] if ranks == 1 else list(_per_step()[bricks])
+        for s in steps:
+            assert s["total"] == [a + b for a, b in zip(nve, more)], s
+            phases = _phases()[bricks]
+            assert tuple(s["phases"]["integrate"][:2]) == (phases["integrate"][0] + more[0],
+                                                           phases["integrate"][1] + more[1]), s
+        assert doc["state"]["total"][:2] == [0, state_syncs]
+        if ranks == 1:
+            assert doc["wait"]["total"] == [_events()["wait"][0] + kept, _events()["wait"][1], 0]
 
 
 @pytest.mark.parametrize("ranks", [1, 2])

@@ -59,6 +59,10 @@ SLOW = {
     "gpu/test_lj_gpu.py::test_steps_copy_no_atom_array_to_host": None,
     "gpu/test_lj_gpu.py::test_device_rebuild_is_the_cpu_full_list_path_bit_for_bit": None,
     "gpu/test_lj_gpu.py::test_gpu_restart_bit_for_bit": None,
+    # the thermostats on the device: Nose-Hoover's restart and its steps made again stay (the state)
+    "gpu/test_thermostats_gpu.py::test_a_restart_on_the_device_continues_bit_for_bit": {"bath": "langevin"},
+    "gpu/test_thermostats_gpu.py::test_steps_made_again_put_the_thermostat_back": {"bath": "langevin"},
+    "gpu/test_gpu_launches.py::test_a_thermostat_adds_what_the_page_says": {"ranks": 2},
     "gpu/test_gpu_launches.py::test_each_event_costs_what_the_page_says": {"transport": "device"},
     "gpu/test_gpu_launches.py::test_the_record_sums_the_pages_events": {"ranks": 2},
     "gpu/test_nbody_gpu.py::test_gpu_backend_under_simulator_two_ranks": [{"exchange": "ring", "transport": "device"},

@@ -109,9 +109,9 @@ def test_a_step_kernel_stops_at_a_failed_call():
     _, _, lists, _, plan, _, grid, work = records.idle(np.zeros(0, np.int64))
     tally, no_requests = np.zeros(6), np.zeros(0, np.uint8)
     mpi = records.make(records.Mpi, reqs=no_requests, req_at=np.zeros((6, 2), np.int64), agree=no_requests,
-                       top=np.zeros(4), status=np.zeros(64, np.uint8), tally=tally, comm=0, double=0,
-                       requests=no_requests, rsize=0, rstatus=no_requests, got=np.zeros(3, np.int64))
+                       total=no_requests, top=np.zeros(4), status=np.zeros(64, np.uint8), tally=tally, comm=0,
+                       double=0, requests=no_requests, rsize=0, rstatus=no_requests, got=np.zeros(3, np.int64))
     ops = np.array([[kc.OP_ZERO, 0], [kc.OP_POST, 0], [kc.OP_KICK, 0]], np.int64)
-    status = run_ops(ops, 0.1, False, 1.0, atoms, lists, plan, mpi, grid, work)
+    status = run_ops(ops, 0.1, False, 1.0, atoms, lists, plan, mpi, grid, work, records.idle_bath())
     assert status == kc.MPI_FAILED and tally[kc.TALLY_ERROR] == numba_calls.NOT_LINKED
     assert not f.any()  # zeroed, and no kick after the failed post

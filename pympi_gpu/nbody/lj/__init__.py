@@ -6,7 +6,8 @@ with dt = 0.005, Verlet lists with a 0.3 sigma skin; other pair styles in
 ``pairs``.
 
 What both engines share, here: ``config`` (the system), ``lattice`` (the
-initial state), ``pairs`` (one file a pair style), ``domain`` (Cartesian
+initial state), ``pairs`` (one file a pair style), ``thermostats`` (one file
+a thermostat: nve, nvt, langevin), ``domain`` (Cartesian
 bricks, the halo's message tags), ``atoms`` (the :class:`~pympi_gpu.nbody.lj.atoms.Atoms`
 protocol a brick's atoms meet on either engine), ``system`` (what the run loop
 drives, on either engine), ``thermo`` (LAMMPS-style thermo), ``checkpoint``,

@@ -49,6 +49,7 @@ class Atoms(Protocol):
     def finite(self) -> bool: ...                           # this brick's state finite?
     def local_sums(self) -> np.ndarray: ...                 # [sum v^2, px, py, pz, E_pair, virial]
     def owned(self) -> dict[str, np.ndarray]: ...           # host copies of x, v, f, id
+    def bath_state(self) -> np.ndarray: ...                 # a host copy of the thermostat's state
     def calls(self) -> dict[str, list[int]] | None: ...     # device launches and syncs so far (None on the CPU)
     def calls_per_step(self, comm, since, steps: int) -> dict | None: ...   # collective, where calls() is not None
     def close(self) -> None: ...                            # what it holds on the communicator, freed
@@ -56,4 +57,4 @@ class Atoms(Protocol):
 
 #: the members every engine defines (the protocol's, as :func:`typing.get_protocol_members` would list them)
 MEMBERS = ("halo", "nlocal", "rebuilds", "batched", "rebuild_seconds", "books", "pairs", "host_copies", "start",
-           "step", "steps", "wrap", "settle", "finite", "local_sums", "owned", "calls", "calls_per_step", "close")
+           "step", "steps", "wrap", "settle", "finite", "local_sums", "owned", "bath_state", "calls", "calls_per_step", "close")

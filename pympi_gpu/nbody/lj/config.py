@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pympi_gpu.nbody.lj import pairs
+from pympi_gpu.nbody.lj import pairs, thermostats
 from pympi_gpu.run.outputs import RunIdentity
 
 __all__ = ["LjConfig", "DEFAULT_SEED", "half_lists"]
@@ -43,7 +43,9 @@ class LjConfig:
     ``neigh_every`` and ``neigh_check``: LAMMPS's ``neigh_modify every K check
     yes|no``: the lists are looked at every ``neigh_every`` steps after the
     last build, and rebuilt there if some atom moved more than half the skin
-    (``neigh_check``), or always (not ``neigh_check``).
+    (``neigh_check``), or always (not ``neigh_check``).  ``thermostat`` names
+    the thermostat (:mod:`~pympi_gpu.nbody.lj.thermostats`: ``nve``, none, by
+    default), which holds ``temperature`` with the damping time ``tdamp``.
     """
 
     cells: int
@@ -58,6 +60,8 @@ class LjConfig:
     pair_coeffs: tuple[tuple[str, float], ...] = ()
     neigh_every: int = 1
     neigh_check: bool = True
+    thermostat: str = thermostats.DEFAULT
+    tdamp: float = thermostats.default_tdamp(0.005)
 
     @property
     def atoms(self) -> int:
@@ -91,7 +95,22 @@ class LjConfig:
                                                              "neigh_check": "yes" if self.neigh_check else "no"}
         return RunIdentity.of("lj", self.atoms, self.box, self.seed, temperature=self.temperature, dt=self.dt,
                               cutoff=self.cutoff, skin=self.skin, pair=self.pair,
-                              **{f"pair_{k}": v for k, v in self.coefficients.items()}, **policy)
+                              **{f"pair_{k}": v for k, v in self.coefficients.items()}, **policy, **self._bath())
+
+    @property
+    def setting(self) -> thermostats.Setting:
+        """What the thermostat is asked to do (:class:`~pympi_gpu.nbody.lj.thermostats.Setting`)."""
+        return thermostats.Setting(temperature=self.temperature, tdamp=self.tdamp, dt=self.dt, atoms=self.atoms,
+                                   seed=self.seed)
+
+    @property
+    def thermostatted(self) -> bool:
+        """Does a thermostat act (not ``nve``)?"""
+        return self.thermostat != thermostats.DEFAULT
+
+    def _bath(self) -> dict:
+        """The thermostat's parameters where one acts (none for ``nve``: an NVE run names itself as before)."""
+        return {"thermostat": self.thermostat, "tdamp": self.tdamp} if self.thermostatted else {}
 
     @property
     def neigh_policy(self) -> tuple[int, bool]:
@@ -104,4 +123,4 @@ class LjConfig:
                 "temperature": self.temperature, "cutoff": self.cutoff, "skin": self.skin, "dt": self.dt,
                 "seed": self.seed, "pair": self.pair, "pair_coeffs": self.coefficients,
                 "neigh_every": self.neigh_every, "neigh_check": "yes" if self.neigh_check else "no",
-                "run": self.identity().text()}
+                **self._bath(), "run": self.identity().text()}

@@ -3,13 +3,15 @@
 LAMMPS (``lmp``) started on :func:`input_script` with :func:`write_data`'s
 file computes the trajectory ``pympi-nbody --model lj`` computes from the
 same state: the same pair style and coefficients, cut at the same distance,
-unshifted, the same velocity-Verlet step (``fix nve``), and the same lists'
+unshifted, the same velocity-Verlet step (``fix nve``, or the thermostat's
+fixes: ``fix nvt``, ``fix langevin`` with ``fix nve``), and the same lists'
 policy (``neigh_modify delay 0 every K check yes|no``, the config's; by
 default every 1 check yes, lists rebuilt when an atom has moved half the
 skin; LAMMPS's bench/in.lj rebuilds every 20 steps unchecked, which can miss
 pairs).  Its thermo then agrees with ours to round-off, which the chaotic
 dynamics amplifies slowly (``benchmarks/lj.py`` races the two; the tests
-compare them).
+compare them).  A Langevin run's random forces are drawn from other streams
+in the two codes: there they agree in their statistics only.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import os
 
 import numpy as np
 
+from pympi_gpu.nbody.lj import thermostats
 from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.lj.lattice import fcc_positions, velocities
 
 __all__ = ["write_data", "input_script", "read_log", "THERMO_KEYS"]
 
-#: LAMMPS's thermo columns in :func:`input_script`, as this model's thermo rows name them
+#: LAMMPS's thermo columns in :func:`input_script`, as this model's thermo rows name them (and ``econserve``
+#: after them where the thermostat has an energy of its own)
 THERMO_KEYS = ("step", "temp", "e_pair", "ke", "etotal", "press")
 
 
@@ -47,29 +51,35 @@ def input_script(config: LjConfig, data: str | os.PathLike, steps: int, thermo: 
     """A LAMMPS input that runs ``config`` from the data file ``data`` for ``steps`` steps.
 
     Thermo every ``thermo`` steps (default: the first and the last), per atom,
-    with 12 significant digits, in the columns of :data:`THERMO_KEYS`.
+    with 12 significant digits, in the columns of :data:`THERMO_KEYS` (and
+    ``econserve`` where the thermostat has an energy of its own).
     """
     style, coeff = config.style.lammps(config.coefficients, config.cutoff)
+    bath = thermostats.style(config.thermostat)
     return "\n".join([
         "units lj", "atom_style atomic", f"read_data {os.fspath(data)}", style, coeff,
         f"neighbor {config.skin!r} bin",
         f"neigh_modify delay 0 every {config.neigh_every} check {'yes' if config.neigh_check else 'no'}",
-        "fix 1 all nve",
-        f"timestep {config.dt!r}", "thermo_style custom step temp pe ke etotal press",
+        *bath.lammps(config.setting),
+        f"timestep {config.dt!r}", "thermo_style custom step temp pe ke etotal press" + (
+            " econserve" if bath.couples else ""),
         "thermo_modify norm yes format float %.12g", f"thermo {thermo or steps}", f"run {steps}", ""])
 
 
 def read_log(text: str) -> tuple[list[dict], dict]:
-    """The thermo rows of a LAMMPS log of :func:`input_script` (keys :data:`THERMO_KEYS`), and its run:
-    ``{"loop_s", "procs", "steps", "atoms", "cpu_use_percent"}``.  ValueError if it holds no finished run."""
+    """The thermo rows of a LAMMPS log of :func:`input_script` (keys :data:`THERMO_KEYS`, and ``econserve``
+    where the log has that column), and its run: ``{"loop_s", "procs", "steps", "atoms", "cpu_use_percent"}``.
+    ValueError if it holds no finished run."""
     import re
 
     m = re.search(r"Loop time of ([0-9.eE+-]+) on (\d+) procs for (\d+) steps with (\d+) atoms", text)
     if m is None or "Step" not in text:
         raise ValueError("the LAMMPS log holds no finished run")
-    table = text.split("Step", 1)[1].split("Loop time", 1)[0]
-    rows = [dict(zip(THERMO_KEYS, (int(r[0]), *map(float, r[1:]))))
-            for r in re.findall(r"^\s*(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$", table, re.M)]
+    head, table = text.split("Step", 1)[1].split("Loop time", 1)[0].split("\n", 1)
+    keys = (*THERMO_KEYS, "econserve") if "Econserve" in head else THERMO_KEYS
+    number = r"\s+(\S+)"
+    rows = [dict(zip(keys, (int(r[0]), *map(float, r[1:]))))
+            for r in re.findall(r"^\s*(\d+)" + number * (len(keys) - 1) + r"\s*$", table, re.M)]
     cpu = re.search(r"([0-9.]+)% CPU use", text)
     return rows, {"loop_s": float(m.group(1)), "procs": int(m.group(2)), "steps": int(m.group(3)),
                   "atoms": int(m.group(4)), "cpu_use_percent": float(cpu.group(1)) if cpu else None}

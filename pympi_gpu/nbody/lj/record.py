@@ -17,7 +17,9 @@ class Thermo:
 
     ``temp`` is ``2 KE / (3N - 3)``; ``e_pair``, ``ke`` and ``etotal`` are per
     atom; ``press`` is ``(2 KE + W) / (3 V)`` with ``W`` the pair virial
-    ``sum r . F``; ``momentum`` is the total momentum (unit masses).
+    ``sum r . F``; ``momentum`` is the total momentum (unit masses);
+    ``econserve``, where the thermostat has an energy of its own (Nose-Hoover),
+    ``etotal`` plus that energy per atom (LAMMPS's ``econserve``), else None.
     """
 
     step: int
@@ -27,11 +29,13 @@ class Thermo:
     etotal: float
     press: float
     momentum: tuple[float, float, float]
+    econserve: float | None = None
 
     @property
     def total_energy(self) -> float:
-        """The energy whose drift a run reports (per atom: the relative drift is the same)."""
-        return self.etotal
+        """The energy whose drift a run reports (per atom: the relative drift is the same): the conserved
+        one, ``econserve`` where a thermostat exchanges energy with the atoms."""
+        return self.etotal if self.econserve is None else self.econserve
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +70,9 @@ class LjRun:
     LAMMPS counts them, the rebuilds made at the first step the policy allowed
     (an atom may have moved more than half the skin before: pairs may have
     been missed); 0 where every step is checked, None where nothing is
-    (``neigh_check`` no).
+    (``neigh_check`` no).  ``thermostat`` names the thermostat
+    (:mod:`~pympi_gpu.nbody.lj.thermostats`; ``nve``: none), ``tdamp`` its damping
+    time (None without one), ``temperature`` its target.
     """
 
     atoms: int
@@ -122,3 +128,5 @@ class LjRun:
     neigh_every: int = 1
     neigh_check: bool = True
     dangerous_builds: int | None = 0
+    thermostat: str = "nve"
+    tdamp: float | None = None

@@ -39,7 +39,7 @@ import numpy as np
 
 from pympi_gpu.device.device import CPU
 from pympi_gpu.nbody.blowup import BlowUp, moved_too_far
-from pympi_gpu.nbody.lj import lattice
+from pympi_gpu.nbody.lj import lattice, thermostats
 from pympi_gpu.nbody.lj.atoms import Atoms
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED, LjConfig
 from pympi_gpu.nbody.lj.domain import CellGrid, brick_of, wrap
@@ -106,10 +106,11 @@ class LjSystem:
     timestep : the step the state is at (a restart's)
     initial : the thermo row of step 0 (a restart's, for the energy drift), or None
     profile : on a GPU, synchronise around each phase and time it (``atoms.phase_seconds``)
+    bath_state : the thermostat's state (a restart's), or None to set it up at the start
     """
 
     def __init__(self, cart, config: LjConfig, x, v, ids, f=None, *, device=CPU, timestep: int = 0,
-                 initial=None, profile: bool = False):
+                 initial=None, profile: bool = False, bath_state=None):
         self.cart = self.comm = cart
         self.config = config
         self.brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
@@ -140,6 +141,8 @@ class LjSystem:
         self.batch_stop2 = min(self.rebuild_distance2, self.move_limit2)
         #: do the step's kernels make its MPI calls themselves (:func:`kernels_call_mpi`)?
         self.kernels_call_mpi = kernels_call_mpi(cart, device)
+        #: the thermostat (:mod:`~pympi_gpu.nbody.lj.thermostats`), the same on every rank
+        self.bath = thermostats.Bath(config.thermostat, config.setting, bath_state)
         self._gpu = device.gpu
         if device.gpu:
             from pympi_gpu.nbody.lj.gpu.atoms import DeviceAtoms
@@ -152,8 +155,12 @@ class LjSystem:
         #: the agreement's persistent reduction as bytes, for a step's kernel that starts it (empty where
         #: the step's MPI calls stay in Python, and on one rank: the kernel copies)
         self.agreement = np.zeros(0, np.uint8)
+        #: and the thermostat's sum of m v^2 over the ranks (empty where none is made)
+        self.total = np.zeros(0, np.uint8)
         if self.kernels_call_mpi and self._ranks > 1:
             self.agreement = self.halo.agreement(self.top[:2], self.top[2:])
+            if self.bath.style.scales:
+                self.total = self.halo.total(self.bath.mv2[:1], self.bath.mv2[1:])
 
     @property
     def halo(self):
@@ -186,6 +193,19 @@ class LjSystem:
             raise BlowUp(None, f"{count} atoms {what} in the migration to their bricks",
                          "atoms moved too far between list builds: reduce --dt or --temperature")
         return bool(tally[2])
+
+    def sum_mv2(self) -> None:
+        """The thermostat's sum of m v^2 over the ranks, ``bath.mv2[0]`` of each into ``bath.mv2[1]``, from
+        Python (collective; the compiled steps' is ``OP_SUM``)."""
+        mv2 = self.bath.mv2
+        if self._ranks == 1:
+            mv2[1] = mv2[0]
+            return
+        from mpi4py import MPI
+
+        with self.halo.clock.phase("waiting"):
+            self.cart.Allreduce(mv2[:1], mv2[1:], op=MPI.SUM)
+        self.halo.clock.sent(mv2[:1].nbytes)
 
     @property
     def move_limit(self) -> float:
@@ -347,8 +367,10 @@ class LjSystem:
         """The thermo row at this step (collective); a non-finite one is a blow-up."""
         clock = self.clock
         self.settle()
+        coupling = self.bath.coupling(self.atoms.bath_state()) if self.bath.style.couples else None
         with clock.phase("waiting"):
-            row = thermo(self.cart, self.timestep, self.atoms.local_sums(), self.config.atoms, self.config.box ** 3)
+            row = thermo(self.cart, self.timestep, self.atoms.local_sums(), self.config.atoms, self.config.box ** 3,
+                         coupling)
         clock.sent(6 * 8)
         if not all(math.isfinite(v) for v in (row.temp, row.e_pair, row.etotal, row.press, *row.momentum)):
             raise BlowUp(None, f"non-finite thermo (temperature {row.temp:.4g}, energy {row.etotal:.4g} per atom)",
@@ -365,8 +387,13 @@ class LjSystem:
         return full
 
     def meta(self, initial) -> dict:
+        """What a checkpoint records besides the atoms: the config, the step, the step-0 row, and the
+        thermostat's state (where it has one: exact, as JSON writes a float)."""
+        bath = {"thermostat_state": self.bath.saved(self.atoms.bath_state())} if self.bath.style.state_size else {}
+        row = None if initial is None else {k: v for k, v in dataclasses.asdict(initial).items()
+                                            if not (k == "econserve" and v is None)}  # (an NVE run's as before)
         return {**self.config.meta(), "step": self.timestep, "time": self.timestep * self.config.dt,
-                "initial": None if initial is None else dataclasses.asdict(initial)}
+                "initial": row, **bath}
 
     def save(self, path: str, initial) -> None:
         """A checkpoint in id order (collective); a next step folds and rebuilds, as a restart from it would."""
@@ -421,6 +448,7 @@ class LjSystem:
             step_mpi=None if self._gpu else "kernels" if self.kernels_call_mpi else "python",
             neigh_every=config.neigh_every, neigh_check=config.neigh_check,
             dangerous_builds=comm.allreduce(self.dangerous_builds, op=MPI.MAX) if config.neigh_check else None,
+            thermostat=config.thermostat, tdamp=config.tdamp if config.thermostatted else None,
             **self._rebuild_times(comm))
 
     def _rebuild_times(self, comm) -> dict:

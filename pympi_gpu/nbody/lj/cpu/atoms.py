@@ -137,7 +137,11 @@ class HostAtoms:
         self.halo.clock.defer(self._account)
         # the kernels make the step's MPI calls (or there are none: one rank), else Python between pieces
         inline = self._inline = system.kernels_call_mpi or self.halo.local
-        self._programs = {(refresh, kick, step): _program(self.halo.remote, refresh, kick, step, inline, config.newton)
+        #: the run's thermostat, as the kernels take it (its arrays are the system's ``bath``'s)
+        self.bath = records.bath(system.bath)
+        hooks = (system.bath.style.scales, system.bath.style.forces)
+        self._programs = {(refresh, kick, step): _program(self.halo.remote, refresh, kick, step, inline, config.newton,
+                                                          hooks)
                           for refresh in (True, False) for kick in (True, False) for step in (True, False)}
         #: can :meth:`steps` take several steps in one compiled call (the whole step one piece, timed)?
         self.batched = bool(inline and self.forces.linked)
@@ -266,7 +270,7 @@ class HostAtoms:
             build = records.make(records.Build, rows=self._work["rows"], order=order, cell=cell, start=start, x0=x0,
                                  **halo.rebuild_buffers(), **built)
             mpi = records.make(records.Mpi, reqs=halo.requests, req_at=halo.request_at, agree=system.agreement,
-                               top=system.top, status=self._status, tally=self._tally, **halo.kernel_handles())
+                               total=system.total, top=system.top, status=self._status, tally=self._tally, **halo.kernel_handles())
             grid = records.make(records.Grid, lo=grid.lo, inv=grid.inv, ncell=grid.ncell, reach=grid.reach,
                                 box=config.box, cut2=config.cutneigh ** 2, rc2=config.cutoff ** 2, dt=config.dt,
                                 half=config.newton, simd=lists_cpu.SIMD, block=lists_cpu.BLOCK)
@@ -370,7 +374,7 @@ class HostAtoms:
         ran = True
         for ops, stage, then in self._programs[forward, kick is not None, step]:
             status = run_ops(ops, kick or 0.0, eflag, -1.0 if force_rebuild else system.threshold2, atoms, lists,
-                             plan, mpi, grid, work)
+                             plan, mpi, grid, work, self.bath)
             if status == kc.MPI_FAILED:
                 raise self._mpi_failure()
             if status == kc.REBUILD:
@@ -386,6 +390,8 @@ class HostAtoms:
             elif then == "agree":  # Python's reduction (the kernels' is OP_AGREE)
                 if self.needs_rebuild(top[0]) or force_rebuild:
                     return False
+            elif then == "sum":  # the thermostat's sum over the ranks (the kernels' is OP_SUM)
+                system.sum_mv2()
         if step and self._inline:  # the kernel agreed, and stopped where that meant a rebuild
             system.agreed(*top.tolist()[2:])
             if not ran:
@@ -459,6 +465,7 @@ class HostAtoms:
         Raises :class:`~pympi_gpu.nbody.blowup.BlowUp` (on every rank) where the state blew up.
         """
         h = 0.5 * self.config.dt
+        self.system.bath.at[0] = self.system.timestep  # (the thermostat's stream is drawn at the step's number)
         # kick, drift, agreement and forces: one program (it stops where the ranks agreed on a rebuild)
         if not self._force_program(True, eflag, h, step=True, force_rebuild=force_rebuild):
             self.rebuild(checked=True)
@@ -517,8 +524,9 @@ class HostAtoms:
         (ops, _, _), = self._programs[True, True, True]
         (after, _, _), = self._programs[False, True, False]
         spare = self._spare
+        system.bath.at[0] = system.timestep  # (the batch moves it on as each step starts)
         code, taken, done = self._batch(ops, after, most, h, system.batch_stop2, system.move_limit2, inside,
-                                        self._current(), spare.record(*spare.counts), *self._records())
+                                        self._current(), spare.record(*spare.counts), *self._records(), self.bath)
         rebuilt = int(held[steps_cpu.H_REBUILDS])
         if rebuilt:
             if rebuilt % 2:
@@ -541,7 +549,33 @@ class HostAtoms:
         self.compute_forces(forward=False)
         if had:  # a restart: keep the checkpoint's forces (bit-identical continuation)
             self.f[...] = f
+        self._start_bath(had)
         return had
+
+    def _start_bath(self, had: bool) -> None:
+        """The thermostat at the start (LAMMPS's ``setup``): its forces added to the forces just computed (not
+        to a checkpoint's, which hold them), and its state from every atom's sum of m v^2 (not a
+        checkpoint's); collective."""
+        bath = self.system.bath
+        ops = []
+        if bath.style.forces and not had:
+            bath.at[0] = self.system.timestep
+            ops.append((kc.OP_BATH_FORCE, 0))
+        if bath.style.scales and not bath.restored:
+            ops.append((kc.OP_MV2, 0))
+        if ops:
+            self._run(ops)
+        if bath.style.scales and not bath.restored:
+            self.system.sum_mv2()
+            bath.setup(float(bath.mv2[1]))
+
+    def _run(self, ops) -> None:
+        """A program of operations that make no MPI call (:data:`~pympi_gpu.nbody.lj.cpu.kernels.OPS`)."""
+        lists, _, plan, mpi, grid, work = self._records()
+        status = self.forces.run_ops(np.array(ops, np.int64).reshape(-1, 2), 0.0, False, 0.0, self._current(), lists,
+                                     plan, mpi, grid, work, self.bath)
+        if status != kc.RAN:
+            raise self._mpi_failure()
 
     def settle(self) -> None:
         """(Every call runs to its end before it returns: nothing is ever queued on the host.)"""
@@ -567,6 +601,10 @@ class HostAtoms:
         n = self.nlocal
         return {"x": self.pos[:n].copy(), "v": self.v[:n].copy(), "f": self.f[:n].copy(), "id": self.ids.copy()}
 
+    def bath_state(self) -> np.ndarray:
+        """A copy of the thermostat's state (the kernels update the system's ``bath.state`` in place)."""
+        return self.system.bath.state.copy()
+
     def close(self) -> None:
         """Free the halo's persistent messages (before the communicator is freed)."""
         self.halo.free()
@@ -580,19 +618,19 @@ class HostAtoms:
 
 
 def _program(remote, refresh: bool, kick: bool, step: bool = False, inline: bool = False,
-             half: bool = True) -> list[tuple[np.ndarray, int | None, str | None]]:
+             half: bool = True, bath: tuple[bool, bool] = (False, False)) -> list[tuple[np.ndarray, int | None,
+                                                                                       str | None]]:
     """A step's force phase as pieces ``(ops, stage, then)`` for ``ForceKernels.run_ops``.
 
-    After each piece, ``then`` for stage ``stage``'s messages: ``post`` (the
-    piece ended by packing them), ``wait``, ``back`` (the ghosts' forces
-    sent home and waited for), or ``agree`` (the step's displacement agreed);
-    None after the last.  The owned pairs run while the first remote stage's
-    messages travel; a stage of the brick's own image costs no call of its
-    own.  ``refresh``: the ghosts' positions first (not right after a
-    rebuild, which made them); ``kick``: the closing half kick; ``step``: the
-    step's opening kick, drift and agreement first.  ``inline``: the kernels
-    make the MPI calls (``agree``, ``post``, ``wait``, ``send back``): one piece.  ``half``: the
-    ghosts' forces go home (full lists have no reverse pass)."""
+    After each piece, ``then`` for stage ``stage``'s messages: ``post`` (the piece ended by packing them),
+    ``wait``, ``back`` (the ghosts' forces sent home and waited for), ``agree`` (the step's displacement
+    agreed) or ``sum`` (the thermostat's sum); None after the last.  The owned pairs run while the first
+    remote stage's messages travel; a stage of the brick's own image costs no call of its own.
+    ``refresh``: the ghosts' positions first (not right after a rebuild, which made them); ``kick``: the
+    closing half kick; ``step``: the step's opening kick, drift and agreement first.  ``inline``: the
+    kernels make the MPI calls: one piece.  ``half``: the ghosts' forces go home (full lists have no
+    reverse pass).  ``bath``: the thermostat scales the velocities (before the opening kick, after the
+    closing one), adds forces (before the closing kick)."""
     pieces, ops = [], []
     owned = [(kc.OP_OWNED, s) for s in range(3)]
 
@@ -600,28 +638,24 @@ def _program(remote, refresh: bool, kick: bool, step: bool = False, inline: bool
         pieces.append((np.array(ops, np.int64).reshape(-1, 2), stage, then))
         ops.clear()
 
+    def mpi(op, d, stage, then):  # an MPI call: the kernel's, or Python's after the piece
+        ops.append((op, d)) if inline else cut(stage, then)
+
+    scales, forces = bath
     if step:
+        ops.extend([(kc.OP_BEGIN, 0)] if scales else [])
         ops.append((kc.OP_KICK_DRIFT, 0))
-        if inline:
-            ops.append((kc.OP_AGREE, 0))
-        else:
-            cut(None, "agree")
+        mpi(kc.OP_AGREE, 0, None, "agree")
     ops.append((kc.OP_ZERO, 0))
     for d in range(3 if refresh else 0):
         if not remote[d]:
             ops.append((kc.OP_FORWARD, d))
             continue
         ops.append((kc.OP_PACK, d))
-        if inline:
-            ops.append((kc.OP_POST, d))
-        else:
-            cut(d, "post")
+        mpi(kc.OP_POST, d, d, "post")
         ops.extend(owned)
         owned = []
-        if inline:
-            ops.append((kc.OP_WAIT, d))
-        else:
-            cut(d, "wait")
+        mpi(kc.OP_WAIT, d, d, "wait")
         ops.append((kc.OP_PUT, d))
     ops.extend(owned)
     ops.append((kc.OP_GHOSTS, 0))
@@ -630,12 +664,14 @@ def _program(remote, refresh: bool, kick: bool, step: bool = False, inline: bool
             ops.append((kc.OP_REVERSE, d))
             continue
         ops.append((kc.OP_PACK_BACK, d))
-        if inline:
-            ops.append((kc.OP_SEND_BACK, d))
-        else:
-            cut(d, "back")
+        mpi(kc.OP_SEND_BACK, d, d, "back")
         ops.append((kc.OP_ADD_BACK, d))
     if kick:
+        ops.extend([(kc.OP_BATH_FORCE, 0)] if forces else [])
         ops.append((kc.OP_KICK, 0))
+        if scales:
+            ops.append((kc.OP_MV2, 0))
+            mpi(kc.OP_SUM, 0, None, "sum")
+            ops.append((kc.OP_END, 0))
     cut(None, None)
     return pieces

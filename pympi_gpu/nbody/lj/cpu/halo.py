@@ -203,12 +203,13 @@ class _Stage:
 
 
 class _Agreement:
-    """A persistent reduction (MAX) of ``send`` into ``recv``, its handle as bytes for the kernels."""
+    """A persistent reduction (MAX, or SUM where ``total``) of ``send`` into ``recv``, its handle as bytes
+    for the kernels."""
 
-    def __init__(self, cart, send, recv):
+    def __init__(self, cart, send, recv, total: bool = False):
         from mpi4py import MPI
 
-        self.request = cart.Allreduce_init(send, recv, MPI.MAX)
+        self.request = cart.Allreduce_init(send, recv, MPI.SUM if total else MPI.MAX)
         self.handles = numba_calls.handles([self.request])
 
     def free(self) -> None:
@@ -530,6 +531,12 @@ class Halo:
         communicator, made once (collective): its handle as bytes for the kernels that start it.
         Freed with the plan's messages (:meth:`free`)."""
         held = self._held["agreement"] = _Agreement(self.cart, send, recv)
+        return held.handles
+
+    def total(self, send: np.ndarray, recv: np.ndarray) -> np.ndarray:
+        """A thermostat's sum over the ranks, a persistent reduction (SUM) of ``send`` into ``recv``, made
+        once (collective): its handle as bytes for the kernels.  Freed as :meth:`agreement`'s."""
+        held = self._held["total"] = _Agreement(self.cart, send, recv, total=True)
         return held.handles
 
     def free(self) -> None:

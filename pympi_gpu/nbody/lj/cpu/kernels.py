@@ -36,15 +36,16 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
-from pympi_gpu.device.jitcache import keyed_by_code
+from pympi_gpu.device.jitcache import keyed_by_code, sources
 from pympi_gpu.mpi import numba_calls
+from pympi_gpu.nbody.lj import thermostats
 from pympi_gpu.nbody.lj.cpu.lists import build as build_lists
 from pympi_gpu.nbody.lj.cpu.lists import cell_index as _cell_index
 from pympi_gpu.nbody.lj.cpu import records
 from pympi_gpu.nbody.lj.pairs import compiled
 
 __all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "make_row", "kick", "drift",
-           "max_displacement2", "kinetic_sums", "pack_rows", "add_rows", "warmup", "kick_drift", "kick_serial",
+           "max_displacement2", "scale_rows", "square_sum", "kinetic_sums", "pack_rows", "add_rows", "warmup", "kick_drift", "kick_serial",
            "pack_migrants", "wrap_rows", "leaving_rows", "cell_order", "sort_migrants", "border_plan", "border_pack",
            "local_stages",
            "border_rows", "unpack_ghosts", "message_regions", "forward_stages", "reverse_stages", "copy_rows",
@@ -189,16 +190,19 @@ def _inside_first(pos, i, nbr, cnt, rc2, tmp):
 
 
 #: the operations of :meth:`ForceKernels.run_ops`, in the order a step with half lists runs them: the
-#: opening kick and drift, the displacement agreed by the ranks (stop there for a rebuild); the forces
-#: zeroed; per stage of the ghost plan, its rows refreshed in place (the brick's own image) or packed into
-#: a message, the messages started and, once they came, the ghost rows put in place; the owned pairs, a
-#: third at a time; the ghost pairs; per stage backwards, the ghosts' forces added in place or packed, sent
-#: home and, once the neighbours' came, added; the closing half kick.  The operations that call MPI come
-#: last (``OP_AGREE`` on: :func:`make_step_calls`).
+#: thermostat's start (its velocity scaling), the opening kick and drift, the displacement agreed by the
+#: ranks (stop there for a rebuild); the forces zeroed; per stage of the ghost plan, its rows refreshed in
+#: place (the brick's own image) or packed into a message, the messages started and, once they came, the
+#: ghost rows put in place; the owned pairs, a third at a time; the ghost pairs; per stage backwards, the
+#: ghosts' forces added in place or packed, sent home and, once the neighbours' came, added; the
+#: thermostat's forces; the closing half kick; the thermostat's end: this rank's sum of m v^2, every
+#: rank's, the velocity scaling.  The operations that call MPI come last (``OP_AGREE`` on:
+#: :func:`make_step_calls`); the thermostat's are only in the programs of a run that has one.
 (OP_ZERO, OP_FORWARD, OP_PACK, OP_PUT, OP_OWNED, OP_GHOSTS, OP_REVERSE, OP_PACK_BACK, OP_ADD_BACK, OP_KICK,
- OP_KICK_DRIFT, OP_AGREE, OP_POST, OP_WAIT, OP_SEND_BACK) = range(15)
+ OP_KICK_DRIFT, OP_BEGIN, OP_BATH_FORCE, OP_MV2, OP_END, OP_AGREE, OP_POST, OP_WAIT, OP_SEND_BACK,
+ OP_SUM) = range(20)
 OPS = ("zero", "forward", "pack", "put", "owned", "ghosts", "reverse", "pack back", "add back", "kick",
-       "kick drift", "agree", "post", "wait", "send back")
+       "kick drift", "begin", "bath force", "mv2", "end", "agree", "post", "wait", "send back", "sum")
 #: what :meth:`ForceKernels.run_ops` returns: it ran every operation; it stopped after ``OP_AGREE`` (a
 #: rebuild); an MPI call failed (its code in ``tally[TALLY_ERROR]``)
 RAN, REBUILD, MPI_FAILED = range(3)
@@ -348,10 +352,24 @@ def make_step_calls(linked: bool):
     start_all, wait_all, wtime = numba_calls.calls(linked)
 
     @register_jitable
-    def step_call(op, d, top, reqs, req_at, agree, status, tally, soff, roff):
-        """Operation ``op`` of stage ``d`` (see :func:`make_run_ops`); MPI's return code."""
+    def step_call(op, d, mpi, mv2, soff, roff):
+        """Operation ``op`` of stage ``d`` (see :func:`make_run_ops`) with the :class:`~records.Mpi` record
+        ``mpi``; MPI's return code.  ``OP_SUM``: the thermostat's sum, ``mv2[:1]`` of every rank into
+        ``mv2[1:]`` (:func:`make_bath_ops`)."""
+        top, reqs, req_at, agree, status, tally = mpi.top, mpi.reqs, mpi.req_at, mpi.agree, mpi.status, mpi.tally
         rc = 0
-        if op == OP_AGREE:
+        if op == OP_SUM:
+            if mpi.total.shape[0] == 0:  # one rank: no message
+                mv2[1] = mv2[0]
+                return 0
+            t0 = wtime()
+            rc = start_all(mpi.total, 0, 1)
+            if rc == 0:
+                rc = wait_all(mpi.total, 0, 1, status)
+            tally[TALLY_AGREEING] += wtime() - t0
+            tally[TALLY_BYTES] += 8.0
+            tally[TALLY_MESSAGES] += 1.0
+        elif op == OP_AGREE:
             if agree.shape[0] == 0:  # one rank: no message
                 top[2] = top[0]
                 top[3] = top[1]
@@ -388,38 +406,69 @@ def make_step_calls(linked: bool):
     return step_call
 
 
+def make_bath_ops():
+    """The thermostat's operations of a step's program, as one jitable function around every registered
+    thermostat's hooks (:func:`~pympi_gpu.nbody.lj.thermostats.hooks`), the run's (``bath``, a
+    :class:`~pympi_gpu.nbody.lj.cpu.records.Bath`) called by its number: ``OP_BEGIN`` scales the
+    velocities by its start's factor, ``OP_BATH_FORCE`` adds its forces at step ``bath.at[0]`` to the
+    owned atoms', ``OP_MV2`` sums this rank's m v^2 into ``bath.mv2[0]`` and ``OP_END`` scales by its
+    end's factor (from every rank's sum, ``mv2[1]``: ``OP_SUM``, :func:`make_step_calls`)."""
+    begin, end, force = thermostats.hooks()
+
+    @register_jitable
+    def bath_op(op, v, f, gid, n, bath):
+        """Operation ``op`` on the ``n`` owned rows of velocities ``v``, forces ``f`` and ids ``gid``."""
+        if op == OP_BEGIN:
+            scale_rows(v, begin(bath.kind, bath.params, bath.state), n)
+        elif op == OP_END:
+            scale_rows(v, end(bath.kind, bath.params, bath.state, bath.mv2[1]), n)
+        elif op == OP_MV2:
+            bath.mv2[0] = square_sum(v, n)
+        elif op == OP_BATH_FORCE:
+            kind, p, key, step = bath.kind, bath.params, bath.key, bath.at[0]
+            for i in range(n):
+                fx, fy, fz = force(kind, p, key, step, gid[i], v[i, 0], v[i, 1], v[i, 2])
+                f[i, 0] += fx
+                f[i, 1] += fy
+                f[i, 2] += fz
+
+    return bath_op
+
+
 def make_run_ops(newton, one_sided, linked: bool):
     """The force phase's compiled pieces (:data:`OPS`) around the pair kernels of half lists
     (:func:`make_newton`) and of full ones (:func:`make_one_sided`, ``grid.half`` false: several
-    threads); ``linked``: the step's MPI calls made by the kernel (:func:`make_step_calls`)."""
+    threads); ``linked``: the step's MPI calls made by the kernel (:func:`make_step_calls`); the
+    thermostat's are :func:`make_bath_ops`'."""
     step_call = make_step_calls(linked)
+    bath_op = make_bath_ops()
 
     @njit(nogil=True, cache=True)
-    def run_ops(ops, h, eflag, rebuild2, atoms, lists, plan, mpi, grid, work):
+    def run_ops(ops, h, eflag, rebuild2, atoms, lists, plan, mpi, grid, work, bath):
         """A piece of a step (:data:`OPS`), one call: :data:`RAN`, :data:`REBUILD`, :data:`MPI_FAILED`.
 
         The kick ``h``, ``eflag``, ``rebuild2``, then the state's records (:mod:`~pympi_gpu.nbody.lj.cpu.records`).
-        ``ops`` ``(k, 2)``: opcode and argument (a stage, a third of the owned atoms), in order.  ``work.sums``:
-        the owned pairs' energy and virial (``[0]``, ``[1]``), the ghost pairs' (``[2]``, ``[3]``).  After
-        ``OP_AGREE`` (the reduction (MAX) of ``mpi.top[:2]``, the largest squared displacement since
-        ``lists.x0`` and the stop request, into ``top[2:]``), a displacement above ``rebuild2`` stops the
-        piece; ``mpi.tally``: seconds, bytes and messages of the MPI calls, added (``TALLY_*``)."""
+        ``ops`` ``(k, 2)``: opcode and argument (a stage, a third of the owned atoms), in order.  ``work.sums``: the
+        owned pairs' energy and virial, the ghost pairs'.  After ``OP_AGREE`` (the reduction (MAX) of ``mpi.top[:2]``,
+        the largest squared displacement since ``lists.x0`` and the stop request, into ``top[2:]``), one above
+        ``rebuild2`` stops the piece; ``mpi.tally``: the MPI calls' seconds, bytes and messages (``TALLY_*``)."""
         n = atoms.n
         pos, f, v = atoms.pos[:atoms.held], atoms.f[:atoms.held], atoms.v[:n]
         x0, own_cnt, own_nbr, gh_cnt, gh_nbr = lists.x0, lists.own_cnt, lists.own_nbr, lists.gh_cnt, lists.gh_nbr
         pidx, poff, pshift, pstart, soff, roff = plan.pidx, plan.poff, plan.pshift, plan.pstart, plan.soff, plan.roff
-        top, tally, sums, rc2, dt = mpi.top, mpi.tally, work.sums, grid.rc2, grid.dt
+        top, sums, rc2, dt = mpi.top, work.sums, grid.rc2, grid.dt
         for q in range(ops.shape[0]):
-            op = ops[q, 0]
-            d = ops[q, 1]
+            op, d = ops[q, 0], ops[q, 1]
             if op == OP_ZERO:
                 f[:, :] = 0.0
             elif op == OP_KICK_DRIFT:
                 top[0] = kick_drift(v, f, pos, x0, h, dt, n)
+            elif OP_BEGIN <= op <= OP_END:  # the thermostat's
+                bath_op(op, v, f, atoms.gid, n, bath)
             elif op >= OP_AGREE:  # an MPI call
-                rc = step_call(op, d, top, mpi.reqs, mpi.req_at, mpi.agree, mpi.status, tally, soff, roff)
+                rc = step_call(op, d, mpi, bath.mv2, soff, roff)
                 if rc != 0:
-                    tally[TALLY_ERROR] = rc
+                    mpi.tally[TALLY_ERROR] = rc
                     return MPI_FAILED
                 if op == OP_AGREE and top[2] > rebuild2:
                     return REBUILD
@@ -445,7 +494,7 @@ def make_run_ops(newton, one_sided, linked: bool):
                 kick_serial(v, f, h, n)
         return RAN
 
-    return keyed_by_code(run_ops)  # it closes over a kernel: see jitcache
+    return keyed_by_code(run_ops, sources(*thermostats.modules()))  # (closures over kernels: see jitcache)
 
 
 @njit(cache=True)
@@ -517,6 +566,24 @@ def kick_drift(v, f, x, x0, h, dt, n):
         d2 = dx * dx + dy * dy + dz * dz
         m = max(m, d2 if d2 == d2 else np.inf)
     return m
+
+
+@njit(nogil=True, cache=True)
+def scale_rows(v, s, n):
+    """v *= s for the first n rows (a thermostat's velocity scaling), serial."""
+    for i in range(n):
+        for d in range(3):
+            v[i, d] *= s
+
+
+@njit(nogil=True, cache=True)
+def square_sum(v, n):
+    """The sum of ``vx^2 + vy^2 + vz^2`` over the first n rows, one after the other (unit masses: m v^2,
+    LAMMPS's ``compute temp``'s sum)."""
+    t = 0.0
+    for i in range(n):
+        t += v[i, 0] * v[i, 0] + v[i, 1] * v[i, 1] + v[i, 2] * v[i, 2]
+    return t
 
 
 @njit(nogil=True, cache=True)
@@ -933,7 +1000,7 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
     every = np.array([[op, 0] for op in range(len(OPS)) if op not in (OP_POST, OP_WAIT, OP_SEND_BACK)], np.int64)
     rows, _, lists, _, plan, mpi, grid, work = records.idle(np.zeros(0, np.int64))
     for eflag in (True, False):
-        forces.run_ops(every, 0.1, eflag, 1e300, rows, lists, plan, mpi, grid, work)
+        forces.run_ops(every, 0.1, eflag, 1e300, rows, lists, plan, mpi, grid, work, records.idle_bath())
 
 
 class _Grid(NamedTuple):

@@ -3,7 +3,7 @@
 A step's program (``ForceKernels.run_ops``), a batch of steps
 (:mod:`~pympi_gpu.nbody.lj.cpu.steps`) and a rebuild
 (:func:`~pympi_gpu.nbody.lj.cpu.rebuild.rebuild_brick`) read and write some
-sixty arrays.  They travel as seven records, numba structrefs (a record is a
+sixty arrays.  They travel as eight records, numba structrefs (a record is a
 pointer to its fields: a call unboxes it in about half a microsecond, where
 forty arrays of their own cost microseconds), in this order wherever a call
 takes several:
@@ -22,7 +22,10 @@ takes several:
   step's agreement (``top``) and the calls' tally;
 * :class:`Grid`, what stays for the run: the cell grid, the radii, ``dt``;
 * :class:`Work`, the scratch: the step's energy sums, a batch's step times
-  and what its rebuilds left, a rebuild's state and tally.
+  and what its rebuilds left, a rebuild's state and tally;
+* :class:`Bath`, the run's thermostat (:mod:`~pympi_gpu.nbody.lj.thermostats`):
+  its number, constants and state, its random stream's key, the step under
+  way and the sums of m v^2 it reduces.
 
 The fields of each are named here, once; the Python side makes a record with
 keywords (:func:`make`) and the kernels read fields by name.  A record holds
@@ -42,7 +45,7 @@ from numba.experimental import structref
 from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
 
-__all__ = ["Rows", "Lists", "Build", "Plan", "Mpi", "Grid", "Work", "make", "count", "idle"]
+__all__ = ["Rows", "Lists", "Build", "Plan", "Mpi", "Grid", "Work", "Bath", "make", "count", "idle", "idle_bath", "bath"]
 
 
 class _Record(types.StructRef):
@@ -84,6 +87,11 @@ class GridType(_Record):
 
 @structref.register
 class WorkType(_Record):
+    pass
+
+
+@structref.register
+class BathType(_Record):
     pass
 
 
@@ -131,13 +139,14 @@ class Plan(structref.StructRefProxy):
 class Mpi(structref.StructRefProxy):
     """The MPI calls the kernels make (:mod:`~pympi_gpu.mpi.numba_calls`): the halo's persistent
     requests (``reqs``, stage d's forward ones at ``req_at[2d]``, reverse at ``req_at[2d + 1]``), the
-    step's agreement (``agree``, the reduction of ``top[:2]`` into ``top[2:]``) and their ``status``
-    room, the calls' ``tally`` (``kernels_cpu.TALLY_*``); a rebuild's exchanges (the communicator's
-    and ``MPI_DOUBLE``'s handles ``comm``, ``double``, room for two ``requests`` of ``rsize`` bytes and
-    their ``rstatus``, the counts ``got``)."""
+    step's agreement (``agree``, the reduction of ``top[:2]`` into ``top[2:]``), the thermostat's sum
+    (``total``, the reduction (SUM) of the :class:`Bath`'s ``mv2[:1]`` into ``mv2[1:]``; empty where
+    none is made) and their ``status`` room, the calls' ``tally`` (``kernels_cpu.TALLY_*``); a
+    rebuild's exchanges (the communicator's and ``MPI_DOUBLE``'s handles ``comm``, ``double``, room
+    for two ``requests`` of ``rsize`` bytes and their ``rstatus``, the counts ``got``)."""
 
-    FIELDS = ("reqs", "req_at", "agree", "top", "status", "tally", "comm", "double", "requests", "rsize", "rstatus",
-              "got")
+    FIELDS = ("reqs", "req_at", "agree", "total", "top", "status", "tally", "comm", "double", "requests", "rsize",
+              "rstatus", "got")
 
 
 class Grid(structref.StructRefProxy):
@@ -156,8 +165,17 @@ class Work(structref.StructRefProxy):
     FIELDS = ("sums", "times", "held", "seconds", "state", "tally")
 
 
+class Bath(structref.StructRefProxy):
+    """The run's thermostat (a :class:`~pympi_gpu.nbody.lj.thermostats.Bath`) as the kernels take it: its
+    number in the registry (``kind``), its constants (``params``) and state (``state``), its random
+    stream's ``key``, ``at`` (the step whose forces are made) and ``mv2`` ([this rank's sum of m v^2,
+    every rank's])."""
+
+    FIELDS = ("kind", "params", "state", "key", "at", "mv2")
+
+
 for _proxy, _type in ((Rows, RowsType), (Lists, ListsType), (Build, BuildType), (Plan, PlanType), (Mpi, MpiType),
-                      (Grid, GridType), (Work, WorkType)):
+                      (Grid, GridType), (Work, WorkType), (Bath, BathType)):
     structref.define_proxy(_proxy, _type, list(_proxy.FIELDS))
 
 
@@ -197,7 +215,8 @@ def idle(st: np.ndarray) -> tuple:
                 pstart=np.zeros(6, np.int64), counts=np.zeros(6, np.int64), pshift=np.zeros((6, 3)),
                 regions=np.full(12, -1, np.int64), soff=np.zeros(7, np.int64), roff=np.zeros(7, np.int64),
                 nrecv=np.zeros(3, np.int64), fsend=f3, frecv=f3, rsend=f3, rrecv=f3)
-    mpi = make(Mpi, reqs=no_bytes, req_at=np.zeros((6, 2), np.int64), agree=no_bytes, top=np.zeros(4),
+    mpi = make(Mpi, reqs=no_bytes, req_at=np.zeros((6, 2), np.int64), agree=no_bytes, total=no_bytes.copy(),
+               top=np.zeros(4),
                status=numba_calls.statuses(4), tally=np.zeros(6), comm=0, double=0,
                requests=np.zeros(2 * numba_calls.request_size(), np.uint8), rsize=numba_calls.request_size(),
                rstatus=numba_calls.statuses(2), got=np.zeros(3, np.int64))
@@ -206,3 +225,17 @@ def idle(st: np.ndarray) -> tuple:
     work = make(Work, sums=np.zeros(4), times=np.zeros(1), held=np.zeros(3, np.int64), seconds=np.zeros(1),
                 state=st, tally=np.zeros(3))
     return rows, spare, lists, build, plan, mpi, grid, work
+
+
+def idle_bath():
+    """A :class:`Bath` record of no thermostat, of the types a run's has (what the warmups compile for)."""
+    from pympi_gpu.nbody.lj.thermostats import Bath as Thermostat, Setting
+
+    return bath(Thermostat("nve", Setting(temperature=1.0, tdamp=1.0, dt=0.005, atoms=4, seed=1)))
+
+
+def bath(b) -> Bath:
+    """The :class:`Bath` record of the thermostat ``b`` (a :class:`~pympi_gpu.nbody.lj.thermostats.Bath`):
+    its arrays themselves, which the kernels write and the Python side reads."""
+    return make(Bath, kind=np.int64(b.kind), params=b.params, state=b.state, key=np.uint64(b.key), at=b.at,
+                mv2=b.mv2)

@@ -29,8 +29,9 @@ Each returns with the forces of that step left to compute.  ``work.held``
 of the current set and how many there were (the sets swapped as many times).
 
 The kernel takes up to ``most`` steps of program ``ops`` (a whole step, its
-MPI calls in it) without energy sums and returns ``(code, steps, rebuild
-code)``, each step's seconds (``MPI_Wtime``) in ``work.times``:
+MPI calls in it) without energy sums, each step's number in ``bath.at[0]``
+(moved on by one as each step starts: a thermostat's random stream is drawn
+at it), and returns ``(code, steps, rebuild code)``, each step's seconds (``MPI_Wtime``) in ``work.times``:
 ``kernels_cpu.RAN`` after ``most`` steps or the step whose stop request the
 ranks agreed on (``mpi.top[3]``), else one of the codes above.  Where ``inside``
 (the rebuild is compiled), a rebuild whose displacement is no more than
@@ -49,6 +50,7 @@ from numba import njit
 
 from pympi_gpu.device.jitcache import keyed_by_code, sources
 from pympi_gpu.mpi import numba_calls
+from pympi_gpu.nbody.lj import thermostats
 from pympi_gpu.nbody.lj.cpu import kernels as kc
 from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
 from pympi_gpu.nbody.lj.cpu import rebuild as rebuild_cpu
@@ -73,13 +75,14 @@ def make_run_steps(run_ops, linked: bool):
     rebuild = _rebuild_brick
 
     @njit(nogil=True, cache=True)
-    def run_steps(ops, after, most, h, stop2, limit2, inside, cur, spare, lists, build, plan, mpi, grid, work):
+    def run_steps(ops, after, most, h, stop2, limit2, inside, cur, spare, lists, build, plan, mpi, grid, work, bath):
         """(:func:`make_run_steps`)"""
         t0, done = wtime(), rebuild_cpu.DONE
         sums, times, held, st, top = work.sums, work.times, work.held, work.state, mpi.top
         for s in range(most):
             sums[:] = 0.0
-            code = run_ops(ops, h, False, stop2, cur, lists, plan, mpi, grid, work)
+            bath.at[0] += 1  # the step under way (the thermostat's random stream is drawn at it)
+            code = run_ops(ops, h, False, stop2, cur, lists, plan, mpi, grid, work, bath)
             if (code == kc.REBUILD and inside and top[2] <= limit2 and build.rows.shape[0] >= cur.n
                     and build.order.shape[0] >= cur.n):
                 t1 = wtime()
@@ -94,7 +97,7 @@ def make_run_steps(run_ops, linked: bool):
                     code = REBUILT if st[rebuild_cpu.ST_CHANGED] else kc.RAN
                 if code == kc.RAN:
                     sums[:] = 0.0
-                    code = run_ops(after, h, False, stop2, cur, lists, plan, mpi, grid, work)
+                    code = run_ops(after, h, False, stop2, cur, lists, plan, mpi, grid, work, bath)
             t1 = wtime()
             times[s] = t1 - t0
             t0 = t1
@@ -104,7 +107,7 @@ def make_run_steps(run_ops, linked: bool):
 
     # it closes over kernels (see jitcache), and the rebuild's code declares the library's handle types
     return keyed_by_code(run_steps, lambda: ("MPI handle bytes", numba_calls.handle_width()),
-                         sources(kc, lists_cpu, rebuild_cpu, numba_calls, records))
+                         sources(kc, lists_cpu, rebuild_cpu, numba_calls, records, *thermostats.modules()))
 
 
 @functools.cache
@@ -120,7 +123,7 @@ def warmup(forces) -> None:
     if not forces.linked or not numba_calls.link():
         return
     ops = np.zeros((0, 2), np.int64)
-    kernel(forces)(ops, ops, 0, 0.1, 1.0, 1.0, True, *records.idle(rebuild_cpu.state(0)))
+    kernel(forces)(ops, ops, 0, 0.1, 1.0, 1.0, True, *records.idle(rebuild_cpu.state(0)), records.idle_bath())
 
 
 def warm(pair, compiled_mpi: bool = True) -> None:

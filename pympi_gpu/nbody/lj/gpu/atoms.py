@@ -53,6 +53,7 @@ import numpy as np
 
 from pympi_gpu.nbody.lj.gpu import kernels as kg
 from pympi_gpu.nbody.lj.gpu import rebuild_kernels as rk
+from pympi_gpu.nbody.lj.gpu.bath import DeviceBath
 from pympi_gpu.nbody.lj.gpu.halo import DeviceHalo
 from pympi_gpu.nbody.lj.gpu.rebuild import Capacity, DeviceBuild
 from pympi_gpu.nbody.lj.memory import cell_width, first_rows
@@ -67,13 +68,15 @@ COUNTED = (*PHASES, "other")
 
 class _Kept(NamedTuple):
     """The state at the last wait, from which the steps queued since are made again (:meth:`DeviceAtoms.settle`):
-    the step, the displacement's next slot, ``meta`` (host copy), and device copies of the owned rows of the
-    positions, velocities, forces, ids and reference positions."""
+    the step, the displacement's next slot, ``meta`` (host copy), device copies of the owned rows of the
+    positions, velocities, forces, ids and reference positions, and the thermostat's state
+    (:meth:`DeviceBath.kept`)."""
 
     step: int
     slot: int
     meta: np.ndarray
     rows: tuple
+    bath: object = None
 
 
 def _flat(a):
@@ -116,6 +119,8 @@ class DeviceAtoms:
         self.transport = device.transport
         dev = self.dev = device.arrays()
         self._kernels = kg.force_kernels(config.pair_term)
+        #: the thermostat's state and launches (:mod:`~pympi_gpu.nbody.lj.gpu.bath`)
+        self.bath = DeviceBath(system.bath, dev)
         n = int(np.shape(v)[0])
         brick = system.brick
         travels = system.cart.Get_size() > 1 and any(d > 1 for d in brick.dims)
@@ -415,6 +420,7 @@ class DeviceAtoms:
         # the integration's: v, f, x (the owned rows first), x0, and the displacement's two slots
         self._step_views = (view(_flat(self._v)), self._views[1], self._views[0], view(_flat(self._x0)),
                             view(self._dmax))
+        self._gid_view = view(self._gid)  # (the thermostat's forces draw by atom id)
 
     def finite(self) -> bool:
         """Are this brick's positions, velocities and forces finite?  A reduction on the device, one number out."""
@@ -450,15 +456,18 @@ class DeviceAtoms:
             with self._phase("halo"):
                 if not self.halo.forward(self._pos, work, go_on):
                     return False
+        bath = self.bath.style.forces
         if n:
             with self._phase("forces"):
                 if not parts:
                     self.dev.launch(kernels.forces, kg.grid(n), kg.BLOCK, pos, f, e, w, 0, n, own_cnt, own_nbr, rc2, 0)
-                if kick:
+                if kick and not bath:
                     self.dev.launch(kernels.forces_kick, kg.grid(n), kg.BLOCK, pos, f, e, w, self._step_views[0],
                                     0.5 * self.config.dt, n, gh_cnt, gh_nbr, rc2)
-                else:
+                else:  # (a thermostat's forces come after the pair forces, and the kick with them)
                     self.dev.launch(kernels.forces, kg.grid(n), kg.BLOCK, pos, f, e, w, 0, n, gh_cnt, gh_nbr, rc2, 1)
+        if kick:
+            self._bath_kick(bath)
         self.energy = self.virial = None  # summed when asked (local_sums)
         self.have_forces = True
         return True
@@ -503,13 +512,32 @@ class DeviceAtoms:
                 self.dev.launch(kernel, kg.grid(n), kg.BLOCK, pos, f, e, w, 0, n, gh_cnt, gh_nbr, rc2, 1)
         with self._phase("halo"):
             self.halo.reverse(self._f)
-        if kick and n:
+        if kick and n and not self.bath.style.forces:
             with self._phase("integrate"):
                 v, f = self._step_views[:2]
                 self.dev.launch(kg.kick, kg.grid(n), kg.BLOCK, v, f, 0.5 * self.config.dt, n)
+        if kick:
+            self._bath_kick(self.bath.style.forces)
         self.energy = self.virial = None
         self.have_forces = True
         return True
+
+    def _bath_kick(self, forces: bool) -> None:
+        """The thermostat after the pair forces: its forces and the closing kick (where it has ``forces``: the
+        step's force launches left the kick out), then its end (collective over the ranks where it scales)."""
+        if not self.bath.active:
+            return
+        v, f = self._step_views[:2]
+        n = self.nlocal
+        with self._phase("integrate"):
+            if forces:
+                self.bath.force_kick(v, f, self._gid_view, n, self.system.timestep, 0.5 * self.config.dt)
+            self.bath.end(v, n, self.system.cart)
+
+    def bath_state(self) -> np.ndarray:
+        """A host copy of the thermostat's state (one wait where it has one on the device)."""
+        with self._phase("thermo"):
+            return self.bath.state_host()
 
     def local_sums(self) -> np.ndarray:
         """``[sum v^2, px, py, pz, E_pair, virial]`` of this brick: six numbers to the host."""
@@ -558,6 +586,7 @@ class DeviceAtoms:
         slot, self._slot = self._slot, 1 - self._slot  # the kernel zeroes the other slot for the next step
         self._step_slot = slot
         v, f, x, x0, dmax = self._step_views
+        self.bath.begin(v, n)  # the thermostat's start (where it scales the velocities)
         self.dev.launch(kg.integrate, kg.grid(n), kg.BLOCK, v, f, x, x0, 0.5 * self.config.dt, self.config.dt, n,
                         dmax, slot)
         return slot
@@ -664,7 +693,9 @@ class DeviceAtoms:
         with self._phase("other"), self.dev.ops(5):
             for dst, src in zip(rows, (self._pos, self._v, self._f, self._x0, self._gid)):
                 dst[:n] = src[:n]
-        self._kept = _Kept(self.system.timestep, self._slot, meta.copy(), rows)
+        with self._phase("other"):
+            bath = self.bath.kept()
+        self._kept = _Kept(self.system.timestep, self._slot, meta.copy(), rows, bath)
         self._log = []
 
     def _restore(self) -> None:
@@ -689,6 +720,7 @@ class DeviceAtoms:
                 self._gid[:n] = gid[:n]
                 self._dmax.fill(0.0)
             dev.into_device(kept.meta, self.build.meta)
+            self.bath.restore(kept.bath)
         self._slot = self._step_slot = kept.slot
         self._build(n, fold=True, copy=True, decide=(self._dmax, kept.slot, kept.step, 1), books=False)
         with self._phase("other"), dev.ops(1):
@@ -708,6 +740,8 @@ class DeviceAtoms:
         if had:  # a restart: keep the checkpoint's forces (bit-identical continuation)
             with self.dev.ops(1):
                 self._f[:n] = keep
+        v, f = self._step_views[:2]
+        self.bath.setup(v, f, self._gid_view, n, self.system.timestep, had, self.system.cart)
         if not self.dev.simulated:  # nothing to compile: the simulator runs the kernels' Python
             self._warm()
         if self.queued:  # the first state the queued steps can be made again from (the forces left meta as it was)
@@ -738,6 +772,8 @@ class DeviceAtoms:
         self.halo.forward(self._pos)
         if self.config.newton:
             self.halo.reverse(xp.zeros_like(self._f))
+        if self.bath.active:
+            self.bath.warm(v, f, self._gid_view, h)
         dev.sync()
 
     def wrap(self) -> None:
