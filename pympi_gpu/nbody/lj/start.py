@@ -93,31 +93,38 @@ class _Directory:
         self.velocity_row = np.full(span, -1, np.int64)
 
     def of(self, ids: np.ndarray) -> np.ndarray:
-        """The rank answering for each id."""
-        return ((ids - 1) * self.comm.Get_size()) // self.atoms
+        """The rank answering for each id: the last ``r`` whose first id ``r N // P + 1`` is at most it."""
+        return (ids * self.comm.Get_size() - 1) // self.atoms
 
-    def enter(self, header: Header, owned: dict) -> None:
-        """Every rank's atoms (``id``, ``row``) entered with their owner: an id read twice is refused, naming its
-        rows; collective."""
-        me = self.comm.Get_rank()
-        got = exchange_rows(self.comm, self.of(owned["id"]),
-                            {"id": owned["id"], "row": owned["row"],
-                             "owner": np.full(owned["id"].size, me, np.int64)})
+    def enter(self, header: Header, owned: dict, chunk: int = 1 << 16) -> None:
+        """Every rank's atoms (``id``, ``row``) entered with their owner, ``chunk`` rows of each rank at a time:
+        an id read twice is refused, naming its rows; collective."""
+        from mpi4py import MPI
+
+        me, ids, rows = self.comm.Get_rank(), owned["id"], owned["row"]
         error = None
-        k = got["id"] - self.base
-        order = np.argsort(k, kind="stable")
-        k, rows = k[order], got["row"][order]
-        twice = np.flatnonzero(k[1:] == k[:-1]) if k.size > 1 else np.zeros(0, np.int64)
-        if twice.size:
-            i = int(twice[0])
-            unit = "particles" if header.kind == "gsd" else "lines"
-            a, b = sorted((int(rows[i]), int(rows[i + 1])))
-            error = (f"--init {header.name}: atom id {int(k[i]) + self.base} is given twice ({unit} {a:,} and {b:,}): "
-                     "each atom needs an id of its own")
-        else:
-            self.owner[k] = got["owner"][order]
-            self.row[k] = rows
+        for first in range(0, self.comm.allreduce(ids.size, op=MPI.MAX) or 1, chunk):
+            part = slice(first, first + chunk)
+            got = exchange_rows(self.comm, self.of(ids[part]),
+                                {"id": ids[part], "row": rows[part], "owner": np.full(ids[part].size, me, np.int32)})
+            if error is None:
+                error = self._enter(header, got)
         _agree(self.comm, error)
+
+    def _enter(self, header: Header, got: dict) -> str | None:
+        k = got["id"] - self.base
+        seen = np.flatnonzero(self.owner[k] >= 0)
+        order = np.argsort(k, kind="stable")
+        again = np.flatnonzero(k[order][1:] == k[order][:-1])
+        if seen.size or again.size:
+            i, j = (seen[0], None) if seen.size else (order[again[0]], order[again[0] + 1])
+            a, b = sorted((int(self.row[k[i]] if j is None else got["row"][j]), int(got["row"][i])))
+            unit = "particles" if header.kind == "gsd" else "lines"
+            return (f"--init {header.name}: atom id {int(got['id'][i])} is given twice ({unit} {a:,} and {b:,}): "
+                    "each atom needs an id of its own")
+        self.owner[k] = got["owner"]
+        self.row[k] = got["row"]
+        return None
 
     def route_velocities(self, header: Header, block: Block) -> dict:
         """A round of velocity rows (each rank's part) sent to the ranks of their atoms, through the directory; a
@@ -165,29 +172,22 @@ def load(cart, text: str, header: Header, *, rows: int | None = None) -> dict[st
             error = f"--init {text!r} cannot be read: {exc.strerror or exc}"
     try:
         _agree(cart, error)
-        mine, velocities = _rounds(cart, header, pieces)
+        mine = _rounds(cart, header, pieces)
     finally:
         if reader is not None:
             reader.close()
-    order = np.argsort(mine["id"], kind="stable")
-    out = {"x": mine["x"][order], "id": mine["id"][order], "v": None}
-    if "v" in mine:
-        out["v"] = mine["v"][order]
-    elif velocities:
-        got = _joined(velocities)
-        out["v"] = np.empty_like(out["x"])
-        out["v"][np.searchsorted(out["id"], got["id"])] = got["v"]
-    _agree(cart, _one_place(header, out, mine["row"][order]))
-    return out
+    mine.setdefault("v", None)
+    _agree(cart, _one_place(header, mine, mine.pop("row")))
+    return mine
 
 
-def _rounds(cart, header: Header, pieces) -> tuple[dict, list[dict]]:
+def _rounds(cart, header: Header, pieces) -> dict:
     """Every round of the file (rank 0's ``pieces``): each rank parses its part and sends its atoms to their
-    bricks, a LAMMPS section's velocities through the directory.  This rank's atoms (``x``, ``id``, ``row``,
-    ``v`` where on the atoms' rows) and the velocities sent to it; collective."""
+    bricks, a LAMMPS section's velocities through the directory, straight into their atoms' rows.  This rank's
+    atoms in id order (``x``, ``id``, ``row``, and ``v`` where the file gives them); collective."""
     ranks_of = _ranks_of(cart)
     dims, lo, box = ranks_of.shape, np.asarray(header.lo, np.float64), header.box
-    owned, velocities, directory = [], [], None
+    owned, mine, directory = [], None, None
     while (block := _next_block(cart, header, pieces)) is not None:
         if block.x is not None:  # atoms (with their velocities, where the format puts them on the same row)
             x = wrap(block.x - lo, box)
@@ -198,13 +198,24 @@ def _rounds(cart, header: Header, pieces) -> tuple[dict, list[dict]]:
             owned.append(exchange_rows(cart, ranks_of[c[:, 0], c[:, 1], c[:, 2]], arrays))
         else:  # a LAMMPS Velocities section's rows, keyed by id: through the directory to their atoms
             if directory is None:
+                mine = _in_id_order(_joined(owned))
                 directory = _Directory(cart, header.atoms)
-                directory.enter(header, _joined(owned))
-            velocities.append(directory.route_velocities(header, block))
-    mine = _joined(owned)
-    if directory is None:
+                directory.enter(header, mine)
+                mine["v"] = np.zeros_like(mine["x"])  # every row written: N rows, none twice (the directory's)
+            got = directory.route_velocities(header, block)
+            mine["v"][np.searchsorted(mine["id"], got["id"])] = got["v"]
+    if mine is None:
+        mine = _in_id_order(_joined(owned))
         _Directory(cart, header.atoms).enter(header, mine)
-    return mine, velocities
+    return mine
+
+
+def _in_id_order(atoms: dict) -> dict:
+    """``atoms``' rows sorted by id, a column at a time (each unsorted column freed as it goes)."""
+    order = np.argsort(atoms["id"], kind="stable")
+    for name in list(atoms):
+        atoms[name] = atoms[name][order]
+    return atoms
 
 
 def _next_block(cart, header: Header, pieces) -> Block | None:
@@ -237,10 +248,15 @@ def _next_block(cart, header: Header, pieces) -> Block | None:
 
 
 def _joined(parts: list[dict]) -> dict:
-    """The rows of ``parts`` (dicts of arrays) one after the other."""
+    """The rows of ``parts`` (dicts of arrays) one after the other; ``parts`` is emptied a column at a time, so
+    that the rows are held about once, not twice."""
     if not parts:
         return {"x": np.zeros((0, 3)), "id": np.zeros(0, np.int64), "row": np.zeros(0, np.int64)}
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    out = {}
+    for name in list(parts[0]):
+        out[name] = np.concatenate([p.pop(name) for p in parts])
+    parts.clear()
+    return out
 
 
 def _one_place(header: Header, atoms: dict, rows: np.ndarray) -> str | None:
@@ -249,8 +265,11 @@ def _one_place(header: Header, atoms: dict, rows: np.ndarray) -> str | None:
     if x.shape[0] < 2:
         return None
     order = np.lexsort((x[:, 2], x[:, 1], x[:, 0]))
-    s = x[order]
-    same = np.flatnonzero((s[1:] == s[:-1]).all(axis=1))
+    alike = np.ones(x.shape[0] - 1, bool)
+    for c in range(3):  # a column at a time: a rank holds little besides its atoms
+        column = x[order, c]
+        alike &= column[1:] == column[:-1]
+    same = np.flatnonzero(alike)
     if not same.size:
         return None
     i, j = order[same[0]], order[same[0] + 1]

@@ -17,7 +17,7 @@ import numpy as np
 __all__ = ["Lines", "deal", "numbers", "first_words", "strip_comment"]
 
 #: bytes read from the file at once
-_READ = 1 << 23
+_READ = 1 << 20
 _COMMENT = re.compile(rb"#[^\n]*")
 _FIRST_WORD = re.compile(rb"^[ \t]*(\S+)", re.M)
 _BLANK = re.compile(rb"^[ \t\r]*$", re.M)
@@ -83,13 +83,25 @@ class Lines:
         return block, found
 
     def skip(self, k: int) -> int:
-        """Skip the next ``k`` lines (a section's rows) a block at a time; returns how many there were."""
-        done = 0
-        while done < k:
-            _, got = self.take(min(k - done, 1 << 20))
-            if got == 0:
+        """Skip the next ``k`` lines (a section's rows), counting newlines a read at a time (nothing kept);
+        returns how many there were."""
+        done, buf = 0, self._buf
+        while True:
+            count = buf.count(b"\n")
+            if done + count >= k:
+                newlines = np.flatnonzero(np.frombuffer(buf, np.uint8) == 10)
+                cut = int(newlines[k - done - 1]) + 1 if k > done else 0
+                self._buf, done = buf[cut:], k
                 break
-            done += got
+            done += count
+            tail = buf[buf.rfind(b"\n") + 1:]  # the start of a line read on
+            more = b"" if self._eof else self.fh.read(_READ)
+            if not more:
+                self._eof, self._buf = True, b""
+                done += 1 if tail else 0  # the file's last line, without a newline
+                break
+            buf = tail + more
+        self.line += done
         return done
 
 
