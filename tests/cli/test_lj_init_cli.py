@@ -48,9 +48,11 @@ def runs(tmp_path_factory):
     write_data(d / "x.data", CONFIG)
     common = ("--thermo", 10, "--json", "-q")
     out = {"dir": d}
-    out["lattice"] = doc(lj(3, CONFIG.atoms, "--steps", 20, *common))
+    # (a checkpoint at step 10 in each: the step after one rebuilds, as a run restarted from it does)
+    out["lattice"] = doc(lj(3, CONFIG.atoms, "--steps", 20, "--checkpoint", d / "l.npz", "--checkpoint-every", 10,
+                            *common))
     out["file"] = doc(lj(3, "--init", d / "x.data", "--steps", 20, "--dump", d / "r.extxyz", "--dump-every", 20,
-                         *common))
+                         "--checkpoint", d / "f.npz", "--checkpoint-every", 10, *common))
     out["first"] = doc(lj(3, "--init", d / "x.data", "--steps", 10, "--checkpoint", d / "c.npz", "--dump",
                           d / "r.gsd", "--dump-every", 10, *common))
     out["restarted"] = doc(lj(3, "--init", d / "x.data", "--steps", 20, "--restart", d / "c.npz", "--checkpoint",
@@ -160,26 +162,35 @@ def _atoms_row(text: str, i: int, row: str) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("ranks, make, words", [
-    (1, lambda t: ["--init", t / "nothing.data"], "--init '{t}/nothing.data' does not exist"),
-    (2, lambda t: ["--init", _data(t, lambda s: s.replace("xlo xhi", "xlo xhi\n0.5 0 0 xy xz yz"))],
+REFUSED = [  # (a file made in a directory, the message): each tried at 1 rank and at 3
+    (lambda t: ["--init", t / "nothing.data"], "--init '{t}/nothing.data' does not exist"),
+    (lambda t: ["--init", _data(t, name="notes.txt", edit=lambda s: "my notes\n")], "is of no known kind"),
+    (lambda t: ["--init", _data(t, lambda s: s.replace("xlo xhi", "xlo xhi\n0.5 0 0 xy xz yz"))],
      "line 7: a triclinic box (tilt factors 0.5 0 0): this engine runs one atom type of mass 1"),
-    (1, lambda t: ["--init", _data(t, lambda s: s[:len(s) // 2])], "section ends after"),
-    (2, lambda t: ["--init", _data(t, name="notes.txt", edit=lambda s: "my notes\n")], "is of no known kind"),
-    (3, lambda t: ["--init", _data(t, lambda s: _atoms_row(s, 700, "3 1 5.0 5.0 5.0"))],
+    (lambda t: ["--init", _data(t, lambda s: s.replace("1 atom types", "2 atom types"))], "line 4: 2 atom types"),
+    (lambda t: ["--init", _data(t, lambda s: s[:len(s) // 2])],
+     "line 916: the Velocities section ends after 33 of its 864 rows: the file is cut short"),
+    (lambda t: ["--init", _data(t, lambda s: _atoms_row(s, 700, "3 1 5.0 5.0 5.0"))],
      "atom id 3 is given twice (lines 18 and 716)"),
-    (3, lambda t: ["--init", _data(t, lambda s: _atoms_row(s, 700, "701 1 0 0 0"))],
+    (lambda t: ["--init", _data(t, lambda s: _atoms_row(s, 700, "701 1 0 0 0"))],
      "atoms 1 and 701 (lines 16 and 716) are at one place"),
-    (3, lambda t: ["--init", _data(t, config=LjConfig(cells=5))],
-     "the box (8.398 sigma) cut into a 3x1x1 rank grid makes bricks 2.799 sigma thick along x, thinner than the "
+    (lambda t: ["--init", _data(t, lambda s: _atoms_row(s, 700, "701 1 nan 0 0"))],
+     "line 716: atom 701 is at (nan, 0, 0), not a finite position"),
+    (lambda t: ["--init", _data(t, config=LjConfig(cells=1))],
+     "the box (1.68 sigma) cut into a 1x1x1 rank grid makes bricks 1.68 sigma thick along x, thinner than the "
      "cutoff + skin (2.8); use fewer ranks"),
-    (1, lambda t: ["500", "--init", _data(t)], "ATOMS is 500, but --init"),
-    (1, lambda t: ["--init", _data(t), "--density", "0.9"], "--density sets the fcc lattice's density"),
-    (2, lambda t: ["--init", _data(t, lambda s: s.replace("\nAtoms", "\nPair Coeffs # lj/cut\n\n1 1.2 1\n\nAtoms")),
-                   ], "its Pair Coeffs (lj/cut) say epsilon 1.2, the run's are epsilon 1: give --pair-coeff "
-                      "epsilon=1.2"),
-])
+    (lambda t: ["500", "--init", _data(t)], "ATOMS is 500, but --init"),
+    (lambda t: ["--init", _data(t), "--density", "0.9"], "--density sets the fcc lattice's density"),
+    (lambda t: ["--init", _data(t, lambda s: s.replace("\nAtoms", "\nPair Coeffs # lj/cut\n\n1 1.2 1\n\nAtoms"))],
+     "its Pair Coeffs (lj/cut) say epsilon 1.2, the run's are epsilon 1: give --pair-coeff epsilon=1.2"),
+]
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+@pytest.mark.parametrize("make, words", REFUSED, ids=[w.split(":")[0][:40] for _, w in REFUSED])
 def test_a_bad_file_is_refused_once_exit_2_no_rank_waiting(tmp_path, ranks, make, words):
+    if "1x1x1" in words and ranks == 3:
+        words = words.replace("1x1x1", "3x1x1").replace("bricks 1.68", "bricks 0.5599")
     refused(lj(ranks, *make(tmp_path), "--steps", 1, timeout=120), words.format(t=tmp_path))
 
 

@@ -86,6 +86,11 @@ class _Reader:
         try:
             self.header = self._header(spec)
             self.fh = open(spec.path, "rb")
+        except (RuntimeError, KeyError, ValueError, struct.error) as exc:  # a chunk the package cannot read
+            self.close()
+            if isinstance(exc, InitError):
+                raise
+            raise InitError(f"--init {spec.path!r} is not a readable GSD file (damaged, or cut short): {exc}") from None
         except BaseException:
             self.close()
             raise
