@@ -110,7 +110,8 @@ def test_a_refusal_some_ranks_see_is_every_ranks(agree, shared_dir, row, words):
         lines = [f"{i + 1} 1 {a!r} {b!r} {c!r}" for i, (a, b, c) in enumerate(x.tolist())]
         lines[798] = row if "given twice" in words else f"799 1 {lo!r} {lo!r} {lo!r}"
         with open(path, "w") as fh:
-            fh.write(f"t\n\n{config.atoms} atoms\n1 atom types\n\n" + "".join(f"{lo!r} {-lo!r} {a}lo {a}hi\n" for a in "xyz")
+            fh.write(f"t\n\n{config.atoms} atoms\n1 atom types\n\n"
+                     + "".join(f"{lo!r} {-lo!r} {a}lo {a}hi\n" for a in "xyz")
                      + "\nMasses\n\n1 1\n\nAtoms # atomic\n\n" + "\n".join(lines) + "\n")
 
     path = _written(f"{shared_dir}/bad.data", data)

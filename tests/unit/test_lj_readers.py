@@ -53,14 +53,16 @@ def lammps_file(tmp_path, *, header="", lo=0.0, atoms=None, velocities_=True, ma
     n = CONFIG.atoms
     x = fcc_positions(CONFIG.cells, CONFIG.density) + lo
     v = velocities(n, CONFIG.temperature, CONFIG.seed)
-    rows = atoms or [f"{i + 1} 1 {a!r} {b!r} {c!r}" + (" 0 0 0" if images else "") for i, (a, b, c) in enumerate(x.tolist())]
+    rows = atoms or [f"{i + 1} 1 {a!r} {b!r} {c!r}" + (" 0 0 0" if images else "")
+                     for i, (a, b, c) in enumerate(x.tolist())]
     box = CONFIG.box
     text = (f"LAMMPS data file via write_data, version 22 Jul 2025, timestep = 0, units = lj\n\n{n} atoms\n"
             f"1 atom types\n{header}\n" + "".join(f"{lo!r} {lo + box!r} {a}lo {a}hi\n" for a in "xyz")
             + f"\nMasses\n\n{masses}\n\nPair Coeffs # lj/cut\n\n1 1 1\n{extra_sections}\n"
             + f"Atoms # {style}\n\n" + "\n".join(rows) + "\n")
     if velocities_:
-        text += "\nVelocities\n\n" + "\n".join(f"{i + 1} {a!r} {b!r} {c!r}" for i, (a, b, c) in enumerate(v.tolist())) + "\n"
+        text += "\nVelocities\n\n" + "\n".join(f"{i + 1} {a!r} {b!r} {c!r}"
+                                               for i, (a, b, c) in enumerate(v.tolist())) + "\n"
     if edit:
         text = edit(text)
     path = tmp_path / name
@@ -152,7 +154,8 @@ def atoms_line(i: int) -> int:
      ["x 10.07", "cubic periodic box (the same edge along x, y and z)"]),
     (lambda t: lammps_file(t, atoms=_rows({10: "11 1 nan 0 0"})), [f"line {atoms_line(10)}", "not a finite position"]),
     (lambda t: lammps_file(t, atoms=_rows({10: "11 1 1e300 0 0"})), ["box edges", "lose its position to rounding"]),
-    (lambda t: lammps_file(t, atoms=_rows({10: "11 1 0.1 oops 0"})), [f"line {atoms_line(10)}", "'oops' is not a number"]),
+    (lambda t: lammps_file(t, atoms=_rows({10: "11 1 0.1 oops 0"})),
+     [f"line {atoms_line(10)}", "'oops' is not a number"]),
     (lambda t: lammps_file(t, atoms=_rows({10: "11 1 0.1 0"})), [f"line {atoms_line(10)} holds 4 words, not 5"]),
     (lambda t: lammps_file(t, atoms=_rows({10: "11 2 0.1 0 0"})), ["atom 11 is of type 2"]),
     (lambda t: lammps_file(t, atoms=_rows({10: "3 1 0.1 0.2 0.3"})),
