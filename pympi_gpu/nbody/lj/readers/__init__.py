@@ -36,7 +36,7 @@ MODULES = {
     "gsd": "pympi_gpu.nbody.lj.readers.gsd",
 }
 #: the atoms' rows read in one round, over all parts: what bounds the reading rank's buffers
-ROUND_ROWS = 1 << 20
+ROUND_ROWS = 1 << 18
 #: what the engine runs, said where a file asks for something else
 RUNS = ("this engine runs one atom type of mass 1 (LJ units) without charges or molecules, in a cubic periodic "
         "box")
