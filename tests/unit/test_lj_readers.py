@@ -88,7 +88,7 @@ def test_write_datas_layout_image_flags_a_moved_box_and_comments(cart, tmp_path)
     """LAMMPS's own layout: a title, Pair Coeffs (recorded for the command to judge), image flags (dropped),
     a box from -L/2, comments and blank lines between sections, rows in any order; positions moved to [0, L)."""
     lo = -0.5 * CONFIG.box
-    path = lammps_file(tmp_path, lo=lo, images=True,
+    path = lammps_file(tmp_path, lo=lo, images=True, extra_sections="\nAtom Type Labels\n\n1 Ar\n",
                        edit=lambda t: t.replace("Masses\n", "# the masses\nMasses # of each type\n", 1))
     header = start.read_header(cart, str(path))
     assert header.lo == (lo, lo, lo) and header.pair == ("lj/cut", ("1", "1"))
@@ -144,7 +144,7 @@ def atoms_line(i: int) -> int:
     (lambda t: lammps_file(t, edit=lambda s: s.replace("1 atom types", "2 atom types")), ["line 4", "2 atom types"]),
     (lambda t: lammps_file(t, masses="1 39.948"), ["atom type 1 has mass 39.9", "mass 1 (LJ units)"]),
     (lambda t: lammps_file(t, header="5 bonds"), ["5 bonds", "without charges or molecules"]),
-    (lambda t: lammps_file(t, extra_sections="\nBonds\n\n1 1 1 2\n"), ["a Bonds section"]),
+    (lambda t: lammps_file(t, extra_sections="\nBonds\n\n1 1 1 2\n"), ["its Bonds section"]),
     (lambda t: lammps_file(t, style="full"), ["atom_style full", "atom_style atomic: id type x y z"]),
     (lambda t: lammps_file(t, style="charge", atoms=[f"{i + 1} 1 0.0 0 0 {i}" for i in range(108)]),
      ["atom_style charge"]),

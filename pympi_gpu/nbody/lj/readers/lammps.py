@@ -41,12 +41,11 @@ _IGNORED = ("extra bond per atom", "extra angle per atom", "extra dihedral per a
             "extra special per atom")
 _HEADER = re.compile(rb"^\s*[-+0-9.eE]+(\s+[-+0-9.eE]+)*\s+[a-z]")
 #: the sections read here, and those that hold molecules' topology or other styles' data
-_READ = ("Masses", "Atoms", "Velocities", "Pair Coeffs", "PairIJ Coeffs")
+_READ = ("Masses", "Atoms", "Velocities", "Pair Coeffs", "PairIJ Coeffs", "Atom Type Labels")
 _TOPOLOGY = ("Bonds", "Angles", "Dihedrals", "Impropers", "Bond Coeffs", "Angle Coeffs", "Dihedral Coeffs",
              "Improper Coeffs", "BondBond Coeffs", "BondAngle Coeffs", "MiddleBondTorsion Coeffs",
              "EndBondTorsion Coeffs", "AngleTorsion Coeffs", "AngleAngleTorsion Coeffs", "BondBond13 Coeffs",
-             "AngleAngle Coeffs", "Ellipsoids", "Lines", "Triangles", "Bodies", "CMAP", "Atom Type Labels",
-             "Bond Type Labels", "Angle Type Labels", "Dihedral Type Labels", "Improper Type Labels")
+             "AngleAngle Coeffs", "Ellipsoids", "Lines", "Triangles", "Bodies", "CMAP", "Bond Type Labels", "Angle Type Labels", "Dihedral Type Labels", "Improper Type Labels")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +124,7 @@ class _Reader:
             title, _, comment = name.partition("#")
             title, comment = title.strip(), comment.strip()
             if title in _TOPOLOGY:
-                raise self._fail(at, f"a {title} section: {RUNS}")
+                raise self._fail(at, f"its {title} section: {RUNS}")
             if title not in _READ:
                 raise self._fail(at, f"{name!r} is no section of a LAMMPS data file this engine reads (Masses, "
                                      "Atoms, Velocities, Pair Coeffs): a damaged file, or one of another atom style")
@@ -141,6 +140,8 @@ class _Reader:
             elif title == "Masses":
                 masses = [[self._number(first, w) for w in row]
                           for row in self._small_rows(lines, "Masses", first, counts.get("atom types", 1), 2)]
+            elif title == "Atom Type Labels":  # (the one type's name: nothing the engine needs)
+                self._small_rows(lines, title, first, counts.get("atom types", 1), 2)
             else:  # (one type: one row, "1 coeffs..." or PairIJ's "1 1 coeffs...")
                 row = self._small_rows(lines, title, first, 1, None)[0]
                 pair = (comment.split()[0] if comment else None, tuple(row[1 if title == "Pair Coeffs" else 2:]))
