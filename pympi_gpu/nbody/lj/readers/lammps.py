@@ -118,6 +118,15 @@ class _Reader:
                                 "needed")
         lo = tuple(bounds[a][0] for a in "xyz")
         box = cubic_edge(repr(self.path), [bounds[a][1] - bounds[a][0] for a in "xyz"])
+        layout, pair = self._sections(lines, section, n, counts)
+        first, offset, columns = layout["atoms"]
+        vfirst, voffset = layout.get("velocities", (None, None))
+        return Header(kind=KIND, path=self.path, atoms=n, lo=lo, box=box, velocities=vfirst is not None, ids=True,
+                      pair=pair, layout=Layout(first, offset, columns, vfirst, voffset))
+
+    def _sections(self, lines: Lines, section, n: int, counts: dict) -> tuple[dict, tuple | None]:
+        """The sections from ``section`` (its name and line) on: where the Atoms and Velocities rows are, and the
+        Pair Coeffs; the masses checked."""
         layout, pair, masses = {}, None, None
         while section is not None:
             name, at = section
@@ -149,10 +158,7 @@ class _Reader:
         if "atoms" not in layout:
             raise InitError(f"--init {self.path!r}: no Atoms section: the file holds no atoms")
         self._check_masses(masses)
-        first, offset, columns = layout["atoms"]
-        vfirst, voffset = layout.get("velocities", (None, None))
-        return Header(kind=KIND, path=self.path, atoms=n, lo=lo, box=box, velocities=vfirst is not None, ids=True,
-                      pair=pair, layout=Layout(first, offset, columns, vfirst, voffset))
+        return layout, pair
 
     def _header_line(self, at: int, values: list[str], keyword: str, counts: dict, bounds: dict) -> None:
         if keyword in ("xlo xhi", "ylo yhi", "zlo zhi"):
