@@ -22,7 +22,10 @@ one order for every model:
 
 Adding a model is its command module (and its package under ``nbody/``) and
 one line in :data:`MODULES`: ``--model``, its options' help and the refusal of
-another model's options all derive from here.
+another model's options all derive from here.  Two models may declare an
+option of one name (``--init``: gravity's initial conditions, LJ's file): the
+command has one such option, whose value each model reads with its own type
+and default (:class:`PerModel`; ``--model`` is parsed first for it).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from typing import Any, Protocol
 
 import click
 
-__all__ = ["MODULES", "Model", "Restart", "models", "model", "options", "owner_of", "default_help", "run"]
+__all__ = ["MODULES", "Model", "Restart", "PerModel", "models", "model", "options", "owner_of", "owners_of",
+           "own_default", "default_help", "run"]
 
 #: the model commands, by the name ``--model`` takes: a new model is one line here
 MODULES = {
@@ -47,7 +51,8 @@ MODULES = {
 @dataclasses.dataclass(frozen=True)
 class Restart:
     """What ``--restart`` gave: the restarted ``config``, the checkpoint's ``meta``, this rank's ``local``
-    arrays and the step-0 thermo row it records (``initial``, or None)."""
+    arrays and the step-0 thermo row it records (``initial``, or None).  A start from a file (LJ's ``--init``)
+    is handed on the same way: its config, the atoms, ``meta`` at step 0, no initial row."""
 
     config: Any
     meta: dict
@@ -68,12 +73,13 @@ class Model(Protocol):
     def config(self, args) -> Any: ...                                    # before MPI
     def communicator(self, world) -> Any: ...                             # the model's comm
     def check(self, comm, config, args) -> None: ...                      # collective
-    def restart(self, ctx, comm, args, config) -> Restart | None: ...     # collective
+    def restart(self, ctx, comm, args, config) -> Restart | None: ...     # collective (a file's start too)
     def fits(self, comm, config, args) -> None: ...                       # collective
     def dtype(self, config) -> Any: ...                                   # the device buffers'
     def on_device(self, comm, config, device, threads: int) -> Any: ...   # collective; the config run
     def system(self, comm, config, device, restart: Restart | None, args) -> Any: ...
     def box(self, config) -> float | None: ...                            # None: open space
+    def sized_by(self, args) -> str | None: ...                           # what gives BODIES if not given
     def stop_name(self, config) -> str: ...                               # pympi-nbody-N
     def title(self, config, comm) -> str: ...
     def provenance(self, note: str) -> dict[str, str]: ...
@@ -98,14 +104,66 @@ def model(name: str) -> Model:
     return models()[name]
 
 
+@functools.cache
 def options() -> list[click.Option]:
-    """Every model's own options, in registry order (the command's ``--help`` lists them)."""
-    return [opt for m in models().values() for opt in m.options]
+    """Every model's own options, in registry order (the command's ``--help`` lists them); an option several
+    models declare is one (:class:`PerModel`)."""
+    declared: dict[str, list[tuple[str, click.Option]]] = {}
+    for m in models().values():
+        for opt in m.options:
+            declared.setdefault(opt.name, []).append((m.name, opt))
+    return [found[0][1] if len(found) == 1 else _shared(found) for found in declared.values()]
+
+
+class PerModel(click.ParamType):
+    """The type of an option several models declare: each model's own type reads the value (``--model`` is
+    parsed before it, eagerly)."""
+
+    def __init__(self, types: dict[str, click.ParamType]):
+        self.types = types
+        self.name = "|".join(dict.fromkeys(t.name for t in types.values()))
+
+    def convert(self, value, param, ctx):
+        name = (ctx.params.get("model") if ctx is not None else None) or next(iter(self.types))
+        kind = self.types.get(name)
+        return value if kind is None else kind.convert(value, param, ctx)
+
+
+def _shared(found: list[tuple[str, click.Option]]) -> click.Option:
+    """The one option of a name several models declare: each model's help and default said, no default of its
+    own (:func:`own_default` gives each model's)."""
+    first = found[0][1]
+    helps = []
+    for _name, opt in found:
+        default = f" [default: {opt.default}]" if opt.default is not None and opt.show_default else ""
+        helps.append(f"{(opt.help or '').rstrip('.')}{default}.")
+    metavar = "|".join(dict.fromkeys(opt.metavar or ("|".join(opt.type.choices) if isinstance(opt.type, click.Choice)
+                                                     else opt.type.name.upper()) for _, opt in found))
+    return click.Option(first.opts, type=PerModel({name: opt.type for name, opt in found}), default=None,
+                        metavar=metavar, help=" ".join(helps))
 
 
 def owner_of() -> dict[str, str]:
-    """The model each model-own option belongs to, by the option's name."""
-    return {opt.name: m.name for m in models().values() for opt in m.options}
+    """The model each model-own option belongs to, by the option's name (the first, where several declare it)."""
+    return {name: owners[0] for name, owners in owners_of().items()}
+
+
+@functools.cache
+def owners_of() -> dict[str, tuple[str, ...]]:
+    """The models that declare each model-own option, by the option's name."""
+    out: dict[str, tuple[str, ...]] = {}
+    for m in models().values():
+        for opt in m.options:
+            out[opt.name] = out.get(opt.name, ()) + (m.name,)
+    return out
+
+
+def own_default(model_name: str, name: str):
+    """Model ``model_name``'s default of its option ``name`` (what its value is where none was given)."""
+    for opt in model(model_name).options:
+        if opt.name == name:
+            return opt.default
+    raise KeyError(name)
 
 
 def default_help(name: str, fmt=str) -> str:

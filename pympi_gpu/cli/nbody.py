@@ -44,23 +44,24 @@ class _Bodies(Count):
 
 def check_model_options(ctx, model: str) -> None:
     """Refuse the options of another model than ``model`` (exit 2): each model's own, from the registry."""
-    for name, owner in models.owner_of().items():
-        if owner != model and given(ctx, name):
-            fail(f"--{name.replace('_', '-')} applies to --model {owner} only")
+    for name, owners in models.owners_of().items():
+        if model not in owners and given(ctx, name):
+            fail(f"--{name.replace('_', '-')} applies to --model {' and '.join(owners)} only")
 
 
 def _model_options(f):
-    """Add ``--model`` (the registry's names) and every model's own options to a click command."""
+    """Add ``--model`` (the registry's names) and every model's own options to a click command.  ``--model`` is
+    parsed first (eager): an option two models declare is read by the chosen one's type."""
     f.__click_params__ = getattr(f, "__click_params__", []) + list(reversed(models.options()))
     return click.option("--model", type=click.Choice(sorted(models.models())), default=DEFAULT_MODEL,
-                        show_default=True,
+                        show_default=True, is_eager=True,
                         help="; ".join(f"{m.name}: {m.summary}" for m in models.models().values()) + ".")(f)
 
 
 @mpi_command
 @click.command(cls=Command, context_settings=CONTEXT_SETTINGS)
 @version_option()
-@click.argument("bodies", type=_Bodies(maximum=MAX_BODIES))
+@click.argument("bodies", type=_Bodies(maximum=MAX_BODIES), required=False)
 @click.option("--steps", type=Count(minimum=0, maximum=10**12), default=10, show_default=True,
               help="Leapfrog steps; with --restart, the step to reach.")
 @click.option("--dt", type=PositiveFloat(), default=None,
@@ -119,7 +120,9 @@ def nbody(ctx, **params):
 
     --model lj: Lennard-Jones atoms (LAMMPS bench/in.lj) on an fcc lattice of
     k^3 cells, 4 k^3 atoms (BODIES is rounded to the nearest such number),
-    over a 3-D domain decomposition with ghost-atom halo exchange.
+    over a 3-D domain decomposition with ghost-atom halo exchange; or the
+    atoms of a file (--init PATH: a LAMMPS data file, .extxyz or .gsd), whose
+    count BODIES may leave out.
 
     Each rank uses one GPU (--backend gpu) or its share of the node's cores (numba).
     """
@@ -130,6 +133,8 @@ def nbody(ctx, **params):
     simd_note = jitcache.tune_cpu(settings.wide_vectors())  # before configure(), which would find it done
     jitcache.configure(settings.numba_cache_seed(), settings.wide_vectors())
     check_model_options(ctx, args.model)
+    if args.bodies is None and not models.model(args.model).sized_by(args):
+        fail("Missing argument 'BODIES': how many bodies (or atoms), e.g. 65536 or 1e6")
     if world_rank_hint() == 0:  # rank 0 writes every output: its node's verdict counts (agreed in mpi_world)
         check_outputs(args)
     models.run(ctx, args, simd_note)
@@ -140,7 +145,7 @@ class Job:
     """What ``pympi-nbody`` was asked, parsed (``None``: the model's default); ``model_options`` holds the
     values of the model's own options (its recipe's), by name."""
 
-    bodies: int
+    bodies: int | None
     steps: int
     dt: float | None
     backend: str
@@ -165,10 +170,12 @@ class Job:
 
     @classmethod
     def of(cls, params: dict) -> Job:
-        """The job of the command's parameters: the shared ones, and the chosen model's own."""
-        owner = models.owner_of()
-        shared = {k: v for k, v in params.items() if k not in owner}
-        own = {k: v for k, v in params.items() if owner.get(k) == params["model"]}
+        """The job of the command's parameters: the shared ones, and the chosen model's own (an option several
+        models declare, not given: the chosen model's default)."""
+        owners, model = models.owners_of(), params["model"]
+        shared = {k: v for k, v in params.items() if k not in owners}
+        own = {k: v if v is not None or len(owners[k]) == 1 else models.own_default(model, k)
+               for k, v in params.items() if model in owners.get(k, ())}
         return cls(**shared, model_options=own)
 
     def run_options(self, *, name: str, thermo: bool = True) -> RunOptions:

@@ -224,6 +224,9 @@ class Gravity:
     def box(self, config: NbodyConfig) -> None:
         return None  # open space
 
+    def sized_by(self, args) -> str | None:
+        return None  # BODIES is always given
+
     def stop_name(self, config: NbodyConfig) -> str:
         return f"pympi-nbody-{config.bodies}"
 

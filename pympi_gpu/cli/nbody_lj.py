@@ -12,7 +12,7 @@ from pympi_gpu.cli.models import Restart
 from pympi_gpu.cli.options import IntRange, PositiveFloat, given, step_problem
 from pympi_gpu.cli.simulation import format_tail, restart_values
 from pympi_gpu.nbody.lj import pairs, thermostats
-from pympi_gpu.nbody.lj.config import DEFAULT_SEED, LjConfig, half_lists
+from pympi_gpu.nbody.lj.config import DEFAULT_SEED, FileStart, LjConfig, half_lists
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
 #: options a restart file fixes
@@ -41,14 +41,39 @@ class PairCoeff(click.ParamType):
         return name.strip(), x
 
 
+class InitPath(click.ParamType):
+    """``PATH`` or ``PATH@FRAME``: the file an LJ run starts from (read, and judged, once MPI has started)."""
+
+    name = "path"
+
+    def convert(self, value, param, ctx):
+        text = str(value)
+        if not text.strip():
+            self.fail("is empty: give the file to start from", param, ctx)
+        return text
+
+
 def lj_title(config, ranks: int, grid) -> str:
     """The summary's first line, from the run's :class:`~pympi_gpu.nbody.lj.config.LjConfig` (or record)."""
+    init = _init_of(config)
+    if init is None:
+        system = f"({config.cells}^3 fcc cells, density {config.density:g}, box {config.box:.6g})"
+    else:
+        system = f"from {init['spec']} ({init['kind']}, density {config.density:.6g}, box {config.box:.6g})"
+    velocities = ("velocities from the file" if init is not None and init["velocities"]
+                  else f"T0 {config.temperature:g} (seed {config.seed})")
     bath = (f", thermostat {config.thermostat} at T {config.temperature:g} (tdamp {config.tdamp:g})"
             if config.thermostat != thermostats.DEFAULT else "")
-    return (f"lj: {config.atoms:,} atoms ({config.cells}^3 fcc cells, density {config.density:g}, box "
-            f"{config.box:.6g}), {ranks} rank(s) as a {'x'.join(map(str, grid))} grid, T0 {config.temperature:g} "
-            f"(seed {config.seed}), dt {config.dt:g}, pair {pairs.style(config.pair).describe(config.pair_coeffs)} "
+    return (f"lj: {config.atoms:,} atoms {system}, {ranks} rank(s) as a {'x'.join(map(str, grid))} grid, "
+            f"{velocities}, dt {config.dt:g}, pair {pairs.style(config.pair).describe(config.pair_coeffs)} "
             f"cut at {config.cutoff:g} + skin {config.skin:g}{bath}")
+
+
+def _init_of(config) -> dict | None:
+    """The file a config (its ``start``) or a record (its ``init``) started from, or None: the lattice."""
+    if hasattr(config, "start"):
+        return None if config.start is None else config.start.meta()
+    return config.init
 
 
 def format_lj(run, threads: int, shown: bool = False) -> str:
@@ -99,14 +124,16 @@ def _config(args) -> LjConfig:
     own = args.model_options
     if args.backend == "numpy":
         fail("--model lj runs on --backend numba or gpu (auto picks one)")
-    if args.bodies < 4:
+    init = own.get("init")
+    if init is None and args.bodies < 4:
         fail(f"ATOMS ({args.bodies}) is too few for the fcc lattice: one cell holds 4 atoms")
     dt = LjConfig.dt if args.dt is None else args.dt
-    config = LjConfig(cells=cells_for(args.bodies), density=own["density"], temperature=own["temperature"],
-                      cutoff=own["cutoff"], skin=own["skin"], dt=dt,
+    config = LjConfig(cells=0 if init else cells_for(args.bodies), density=own["density"],
+                      temperature=own["temperature"], cutoff=own["cutoff"], skin=own["skin"], dt=dt,
                       seed=LjConfig.seed if args.seed is None else args.seed, pair=own["pair"],
                       pair_coeffs=tuple(own["pair_coeff"]), neigh_every=own["neigh_every"],
-                      neigh_check=own["neigh_check"] == "yes", thermostat=own["thermostat"],
+                      neigh_check=own["neigh_check"] == "yes", start=FileStart(init) if init else None,
+                      thermostat=own["thermostat"],
                       tdamp=thermostats.default_tdamp(dt) if own["tdamp"] is None else own["tdamp"])
     if not args.restart:  # a restart's coefficients and thermostat are its checkpoint's (_restart_pair, ...)
         _check_thermostat(config, own["tdamp"] is not None, args.verify)
@@ -114,7 +141,7 @@ def _config(args) -> LjConfig:
             config.coefficients
         except ValueError as exc:
             fail(f"--pair-coeff: {exc}")
-    if why := _too_large(config):
+    if init is None and (why := _too_large(config)):  # (a file's box is known once it is read: _file_start)
         fail(why)
     return config
 
@@ -152,13 +179,46 @@ def _too_large(config: LjConfig) -> str | None:
     return None
 
 
-def _check_memory(cart, config: LjConfig, backend: str) -> None:
-    """Refuse a run that does not fit some rank's node (decided together, before anything is allocated)."""
+def _check_memory(cart, config: LjConfig, backend: str, reading: float = 0.0) -> None:
+    """Refuse a run that does not fit some rank's node (decided together, before anything is allocated);
+    ``reading``: the bytes a rank holds besides its atoms while a file is read."""
     from pympi_gpu.device.gpu import local_rank
     from pympi_gpu.nbody.lj.memory import too_large
 
     dims = tuple(cart.Get_topo()[0])
-    refuse_together(cart, too_large(config, dims, local_rank(cart)[1], gpu=backend == "gpu"))
+    refuse_together(cart, too_large(config, dims, local_rank(cart)[1], gpu=backend == "gpu", reading=reading))
+
+
+def _check(cart, config: LjConfig, args) -> None:
+    """The memory check, before anything is allocated: of the lattice, or of the run a checkpoint continues
+    where its atoms come from a file (a file's own start is priced once its header is read, ``_file_start``)."""
+    if config.start is None:
+        _check_memory(cart, config, args.backend)
+    elif args.restart:
+        recorded = _recorded_size(cart, args.restart)
+        if recorded is not None:
+            atoms, box = recorded
+            sized = dataclasses.replace(config, density=atoms / box ** 3,
+                                        start=FileStart(config.start.spec, atoms=atoms, box=box))
+            _check_memory(cart, sized, args.backend)
+
+
+def _recorded_size(cart, path: str) -> tuple[int, float] | None:
+    """``(atoms, box)`` a checkpoint of a file's run records, read by rank 0 (None: none such, or unreadable:
+    the restart says why); collective."""
+    found = None
+    if cart.Get_rank() == 0:
+        from pympi_gpu.nbody.checkpoint import NpzRows
+
+        try:
+            with NpzRows(path) as f:
+                meta = f.meta
+            atoms, box = meta.get("atoms"), meta.get("box")
+            if "init" in meta and isinstance(atoms, int) and atoms > 0 and isinstance(box, float) and box > 0:
+                found = (atoms, box)
+        except Exception:  # noqa: BLE001 (the restart reads it again, and refuses it in one message)
+            found = None
+    return cart.bcast(found, root=0)
 
 
 def _check_device_memory(cart, config: LjConfig, device) -> None:
@@ -195,12 +255,10 @@ def _restart(ctx, cart, args, config: LjConfig):
         return None
     path = args.restart
     try:
-        meta, local = ckpt.load(cart, path, lambda m: LjConfig(cells=m["cells"], density=m["density"]).box,
-                                tuple(cart.Get_topo()[0]))
+        meta, local = ckpt.load(cart, path, ckpt.box_of, tuple(cart.Get_topo()[0]))
     except ckpt.CheckpointError as exc:
         fail(f"--restart: {exc}")
-    if meta["atoms"] != config.atoms:
-        fail(f"--restart: {path!r} holds {meta['atoms']} atoms, but ATOMS is {args.bodies}")
+    config = _restart_start(path, meta, config, args.bodies)
     fixed = restart_values(ctx, path, meta, {name: getattr(config, name) for name in _FROM_FILE})
     fixed.update(_restart_pair(ctx, path, meta, config))
     fixed.update(_restart_policy(ctx, path, meta, config))
@@ -240,6 +298,90 @@ def _restart_thermostat(ctx, path: str, meta: dict, config: LjConfig) -> dict:
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in state)):
         unusable(path, f"its {name} thermostat's state is not {bath.state_size} finite numbers")
     return {"thermostat": name, "tdamp": tdamp}
+
+
+def _restart_start(path: str, meta: dict, config: LjConfig, bodies: int | None) -> LjConfig:
+    """The config of the run a checkpoint continues, as far as its start decides it: the lattice of ATOMS, or
+    the file it was started from (``--init`` given again must name it; ATOMS given must be its count)."""
+    init = meta.get("init")
+    if init is None:
+        if config.start is not None:
+            fail(f"--restart: {path!r} was started from the fcc lattice, not --init {config.start.spec}")
+        if meta["atoms"] != config.atoms:
+            fail(f"--restart: {path!r} holds {meta['atoms']} atoms, but ATOMS is {bodies}")
+        return config
+    if config.start is not None and config.start.spec != init["spec"]:
+        fail(f"--restart: {path!r} was started from --init {init['spec']}, not {config.start.spec}")
+    if bodies is not None and bodies != meta["atoms"]:
+        fail(f"--restart: {path!r} holds {meta['atoms']:,} atoms (started from --init {init['spec']}), but ATOMS "
+             f"is {bodies:,}")
+    start = FileStart(init["spec"], kind=init["kind"], atoms=meta["atoms"], box=float(meta["box"]),
+                      velocities=init["velocities"])
+    return dataclasses.replace(config, cells=0, start=start)
+
+
+def _file_start(ctx, cart, args, config: LjConfig) -> Restart:
+    """The atoms of ``--init`` on every rank (:mod:`~pympi_gpu.nbody.lj.start`): the header read by rank 0 and
+    agreed, the run that follows from it checked (ATOMS, the pair coefficients the file records, the bricks,
+    the memory with the reading's), then the atoms read a round at a time, each rank keeping its brick's, and
+    their velocities drawn where the file has none.  Every refusal on every rank (exit 2)."""
+    from pympi_gpu.nbody.lj import start
+    from pympi_gpu.nbody.lj.system import drawn_velocities
+
+    spec = config.start.spec
+    if given(ctx, "density"):
+        fail(f"--density sets the fcc lattice's density: --init {spec} brings its own (its atoms in its box)")
+    try:
+        header = start.read_header(cart, spec)
+    except start.InitError as exc:
+        fail(str(exc))
+    if args.bodies is not None and args.bodies != header.atoms:
+        fail(f"ATOMS is {args.bodies:,}, but --init {header.name} holds {header.atoms:,} atoms: leave ATOMS out "
+             "with --init (the file gives it)")
+    config = dataclasses.replace(config, cells=0, density=header.atoms / header.box ** 3,
+                                 start=FileStart(spec, header.kind, header.atoms, header.box, header.velocities))
+    _check_pair(header, config)
+    _check_grid(cart, config, config.atoms)
+    _check_memory(cart, config, args.backend, start.read_bytes(header, cart.Get_size()))
+    try:
+        local = start.load(cart, spec, header)
+    except start.InitError as exc:
+        fail(str(exc))
+    if local["v"] is None:
+        local["v"] = drawn_velocities(config.atoms, config.temperature, config.seed, local["id"], cart)
+    local["f"] = None
+    return Restart(config, {"step": 0}, local, None)
+
+
+def _check_pair(header, config: LjConfig) -> None:
+    """Refuse a file whose ``Pair Coeffs`` (LAMMPS's ``write_data`` writes them) are not the run's: another
+    style, or other coefficients or cutoff than ``--pair-coeff`` and ``--cutoff`` (to the 6 digits LAMMPS
+    writes them with)."""
+    if header.pair is None:
+        return
+    named, words = header.pair
+    style = named or config.pair
+    if style != config.pair:
+        known = style in pairs.styles()
+        fail(f"--init {header.name}: its Pair Coeffs are pair_style {style}'s, the run's --pair is {config.pair}"
+             + (f": give --pair {style}" if known else f": this engine runs {', '.join(sorted(pairs.styles()))}"))
+    names = [c.name for c in config.style.coeffs]
+    try:
+        values = [float(w) for w in words]
+    except ValueError:
+        fail(f"--init {header.name}: its Pair Coeffs ({style}) {' '.join(words)!r} are not numbers")
+    if len(values) not in (len(names), len(names) + 1):
+        fail(f"--init {header.name}: its Pair Coeffs ({style}) hold {len(values)} values, not {style}'s "
+             f"{', '.join(names)} [cutoff]")
+    run = [config.coefficients[n] for n in names] + ([config.cutoff] if len(values) > len(names) else [])
+    labels = names + ["cutoff"]
+    differ = [(labels[i], v, r) for i, (v, r) in enumerate(zip(values, run)) if abs(v - r) > 5e-6 * abs(r)]
+    if differ:
+        said = ", ".join(f"{n} {v:g}" for n, v, _ in differ)
+        ours = ", ".join(f"{n} {r:g}" for n, _, r in differ)
+        give = " ".join(f"--cutoff {v:g}" if n == "cutoff" else f"--pair-coeff {n}={v:g}" for n, v, _ in differ)
+        fail(f"--init {header.name}: its Pair Coeffs ({style}) say {said}, the run's are {ours}: give {give} (or "
+             "write the file with write_data ... nocoeff)")
 
 
 def _restart_pair(ctx, path: str, meta: dict, config: LjConfig) -> dict:
@@ -289,7 +431,10 @@ def _restart_policy(ctx, path: str, meta: dict, config: LjConfig) -> dict:
 def _check_grid(cart, config: LjConfig, bodies: int) -> None:
     from pympi_gpu.nbody.lj.domain import grid_problem
 
-    if why := grid_problem(config.box, tuple(cart.Get_topo()[0]), config.cutneigh):
+    if config.start is not None:
+        if why := grid_problem(config.box, tuple(cart.Get_topo()[0]), config.cutneigh, "use fewer ranks"):
+            fail(f"--init {config.start.spec}: {why}")
+    elif why := grid_problem(config.box, tuple(cart.Get_topo()[0]), config.cutneigh):
         fail(f"{bodies:,} atoms: {why}")
 
 
@@ -376,6 +521,12 @@ class Lj:
                           "every 20 check no.  A K the atoms outrun misses pairs, as in LAMMPS: the record's "
                           "dangerous_builds counts the rebuilds a check found late (none unchecked); an atom "
                           "that outruns its ghosts ends the run."),
+        click.Option(["--init"], type=InitPath(), default=None, metavar="PATH[@FRAME]",
+                     help="lj: start from this file instead of the fcc lattice: a LAMMPS data file (atom_style "
+                          "atomic, as write_data writes it), an extended XYZ (.extxyz, as ASE and --dump write it) "
+                          "or a GSD frame (.gsd, HOOMD-blue's and --dump's; PATH@FRAME for another frame than the "
+                          "last); one atom type of mass 1 in a cubic periodic box, velocities from the file, else "
+                          "drawn at --temperature and --seed; BODIES may be left out."),
         click.Option(["--pair-coeff", "pair_coeff"], type=PairCoeff(), multiple=True, metavar="NAME=VALUE",
                      help="lj: a coefficient of the pair style (repeat for more): "
                           + "; ".join(f"{s.name}: " + ", ".join(f"{c.name} ({c.help}, default {c.default:g})"
@@ -398,13 +549,15 @@ class Lj:
         return make_cart(world)
 
     def check(self, cart, config: LjConfig, args) -> None:
-        _check_memory(cart, config, args.backend)
+        _check(cart, config, args)
 
     def restart(self, ctx, cart, args, config: LjConfig) -> Restart | None:
+        if config.start is not None and not args.restart:
+            return _file_start(ctx, cart, args, config)
         return _restart(ctx, cart, args, config)
 
     def fits(self, cart, config: LjConfig, args) -> None:
-        _check_grid(cart, config, args.bodies)
+        _check_grid(cart, config, config.atoms)
 
     def dtype(self, config: LjConfig):
         return np.float64
@@ -424,6 +577,9 @@ class Lj:
 
     def box(self, config: LjConfig) -> float:
         return config.box
+
+    def sized_by(self, args) -> str | None:
+        return "--init" if args.model_options.get("init") else None
 
     def stop_name(self, config: LjConfig) -> str:
         return f"pympi-nbody-lj-{config.atoms}"

@@ -10,7 +10,10 @@ of MPI-3 libraries, and long before that rank 0's memory).  Here:
   ``Gatherv`` per block);
 * :func:`scatter_rows` streams blocks from the root to the ranks each row
   names (one ``Scatterv`` per block and array) into arrays they allocated
-  for their own count.
+  for their own count;
+* :func:`exchange_rows` sends every rank's rows to the ranks each row names
+  (one ``Alltoallv`` per array): a file read in parts by all ranks, each
+  part's atoms sent to the bricks that own them.
 
 Besides its own rows, a rank holds at most a block's worth: the root the
 received block and the block in key order, the others the part of a block
@@ -23,7 +26,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-__all__ = ["gather_rows", "scatter_rows"]
+__all__ = ["gather_rows", "scatter_rows", "exchange_rows"]
 
 
 def _counts_and_displs(counts, row: int) -> tuple[list[int], list[int]]:
@@ -168,3 +171,30 @@ def scatter_rows(comm, out: dict[str, np.ndarray], blocks: Iterable[tuple[np.nda
     for name in names:
         if out[name].shape[0] != filled:
             raise ValueError(f"rank {rank}: {filled} rows arrived for {out[name].shape[0]} allocated")
+
+
+def exchange_rows(comm, dest: np.ndarray, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Send each of this rank's rows to the rank ``dest`` names; returns the rows sent here.  Collective.
+
+    ``arrays`` holds ``(m, ...)`` rows by name (the same names, dtypes and row
+    shapes on every rank), ``dest`` ``(m,)`` the rank of each row.  The rows
+    arrive in the order of the sending ranks, each rank's in the order it
+    held them.  One ``Alltoall`` of the counts and an ``Alltoallv`` per array.
+    """
+    size = comm.Get_size()
+    dest = np.asarray(dest, dtype=np.int64)
+    route = np.argsort(dest, kind="stable")
+    send_counts = np.bincount(dest, minlength=size).astype(np.int64)
+    recv_counts = np.empty(size, np.int64)
+    comm.Alltoall(send_counts, recv_counts)
+    got = int(recv_counts.sum())
+    out = {}
+    for name, rows in arrays.items():
+        rows = np.asarray(rows)
+        shape = rows.shape[1:]
+        recv = np.empty((got, *shape), rows.dtype)
+        sends = _counts_and_displs(send_counts, int(np.prod(shape, dtype=np.int64)))
+        recvs = _counts_and_displs(recv_counts, int(np.prod(shape, dtype=np.int64)))
+        comm.Alltoallv([np.ascontiguousarray(rows[route]), sends], [recv, recvs])
+        out[name] = recv
+    return out

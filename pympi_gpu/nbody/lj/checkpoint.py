@@ -22,7 +22,7 @@ from pympi_gpu.nbody.checkpoint import (BLOCK_ROWS, CheckpointError, NpzRows, ch
                                        unusable)
 from pympi_gpu.nbody.lj.domain import owner_coords, wrap
 
-__all__ = ["FORMAT", "CheckpointError", "check_writable", "gather", "save", "read_file", "load"]
+__all__ = ["FORMAT", "CheckpointError", "check_writable", "gather", "save", "read_file", "load", "box_of"]
 
 FORMAT = "pympi_gpu.nbody.lj.checkpoint/1"
 FIELDS = ("x", "v", "f", "id")
@@ -79,7 +79,16 @@ def _validate_header(f: NpzRows) -> None:
         if isinstance(value, bool) or not (isinstance(value, kind) or (kind is float and isinstance(value, int))):
             raise unusable(path, f"meta field {key!r} is missing or not a {kind.__name__}")
     n = meta["atoms"]
-    if meta["cells"] < 1 or n != 4 * meta["cells"] ** 3 or meta["step"] < 0:
+    if "init" in meta:  # a run started from a file: its atoms and box are the file's
+        init, box = meta["init"], meta.get("box")
+        if not (isinstance(init, dict) and isinstance(init.get("spec"), str) and init.get("kind") in
+                ("lammps", "extxyz", "gsd") and isinstance(init.get("velocities"), bool)):
+            raise unusable(path, f"meta field 'init' is not a record of the file the run started from: {init!r}")
+        if isinstance(box, bool) or not isinstance(box, (int, float)) or not (math.isfinite(box) and box > 0):
+            raise unusable(path, "meta field 'box' is missing or not a finite number > 0")
+        if meta["cells"] != 0 or n < 1 or meta["step"] < 0:
+            raise unusable(path, "meta atoms/cells/step out of range")
+    elif meta["cells"] < 1 or n != 4 * meta["cells"] ** 3 or meta["step"] < 0:
         raise unusable(path, "meta atoms/cells/step out of range")
     if not all(math.isfinite(meta[k]) and meta[k] > 0 for k in ("density", "cutoff", "dt")):
         raise unusable(path, "density, cutoff and dt must be finite and > 0")
@@ -152,6 +161,15 @@ def load(comm, path: str, box_of, dims, block: int = BLOCK_ROWS) -> tuple[dict, 
         if f is not None:
             f.close()
     return meta, local
+
+
+def box_of(meta: dict) -> float:
+    """The box edge of a checkpoint's system: a file start's recorded edge, else its lattice's."""
+    from pympi_gpu.nbody.lj.config import LjConfig
+
+    if "init" in meta:
+        return float(meta["box"])
+    return LjConfig(cells=meta["cells"], density=meta["density"]).box
 
 
 def _finite_box(path: str, box_of, meta: dict) -> float:

@@ -1,4 +1,5 @@
-"""What an LJ system is: its lattice, density, temperature, pair style, cutoff and step (pure data, no numba).
+"""What an LJ system is: its lattice (or the file it starts from), density, temperature, pair style, cutoff and
+step (pure data, no numba).
 
 The defaults are LAMMPS's ``bench/in.lj``; the command line reads them from
 here, so each is written once.
@@ -7,11 +8,12 @@ here, so each is written once.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from pympi_gpu.nbody.lj import pairs, thermostats
 from pympi_gpu.run.outputs import RunIdentity
 
-__all__ = ["LjConfig", "DEFAULT_SEED", "half_lists"]
+__all__ = ["LjConfig", "FileStart", "DEFAULT_SEED", "half_lists"]
 
 #: the seed of ``velocity all create 1.44 87287`` in LAMMPS's bench/in.lj
 DEFAULT_SEED = 87287
@@ -32,8 +34,33 @@ def half_lists(gpu: bool, threads: int) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
+class FileStart:
+    """A start from a file (``--init``): ``spec`` as given (``PATH`` or ``PATH@FRAME``), and once its header is
+    read (:mod:`~pympi_gpu.nbody.lj.start`) its ``kind`` (``lammps``, ``extxyz``, ``gsd``), ``atoms``, cubic
+    ``box`` edge and whether it gives the ``velocities`` (else they are drawn at the temperature)."""
+
+    spec: str
+    kind: str = ""
+    atoms: int = 0
+    box: float = 0.0
+    velocities: bool = False
+
+    @property
+    def read(self) -> bool:
+        """Is the header read (the atoms and box known)?"""
+        return self.atoms > 0
+
+    def meta(self) -> dict:
+        return {"spec": self.spec, "kind": self.kind, "velocities": self.velocities}
+
+
+@dataclasses.dataclass(frozen=True)
 class LjConfig:
     """The system: an fcc lattice of ``cells^3`` cells at ``density``, its temperature, the pair cutoff.
+
+    Or, with ``start``, the atoms of a file (``cells`` 0): their count and box
+    the file's, ``density`` theirs, ``temperature`` and ``seed`` those their
+    velocities are drawn at where the file gives none.
 
     What to run (steps, outputs) is a :class:`~pympi_gpu.nbody.loop.RunOptions`.
     ``pair`` names the pair style (:mod:`~pympi_gpu.nbody.lj.pairs`), cut at
@@ -62,13 +89,22 @@ class LjConfig:
     neigh_check: bool = True
     thermostat: str = thermostats.DEFAULT
     tdamp: float = thermostats.default_tdamp(0.005)
+    start: FileStart | None = None
+
+    @classmethod
+    def from_file(cls, start: FileStart, **params) -> LjConfig:
+        """The system of a file whose header is read (``start.read``); ``params`` the other fields."""
+        params.pop("density", None)
+        return cls(cells=0, density=start.atoms / start.box ** 3, start=start, **params)
 
     @property
     def atoms(self) -> int:
-        return 4 * self.cells ** 3
+        return self.start.atoms if self.start is not None else 4 * self.cells ** 3
 
     @property
     def box(self) -> float:
+        if self.start is not None:
+            return self.start.box
         return self.cells * (4.0 / self.density) ** (1.0 / 3.0)
 
     @property
@@ -93,8 +129,10 @@ class LjConfig:
         """What names the run in its trajectory, thermo log and checkpoints (:mod:`pympi_gpu.run.outputs`)."""
         policy = {} if self.neigh_policy == (1, True) else {"neigh_every": self.neigh_every,
                                                              "neigh_check": "yes" if self.neigh_check else "no"}
-        return RunIdentity.of("lj", self.atoms, self.box, self.seed, temperature=self.temperature, dt=self.dt,
-                              cutoff=self.cutoff, skin=self.skin, pair=self.pair,
+        # the file as named (a word: a key=value reader splits the text at spaces)
+        init = {} if self.start is None else {"init": re.sub(r"[\s\"'=]", "_", self.start.spec)}
+        return RunIdentity.of("lj", self.atoms, self.box, self.seed, **init, temperature=self.temperature,
+                              dt=self.dt, cutoff=self.cutoff, skin=self.skin, pair=self.pair,
                               **{f"pair_{k}": v for k, v in self.coefficients.items()}, **policy, **self._bath())
 
     @property
@@ -123,4 +161,5 @@ class LjConfig:
                 "temperature": self.temperature, "cutoff": self.cutoff, "skin": self.skin, "dt": self.dt,
                 "seed": self.seed, "pair": self.pair, "pair_coeffs": self.coefficients,
                 "neigh_every": self.neigh_every, "neigh_check": "yes" if self.neigh_check else "no",
-                **self._bath(), "run": self.identity().text()}
+                **self._bath(), **({} if self.start is None else {"init": self.start.meta(), "box": self.box}),
+                "run": self.identity().text()}

@@ -83,15 +83,15 @@ def brick_of(box: float, dims, coords) -> Brick:
     return Brick(dims=dims, coords=coords, box=box, lo=lo, hi=hi)
 
 
-def grid_problem(box: float, dims, cutneigh: float) -> str | None:
-    """Why ``dims`` bricks of a ``box`` cube cannot carry a halo of ``cutneigh`` (None if they can)."""
+def grid_problem(box: float, dims, cutneigh: float, remedy: str = "use fewer ranks or more atoms") -> str | None:
+    """Why ``dims`` bricks of a ``box`` cube cannot carry a halo of ``cutneigh`` (None if they can); ``remedy``
+    ends the message."""
     for axis, d in zip("xyz", dims):
         width = box / d
         if width < cutneigh:
             grid = "x".join(str(int(p)) for p in dims)
             return (f"the box ({box:.4g} sigma) cut into a {grid} rank grid makes bricks {width:.4g} sigma "
-                    f"thick along {axis}, thinner than the cutoff + skin ({cutneigh:.4g}); use fewer ranks "
-                    f"or more atoms")
+                    f"thick along {axis}, thinner than the cutoff + skin ({cutneigh:.4g}); {remedy}")
     return None
 
 

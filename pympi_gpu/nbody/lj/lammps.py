@@ -1,5 +1,9 @@
 """The same system for LAMMPS: the initial state as a data file, and an input script that runs it.
 
+Or the other way round: :func:`data_script` has LAMMPS make a state its own
+way and write it with ``write_data``, which ``pympi-nbody --model lj --init``
+then reads (issue 58).
+
 LAMMPS (``lmp``) started on :func:`input_script` with :func:`write_data`'s
 file computes the trajectory ``pympi-nbody --model lj`` computes from the
 same state: the same pair style and coefficients, cut at the same distance,
@@ -24,7 +28,7 @@ from pympi_gpu.nbody.lj import thermostats
 from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.lj.lattice import fcc_positions, velocities
 
-__all__ = ["write_data", "input_script", "read_log", "THERMO_KEYS"]
+__all__ = ["write_data", "input_script", "data_script", "read_log", "THERMO_KEYS"]
 
 #: LAMMPS's thermo columns in :func:`input_script`, as this model's thermo rows name them (and ``econserve``
 #: after them where the thermostat has an energy of its own)
@@ -56,14 +60,35 @@ def input_script(config: LjConfig, data: str | os.PathLike, steps: int, thermo: 
     """
     style, coeff = config.style.lammps(config.coefficients, config.cutoff)
     bath = thermostats.style(config.thermostat)
-    return "\n".join([
-        "units lj", "atom_style atomic", f"read_data {os.fspath(data)}", style, coeff,
+    return "\n".join([  # the pair style before read_data: a data file's Pair Coeffs (write_data's) need it
+        "units lj", "atom_style atomic", style, f"read_data {os.fspath(data)}", coeff,
         f"neighbor {config.skin!r} bin",
         f"neigh_modify delay 0 every {config.neigh_every} check {'yes' if config.neigh_check else 'no'}",
         *bath.lammps(config.setting),
         f"timestep {config.dt!r}", "thermo_style custom step temp pe ke etotal press" + (
             " econserve" if bath.couples else ""),
         "thermo_modify norm yes format float %.12g", f"thermo {thermo or steps}", f"run {steps}", ""])
+
+
+def data_script(config: LjConfig, data: str | os.PathLike, *, displace: float = 0.0, seed: int = 4928459) -> str:
+    """A LAMMPS input that makes ``config``'s system its own way and writes it to ``data`` with ``write_data``.
+
+    The fcc lattice of ``config.cells``^3 cells at ``config.density`` in a box
+    from ``-L/2`` to ``L/2`` (as ``bench/in.lj`` makes it, but centred),
+    LAMMPS's own velocities (``velocity all create T seed loop geom``: the same
+    at any count of processes), each atom moved by up to ``displace`` sigma
+    along each axis (``displace_atoms random``, folded back into the box with
+    image flags), and the pair style's coefficients (``write_data`` writes them
+    as ``Pair Coeffs``).
+    """
+    half = config.cells / 2
+    style, coeff = config.style.lammps(config.coefficients, config.cutoff)
+    lines = ["units lj", "atom_style atomic", f"lattice fcc {config.density!r}",
+             f"region box block {-half} {half} {-half} {half} {-half} {half}", "create_box 1 box",
+             "create_atoms 1 box", "mass 1 1.0", f"velocity all create {config.temperature!r} {seed} loop geom"]
+    if displace:
+        lines.append(f"displace_atoms all random {displace!r} {displace!r} {displace!r} {seed + 1} units box")
+    return "\n".join([*lines, style, coeff, f"write_data {os.fspath(data)}", ""])
 
 
 def read_log(text: str) -> tuple[list[dict], dict]:

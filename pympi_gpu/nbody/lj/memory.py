@@ -40,12 +40,15 @@ from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.lj.domain import CellGrid, brick_of
 from pympi_gpu.nbody.memory import available_bytes, human_bytes
 
-__all__ = ["Need", "need", "too_large", "first_rows", "cell_width", "gpu_need", "gpu_too_large"]
+__all__ = ["Need", "need", "too_large", "READ", "first_rows", "cell_width", "gpu_need", "gpu_too_large"]
 
 #: bytes of each owned atom besides its lists, of each atom in the brick or its halo, of each search cell
 OWNED, HELD, CELL = 24 + 24 + 8 + 16, 24 + 24 + 8 + 8 + 8 + 32 + 32, 24
 #: bytes an atom costs the host on the GPU backend: its initial position, velocity and id
 GPU_HOST = 24 + 24 + 8
+#: bytes each owned atom's rows hold while a file is read besides its state (position, velocity, id, line, and
+#: their copies while the rounds are joined and sorted)
+READ = 2 * (24 + 24 + 8 + 8)
 #: device bytes of each owned row besides its lists (v, x0, the sort's x v f id, e, w, cell, the list counts,
 #: the kept x v f x0 id), of each row owned or ghost (x, f, id, its faces, the ghosts' sources and shifts, the
 #: class counts' share), of each row of a travelling stage's messages (and each owned row's in a migration)
@@ -82,16 +85,20 @@ def need(config: LjConfig, dims, gpu: bool = False) -> Need:
 
 
 def too_large(config: LjConfig, dims, ranks_on_node: int, gpu: bool = False,
-              available: int | None = None) -> str | None:
+              available: int | None = None, reading: float = 0.0) -> str | None:
     """Why this run does not fit in this node's memory (None if it does, or if the node does not say).
 
     ``ranks_on_node`` ranks share this node's ``available`` bytes (default:
-    its MemAvailable).
+    its MemAvailable).  ``reading``: what a rank holds besides its atoms while
+    a file is read (:func:`~pympi_gpu.nbody.lj.start.read_bytes`), and each
+    atom then its :data:`READ` bytes of rows on their way to their brick.
     """
     available = available_bytes() if available is None else available
     if available is None:
         return None
     n = need(config, dims, gpu)
+    if reading:
+        n = dataclasses.replace(n, bytes=n.bytes + reading + READ * n.owned)
     node = n.bytes * ranks_on_node
     if node <= available:
         return None
@@ -100,7 +107,7 @@ def too_large(config: LjConfig, dims, ranks_on_node: int, gpu: bool = False,
         why = (f"{n.cells:.3g} cells of the neighbour search per rank: cutoff + skin {config.cutneigh:g} sigma "
                f"in a box of {config.box:.4g} sigma; raise --cutoff/--skin or --density")
     elif gpu:
-        why = f"{GPU_HOST} bytes an atom on the host"
+        why = f"{GPU_HOST} bytes an atom on the host" + (" and its rows while the file is read" if reading else "")
     else:
         why = (f"{n.bytes / (n.owned or 1):.3g} bytes an atom with its ghosts and Verlet lists of "
                f"{n.list_entries:.3g} entries; use fewer atoms or more nodes")

@@ -72,7 +72,10 @@ class LjRun:
     been missed); 0 where every step is checked, None where nothing is
     (``neigh_check`` no).  ``thermostat`` names the thermostat
     (:mod:`~pympi_gpu.nbody.lj.thermostats`; ``nve``: none), ``tdamp`` its damping
-    time (None without one), ``temperature`` its target.
+    time (None without one), ``temperature`` its target.  ``init``: where the run started from a file
+    (``--init``): ``{"spec", "kind", "velocities"}``, the file as named, its
+    format and whether its velocities were the file's (else drawn at
+    ``temperature``); None: the fcc lattice (``cells``).
     """
 
     atoms: int
@@ -130,3 +133,4 @@ class LjRun:
     dangerous_builds: int | None = 0
     thermostat: str = "nve"
     tdamp: float | None = None
+    init: dict | None = None

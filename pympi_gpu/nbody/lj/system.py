@@ -46,7 +46,7 @@ from pympi_gpu.nbody.lj.domain import CellGrid, brick_of, wrap
 from pympi_gpu.nbody.lj.record import LjRun
 from pympi_gpu.nbody.lj.thermo import thermo
 
-__all__ = ["LjConfig", "LjSystem", "CellGrid", "initial_arrays", "kernels_call_mpi", "DEFAULT_SEED"]
+__all__ = ["LjConfig", "LjSystem", "CellGrid", "initial_arrays", "drawn_velocities", "kernels_call_mpi", "DEFAULT_SEED"]
 
 
 def initial_arrays(config: LjConfig, brick, comm=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -56,25 +56,33 @@ def initial_arrays(config: LjConfig, brick, comm=None) -> tuple[np.ndarray, np.n
     :func:`~pympi_gpu.nbody.lj.lattice.velocities` of the whole system, bit
     for bit and so the same for any number of ranks, but each rank makes only
     its brick's atoms (:func:`~pympi_gpu.nbody.lj.lattice.brick_lattice`,
-    :func:`~pympi_gpu.nbody.lj.lattice.draws`): no rank holds more than its
-    share and a block.  The two sums over all atoms come out as NumPy's: the
-    momentum's, which adds the atoms one after the other, streamed by rank 0
-    and broadcast; the kinetic energy's pairwise tree, its leaves shared by
-    the ranks and added in the tree's order on each, so every rank scales by
-    the same float.  Without ``comm`` this process computes both sums alone.
+    :func:`drawn_velocities`): no rank holds more than its share and a block.
     """
     x, ids = lattice.brick_lattice(config.cells, config.density, config.box, brick.dims, brick.coords)
-    v = lattice.draws(config.seed, ids)
+    return x, drawn_velocities(config.atoms, config.temperature, config.seed, ids, comm), ids
+
+
+def drawn_velocities(atoms: int, temperature: float, seed: int, ids: np.ndarray, comm=None) -> np.ndarray:
+    """The velocities of the atoms ``ids`` (ascending, some of 1..``atoms``) in
+    :func:`~pympi_gpu.nbody.lj.lattice.velocities` of all ``atoms`` at ``temperature`` and ``seed``, bit for
+    bit, without any rank holding them all; collective over ``comm`` if given (every rank's ``ids`` together
+    are 1..``atoms``).
+
+    Each atom's draws are its own (:func:`~pympi_gpu.nbody.lj.lattice.draws`).  The two sums over all atoms come
+    out as NumPy's: the momentum's, which adds the atoms one after the other, streamed by rank 0 and broadcast;
+    the kinetic energy's pairwise tree, its leaves shared by the ranks and added in the tree's order on each, so
+    every rank scales by the same float.  Without ``comm`` this process computes both sums alone.
+    """
+    v = lattice.draws(seed, ids)
     rank, size = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
-    mean = lattice.momentum_sum(config.atoms, config.seed) / config.atoms if rank == 0 else None
+    mean = lattice.momentum_sum(atoms, seed) / atoms if rank == 0 else None
     if comm is not None:
         mean = comm.bcast(mean, root=0)
-    leaves = lattice.square_sum_leaves(config.atoms)
-    mine = [lattice.square_sum_leaf(config.seed, mean, *leaf) for leaf in leaves[rank::size]]
+    leaves = lattice.square_sum_leaves(atoms)
+    mine = [lattice.square_sum_leaf(seed, mean, *leaf) for leaf in leaves[rank::size]]
     parts = [mine] if comm is None else comm.allgather(mine)
     sums = [parts[i % size][i // size] for i in range(len(leaves))]  # leaf i was rank i % size's
-    lattice.scale_velocities(v, mean, lattice.square_sum(config.atoms, sums), config.atoms, config.temperature)
-    return x, v, ids
+    return lattice.scale_velocities(v, mean, lattice.square_sum(atoms, sums), atoms, temperature)
 
 
 def kernels_call_mpi(cart, device=CPU) -> bool:
@@ -449,6 +457,7 @@ class LjSystem:
             neigh_every=config.neigh_every, neigh_check=config.neigh_check,
             dangerous_builds=comm.allreduce(self.dangerous_builds, op=MPI.MAX) if config.neigh_check else None,
             thermostat=config.thermostat, tdamp=config.tdamp if config.thermostatted else None,
+            init=None if config.start is None else config.start.meta(),
             **self._rebuild_times(comm))
 
     def _rebuild_times(self, comm) -> dict:
