@@ -179,12 +179,63 @@ for _proxy, _type in ((Rows, RowsType), (Lists, ListsType), (Build, BuildType), 
     structref.define_proxy(_proxy, _type, list(_proxy.FIELDS))
 
 
+# A record made in Python is made by a compiled constructor (a structref's own is compiled afresh in every
+# process, about a quarter of a second each, seven or eight of them at every start of an LJ run): these are
+# cached like the kernels.
+@njit(cache=True)
+def _new_rows(pos, f, v, gid, n, held):
+    return Rows(pos, f, v, gid, n, held)
+
+
+@njit(cache=True)
+def _new_lists(x0, own_cnt, own_nbr, gh_cnt, gh_nbr):
+    return Lists(x0, own_cnt, own_nbr, gh_cnt, gh_nbr)
+
+
+@njit(cache=True)
+def _new_build(rows, leaving, message, received, order, cell, start, x0, lcell, ostart, gstart, orec, grec, bo, bg,
+               near, far, own_cnt, own_nbr, gh_cnt, gh_nbr):
+    return Build(rows, leaving, message, received, order, cell, start, x0, lcell, ostart, gstart, orec, grec, bo, bg,
+                 near, far, own_cnt, own_nbr, gh_cnt, gh_nbr)
+
+
+@njit(cache=True)
+def _new_plan(dims, coords, remote, one, nbrs, tags, up0, below, above, pidx, plan_rows, poff, pstart, counts, pshift,
+              regions, soff, roff, nrecv, fsend, frecv, rsend, rrecv):
+    return Plan(dims, coords, remote, one, nbrs, tags, up0, below, above, pidx, plan_rows, poff, pstart, counts,
+                pshift, regions, soff, roff, nrecv, fsend, frecv, rsend, rrecv)
+
+
+@njit(cache=True)
+def _new_mpi(reqs, req_at, agree, total, top, status, tally, comm, double, requests, rsize, rstatus, got):
+    return Mpi(reqs, req_at, agree, total, top, status, tally, comm, double, requests, rsize, rstatus, got)
+
+
+@njit(cache=True)
+def _new_grid(lo, inv, ncell, reach, box, cut2, rc2, dt, half, simd, block):
+    return Grid(lo, inv, ncell, reach, box, cut2, rc2, dt, half, simd, block)
+
+
+@njit(cache=True)
+def _new_work(sums, times, held, seconds, state, tally):
+    return Work(sums, times, held, seconds, state, tally)
+
+
+@njit(cache=True)
+def _new_bath(kind, params, state, key, at, mv2):
+    return Bath(kind, params, state, key, at, mv2)
+
+
+_NEW = {Rows: _new_rows, Lists: _new_lists, Build: _new_build, Plan: _new_plan, Mpi: _new_mpi, Grid: _new_grid,
+        Work: _new_work, Bath: _new_bath}
+
+
 def make(record: type, **fields):
     """A ``record`` (one of this module's classes) of the ``fields`` given by name (every one of its own)."""
     if fields.keys() != set(record.FIELDS):
         missing, extra = set(record.FIELDS) - fields.keys(), fields.keys() - set(record.FIELDS)
         raise TypeError(f"{record.__name__}: missing {sorted(missing)}, unknown {sorted(extra)}")
-    return record(*(fields[name] for name in record.FIELDS))
+    return _NEW[record](*(fields[name] for name in record.FIELDS))
 
 
 @njit(cache=True)
