@@ -263,7 +263,8 @@ def _system(cart, config: LjConfig, device, restart):
         return LjSystem(cart, config, *initial_arrays(config, brick, cart), device=device)
     local = restart.local
     return LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"], device=device,
-                    timestep=restart.meta["step"], initial=restart.initial)
+                    timestep=restart.meta["step"], initial=restart.initial, reference=local.get("x0"),
+                    built_at=restart.meta.get("built_at"))
 
 
 def _verify(cart, system, config: LjConfig, run, args):
