@@ -26,3 +26,22 @@ def test_thermo_log_units(tmp_path):
     assert list(yaml.safe_load_all(open(y)))[0] == {"keywords": ["Step", "X"], "data": [[0, float("inf")]]}
     with pytest.raises(ValueError, match="suffix must be one of"):
         format_of("thermo.txt")
+
+
+def test_a_yaml_log_without_pyyaml_says_which_extra_brings_it(tmp_path, monkeypatch):
+    """`pympi-plot lj.yaml` needs PyYAML: the `plot` extra brings it, and without it the message says so
+    (was: "No module named 'yaml'", and only the `test` extra brought it)."""
+    import configparser
+    import sys
+
+    from helpers.commands import ROOT
+    from pympi_gpu.run.thermolog import read
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    assert any(line.strip().lower().startswith("pyyaml") for line in cfg["options.extras_require"]["plot"].split("\n"))
+    log = tmp_path / "t.yaml"
+    log.write_text("---\nkeywords: [Step, Temp]\ndata:\n  - [0, 1.0]\n...\n")
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    with pytest.raises(ImportError, match=r"t.yaml' needs PyYAML .*pip install 'pympi_gpu\[plot\]'"):
+        read(log)
