@@ -73,6 +73,8 @@ SLOW = {
     # models through the command line: the many-rank repeats
     "cli/test_lj_cli.py::test_ranks_agree_through_the_cli": {"ranks": (2, 8)},
     "cli/test_lj_cli.py::test_restart_continues_bit_for_bit": {"ranks": 2},
+    # a venv and two pip installs (the first command's test stays)
+    "cli/test_readme_first_command.py::test_the_two_commands_one_after_the_other": None,
     "cli/test_lj_cli.py::test_pympi_scale_drives_the_lj_model": None,
     "cli/test_nbody_mpi.py::test_decompositions_agree": [{"ranks": 2, "exchange": "allgather"},
                                                       {"ranks": 3, "exchange": "ring"}],
