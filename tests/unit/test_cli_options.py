@@ -88,3 +88,21 @@ def test_every_option_has_help_and_help_is_plain_text():
     for name, command in commands().items():
         text = runner.invoke(command, ["--help"], prog_name=f"pympi-{name}").output
         assert "--version" in text and "``" not in text and ":func:" not in text, name
+
+
+def test_no_mpi_library_said_in_one_line():
+    """What mpi4py says when it finds no MPI library, six lines on a machine without one (every name in the
+    venv's lib and on the library path), in one: where it looked (issue 60, item 23: install.md showed
+    another message than such a machine gets)."""
+    from pympi_gpu.cli.common import missing_detail
+
+    names = ("libmpi.so", "libmpi.so.12", "libmpi.so.40")
+    text = "\n".join(["cannot load MPI library"]
+                     + [f"{d}{n}: cannot open shared object file: No such file or directory"
+                        for d in ("/home/me/.venv/lib/", "") for n in names])
+    assert missing_detail(text) == ("mpi4py looked for libmpi.so, libmpi.so.12 and libmpi.so.40 in /home/me/.venv/lib "
+                                    "and on the library path, and found none")
+    one = "cannot load MPI library\nlibmpi.so.12: cannot open shared object file: No such file or directory"
+    assert missing_detail(one) == "mpi4py looked for libmpi.so.12 on the library path, and found none"
+    other = "cannot load MPI library\n/opt/libmpi.so: undefined symbol: MPI_Get_version"
+    assert missing_detail(other) == "cannot load MPI library /opt/libmpi.so: undefined symbol: MPI_Get_version"
