@@ -297,11 +297,10 @@ def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path, mpi: str = "build
                        mpiexec + ["-n", str(ranks), nbody, str(LJ_CHECK_ATOMS), "--model", "lj", "--steps",
                                   str(LJ_CHECK_STEPS), "--backend", backend, "--transport", transport, "--json"],
                        env=env, check="lj", group=f"lj-thermo-{ranks}", timeout=240, est=30))
-    # a restart continues bit for bit with full lists (docs/gpu.md): 8 steps straight, against 4 + 4;
-    # the straight run checkpoints at step 4 too (after a checkpoint the next step rebuilds, as a restart does)
+    # a restart continues bit for bit with full lists (docs/gpu.md): 8 steps straight (no checkpoint: one
+    # changes nothing since issue 60), against 4 + 4
     restart = [nbody, str(LJ_CHECK_ATOMS), "--model", "lj", "--backend", "gpu", "--thermo", "4", "--json"]
-    for name, extra in (("straight", ["--steps", "8", "--checkpoint", str(out_dir / "lj-straight.npz"),
-                                      "--checkpoint-every", "4"]),
+    for name, extra in (("straight", ["--steps", "8"]),
                         ("first half", ["--steps", "4", "--checkpoint", str(out_dir / "lj-restart.npz")]),
                         ("resumed", ["--steps", "8", "--restart", str(out_dir / "lj-restart.npz")])):
         add("lj", Step(f"lj restart {name}", mpiexec + ["-n", "2", *restart, *extra], env=env, check="lj",

@@ -115,7 +115,7 @@ KERNELS = (
     Kernel("lj.migrate_write", 128),
     Kernel("lj.unpack_owned", 128),
     Kernel("pi.mc", 256, "sample", r"^IMAD\.HI\b"),  # ptxas's high word of x*x + y*y: one a sample
-    Kernel("pi.trapezoid", 256, "node", r"MUFU\.RCP64H"),
+    Kernel("pi.trapezoid", 256, "group", r"MUFU\.RCP64H"),  # four nodes a division
 )
 
 #: cuda-samples' kernel, measured beside ours (dynamic shared memory: one vec4 per thread), built as
@@ -322,7 +322,7 @@ for name, sig in (("build_lists", "BUILD"), ("fold_owned", "FOLD"), ("bin_owned"
                   ("migrate_write", "MIGRATE_WRITE"), ("unpack_owned", "UNPACK_OWNED")):
     out[f"lj.{name}"] = ptx(getattr(rk, name), getattr(rk, sig + "_SIGNATURE"))
 out["pi.mc"] = ptx(pik._mc_kernel, void(uint64, uint64, int64, int64, uint64[::1]))
-out["pi.trapezoid"] = ptx(pik._trap_kernel, void(int64, int64, int64, float64[::1]))
+out["pi.trapezoid"] = ptx(pik._trap_kernel, void(int64, int64, int64, float64, int64[::1]))
 json.dump(out, sys.stdout)
 '''
 

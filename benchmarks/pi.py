@@ -8,6 +8,7 @@
 Reports, each a median of repeats (the machine is shared and noisy; compare ratios):
   * per-core throughput (numba limited to 1 thread) of the Monte Carlo and trapezoid kernels,
     beside the Monte Carlo kernel of the SplitMix64 stream before issue 52 (``baselines/pi_splitmix.py``),
+    the trapezoid kernel of float chunk sums before issue 60 (``baselines/pi_trapezoid_float.py``),
     the kernels before issue 10 (``baselines/pi_kernels_v1.py``), a pure-Python loop (the algorithm of the
     TACC tutorial's pi-mpi.py) and NumPy;
     each row gives the wall-clock rate and the rate per CPU-second of this process (on a busy
@@ -141,8 +142,7 @@ def main() -> None:
     import numba
 
     from pympi_gpu.pi import grid
-    from pympi_gpu.pi.kernels_cpu import (NumbaKernels, _mc_count, count_scalar, _mc_count_vector,
-                                          exact_partials)
+    from pympi_gpu.pi.kernels_cpu import NumbaKernels, _mc_count, count_scalar, _mc_count_vector
     from pympi_gpu.pi.kernels_numpy import NumpyKernels
     from pympi_gpu.rng import seed_key
 
@@ -160,6 +160,7 @@ def main() -> None:
 
     import pi_kernels_v1 as v1  # the kernels before issue 10: the SplitMix64 stream
     import pi_splitmix  # the Monte Carlo kernel before issue 52: the same stream, faster
+    import pi_trapezoid_float  # the trapezoid kernel before issue 60: float chunk sums
 
     from pympi_gpu.pi import mc_simd
 
@@ -192,6 +193,9 @@ def main() -> None:
     row("trapezoid", "pympi numba (1 thread)", n_tr,
         median_time(lambda: nk.trapezoid_chunks(n_tr, 0, grid.n_chunks(n_tr)), rep))
     csize = grid.chunk_size(n_tr)
+    row("trapezoid", "float chunk sums before issue 60 (1 thread)", n_tr,
+        median_time(lambda: pi_trapezoid_float.trapezoid_chunks(n_tr, 0, grid.n_chunks(n_tr), csize), rep),
+        note="fastmath; its last bits the vector width's")
     row("trapezoid", "previous numba kernel (1 thread)", n_tr,
         median_time(lambda: v1.trapezoid_chunks(n_tr, 0, grid.n_chunks(n_tr), csize), rep))
     n = 10**6 if q else 5 * 10**7
@@ -202,8 +206,7 @@ def main() -> None:
     row("trapezoid", "pure Python loop", n, median_time(lambda: pure_python_trapezoid(n), rep))
 
     n_err = 10**8
-    sums = nk.trapezoid_chunks(n_err, 0, grid.n_chunks(n_err))
-    est = math.fsum(list(exact_partials(sums)) + [3.0]) / n_err
+    est = grid.estimate(n_err, sum(nk.trapezoid_chunks(n_err, 0, grid.n_chunks(n_err)).tolist()))
     accuracy = {"intervals": n_err, "estimate": est, "error": est - math.pi,
                 "ulps": (est - math.pi) / math.ulp(math.pi)}
 
@@ -215,6 +218,7 @@ def main() -> None:
         "mc_numba_over_previous": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", "previous numba kernel (1 thread)"),
         "mc_used_over_other_form": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", f"{other} (1 thread)"),
         "trap_numba_over_previous": rate("trapezoid", "pympi numba (1 thread)") / rate("trapezoid", "previous numba kernel (1 thread)"),
+        "trap_numba_over_float_sums": rate("trapezoid", "pympi numba (1 thread)") / rate("trapezoid", "float chunk sums before issue 60 (1 thread)"),
         "mc_numpy_over_pure_python": rate("monte carlo", "pympi NumPy (--backend numpy)") / rate("monte carlo", "pure Python loop"),
         "mc_numba_over_pure_python": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", "pure Python loop"),
         "mc_numba_over_numpy": rate("monte carlo", "pympi numba (1 thread)") / rate("monte carlo", "NumPy default_rng"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from pympi_gpu.mpi.environment import world_rank
 
 __all__ = ["world_rank_hint", "echo_root", "fail", "Refusal", "refuse_together", "run_command", "mpi_command",
            "mpi_world", "agree_at_start", "rank_now", "abort_job", "import_mpi", "MPI_MISSING", "configure_threads",
-           "largest"]
+           "largest", "missing_detail"]
 
 
 #: What to do when mpi4py finds no MPI library: one message, no traceback.
@@ -44,9 +45,30 @@ def import_mpi():
         text = str(exc)
         if "MPI library" not in text and "libmpi" not in text:
             raise
-        detail = " ".join(text.split())
-        raise click.ClickException(MPI_MISSING.format(detail=detail)) from None
+        raise click.ClickException(MPI_MISSING.format(detail=missing_detail(text))) from None
     return MPI
+
+
+_NOT_FOUND = re.compile(r"^(\S+): cannot open shared object file: No such file or directory$")
+
+
+def missing_detail(text: str) -> str:
+    """What mpi4py's failure to load an MPI library says, in one line: where it looked, where it only found
+    no file (``cannot load MPI library`` and one such line per name and directory tried, six on a machine
+    without MPI: ``mpi4py looked for libmpi.so, libmpi.so.12 and libmpi.so.40 in /venv/lib and on the
+    library path, and found none``); else its words, on one line."""
+    lines = [line.strip() for line in text.strip().splitlines()]
+    found = lines[:1] == ["cannot load MPI library"]
+    tried = [m and m.group(1) for m in map(_NOT_FOUND.match, lines[1:])] if found else []
+    if not tried or None in tried:
+        return " ".join(text.split())
+    names = list(dict.fromkeys(os.path.basename(t) for t in tried))
+    where = [*dict.fromkeys(os.path.dirname(t) for t in tried if os.path.dirname(t))]
+    if any(not os.path.dirname(t) for t in tried):
+        where.append("on the library path")
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    places = " and ".join(w if w.startswith("on ") else f"in {w}" for w in where)
+    return f"mpi4py looked for {listed} {places}, and found none"
 
 
 def world_rank_hint() -> int:

@@ -464,7 +464,8 @@ def _system(cart, config: LjConfig, device, restart):
     state = restart.meta.get("thermostat_state") if config.thermostatted else None
     return LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"], device=device,
                     timestep=restart.meta["step"], initial=restart.initial,
-                    bath_state=None if state is None else [float(x) for x in state])
+                    bath_state=None if state is None else [float(x) for x in state], reference=local.get("x0"),
+                    built_at=restart.meta.get("built_at"))
 
 
 def _verify(cart, system, config: LjConfig, run, args):

@@ -12,13 +12,13 @@ from pympi_gpu.cli.options import CONTEXT_SETTINGS, version_option
 @version_option()
 @click.argument("path", type=str)
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
-              help="The PNG to write  [default: PATH with .png for its suffix]")
+              help="The PNG to write  [default: PATH with .png added: lj.csv.png]")
 @click.option("--frame", type=int, default=-1, show_default=True,
               help="Trajectories: the frame to draw, from 0 (negative: from the end).")
 def plot(path, out, frame):
     """Draw a run's output: a thermo log (--thermo-file: .csv, .yaml) as energy, temperature, pressure
     (or virial ratio) against step, or a frame of a trajectory (--dump: .extxyz, .gsd) projected
-    along z and coloured by speed.
+    along z and coloured by speed.  A PNG drawn from another file is never replaced.
     """
     from pathlib import Path
 
@@ -31,7 +31,7 @@ def plot(path, out, frame):
     if suffix not in thermolog.FORMATS and suffix not in dump.FORMATS:
         fail(f"{path!r}: not a thermo log ({', '.join(sorted(thermolog.FORMATS))}) or a trajectory "
              f"({', '.join(sorted(dump.FORMATS))})")
-    out = out or str(Path(path).with_suffix(".png"))
+    out = out or str(pictures.default_out(path))
     _check_out(path, out)
     try:
         if suffix in thermolog.FORMATS:
@@ -50,9 +50,11 @@ def plot(path, out, frame):
 
 
 def _check_out(path: str, out: str) -> None:
-    """Refuse a PNG target that is the input, a directory, or a file that is no PNG (never overwritten)."""
+    """Refuse a PNG target that is the input, a directory, a file that is no PNG, or a PNG drawn from another
+    file (never overwritten)."""
     import os
 
+    from pympi_gpu.nbody.pictures import drawn_from
     from pympi_gpu.run.claims import file_key
 
     if file_key(out) == file_key(path):
@@ -70,3 +72,10 @@ def _check_out(path: str, out: str) -> None:
         if not os.path.isfile(out) or head != b"\x89PNG\r\n\x1a\n":
             fail(f"--out {out!r} exists and is not a PNG: it is never overwritten; move it away or choose "
                  "another path")
+        try:
+            source = drawn_from(out)
+        except OSError as exc:
+            fail(f"--out {out!r} cannot be read: {exc.strerror or exc}")
+        if source is not None and source != os.path.realpath(path):
+            fail(f"--out {out!r} is the picture of {source!r}: it is never replaced by one of another file; "
+                 "move it away or choose another path")

@@ -8,11 +8,23 @@ numba caches next to the source when that directory is writable, else in
 the package directory is read-only and ``$HOME`` may be too, and numba rejects
 a read-only cache outright, so every rank would recompile on every run.
 
+Next to the source is right for a checkout (an editable install among them),
+but not for a copy pip installed: pip's uninstall removes the files it
+installed, not numba's, and the ``pympi_gpu/*/__pycache__`` directories it
+leaves make ``pympi_gpu`` a namespace package that hides the next (editable)
+install, so every command failed to import (issue 60, item 20).  An installed
+copy's cache goes to the user's cache directory instead,
+``$XDG_CACHE_HOME/pympi_gpu/numba`` (``~/.cache/...``), with numba's
+``NUMBA_CACHE_DIR`` layout (a directory per source path, so installs in two
+venvs never share an entry).
+
 :func:`configure` runs once at the command-line edge, before numba is
 imported: it picks a writable cache directory and, when the image ships a
 cache compiled at build time (its ``seed``: the command line reads
 ``$PYMPI_NUMBA_CACHE_SEED``, see the docker recipes), copies it there once,
-atomically, so concurrent ranks never see half a cache.
+atomically, so concurrent ranks never see half a cache.  The seed is
+``NUMBA_CACHE_DIR``'s layout too (the recipes compile it with that variable
+set), and a ``NUMBA_CACHE_DIR`` the user set always wins.
 
 CPU tuning
 ----------
@@ -56,7 +68,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["configure", "cache_dir_writable", "tune_cpu", "host_cpu", "keyed_by_code", "sources"]
+__all__ = ["configure", "cache_dir_writable", "installed", "user_cache_dir", "tune_cpu", "host_cpu", "keyed_by_code",
+           "sources"]
 
 
 def _writable(path: Path) -> bool:
@@ -69,11 +82,32 @@ def _writable(path: Path) -> bool:
         return False
 
 
+def installed(package: Path | None = None) -> bool:
+    """Is the package (this one by default) a copy pip installed, in a site-packages directory (a venv's, the
+    system's, the user's), rather than a checkout, where an editable install also points?"""
+    import site
+    import sysconfig
+
+    package = (package or Path(__file__).resolve().parent.parent).resolve()
+    paths = sysconfig.get_paths()
+    roots = {paths["purelib"], paths["platlib"], *site.getsitepackages()}
+    if site.ENABLE_USER_SITE:
+        roots.add(site.getusersitepackages())
+    return any(package.is_relative_to(Path(root).resolve()) for root in roots)
+
+
+def user_cache_dir() -> Path:
+    """Where an installed copy's kernels are cached: ``$XDG_CACHE_HOME/pympi_gpu/numba``."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pympi_gpu" / "numba"
+
+
 def cache_dir_writable() -> tuple[bool, str]:
     """Return (writable, directory) for the cache numba will use for this package."""
     env = os.environ.get("NUMBA_CACHE_DIR")
     if env:
         return _writable(Path(env)), env
+    if installed():
+        return _writable(user_cache_dir()), str(user_cache_dir())
     pkg = Path(__file__).resolve().parent
     if _writable(pkg / "__pycache__"):
         return True, str(pkg / "__pycache__")
@@ -182,6 +216,8 @@ def configure(seed: str | None = None, wide: bool = True) -> str:
     if not ok:
         where = str(_fallback_dir())
         _writable(Path(where))
+        os.environ["NUMBA_CACHE_DIR"] = where
+    elif installed() and not os.environ.get("NUMBA_CACHE_DIR"):  # never beside an installed copy (see above)
         os.environ["NUMBA_CACHE_DIR"] = where
     return where
 

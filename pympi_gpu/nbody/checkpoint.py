@@ -308,6 +308,11 @@ class NpzRows:
                 if fortran or self.dtype[n].hasobject:
                     raise ValueError(f"array {n!r} is not a plain C-ordered array")
 
+    def holds(self, name: str) -> bool:
+        """Does the archive hold the array ``name`` (an optional one)?"""
+        with self._reading():
+            return f"{name}.npy" in self._zip.namelist()
+
     def blocks(self, names, block: int = BLOCK_ROWS) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         """Yield ``(first row, {name: rows})`` for consecutive blocks of at most ``block`` rows.
 

@@ -81,10 +81,11 @@ def monte_carlo(comm, samples: int, kernels, *, seed: int = DEFAULT_SEED, clock:
 def trapezoid(comm, intervals: int, kernels, *, clock: PhaseClock | None = None) -> PiResult:
     """Integrate 4/(1+x^2) on [0, 1] with ``intervals`` trapezoids; collective over comm.
 
-    Ranks sum whole chunks of a global grid fixed by ``intervals`` alone; each
-    rank reduces its chunk sums to exact partials (Shewchuk), and rank 0 adds
-    all partials with one correctly rounded ``math.fsum``.  The result is thus
-    bit-identical for any number of ranks.
+    Ranks sum whole chunks of a global grid fixed by ``intervals`` alone; a
+    chunk's sum is an integer (its terms in fixed point, :mod:`~pympi_gpu.pi.grid`),
+    each rank adds its chunks' exactly, rank 0 adds the ranks' and rounds the
+    result once.  The result is thus bit-identical for any number of ranks,
+    threads and any backend.
     """
     from mpi4py import MPI
 
@@ -92,24 +93,18 @@ def trapezoid(comm, intervals: int, kernels, *, clock: PhaseClock | None = None)
     c0, c1 = grid.rank_chunks(intervals, size, rank)
     comm.Barrier()
     t0 = MPI.Wtime()
-    sums = kernels.trapezoid_chunks(intervals, c0, c1)
-    partials = kernels.partials(sums)
+    local = sum(kernels.trapezoid_chunks(intervals, c0, c1).tolist())  # exact: Python integers
     t1 = MPI.Wtime()
     _settle(comm, clock)
     t1w = MPI.Wtime()
-    gathered = comm.gather(partials, root=0)
-    if rank == 0:
-        interior = math.fsum(np.concatenate(gathered))
-        # h * (f(0)/2 + f(1)/2 + interior) with f(0) = 4, f(1) = 2.
-        estimate = math.fsum((interior, 3.0)) / intervals
-    else:
-        estimate = None
+    gathered = comm.gather(local, root=0)
+    estimate = grid.estimate(intervals, sum(gathered)) if rank == 0 else None
     estimate = comm.bcast(estimate, root=0)
     t2 = MPI.Wtime()
     if clock is not None:
         clock.add("compute", t1 - t0)
         clock.add("communication", t2 - t1w)
-        clock.sent(partials.nbytes)  # this rank's exact partials into the gather
+        clock.sent(max(8, -(-local.bit_length() // 8)))  # this rank's integer into the gather
         if rank == 0:
             clock.sent(8)  # the estimate, broadcast
     # The rank's share in intervals: interior node i closes interval [i-1, i); the

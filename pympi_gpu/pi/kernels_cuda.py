@@ -6,6 +6,9 @@ kernels: each thread runs whole blocks of :mod:`pympi_gpu.rng` (its
 bit-identical to theirs for the same seed and range; the at most two partial
 blocks at the ends of a range are counted on the host by the definition.
 
+The trapezoid rule's terms are :func:`pympi_gpu.pi.grid.terms` with the
+explicitly rounded multiply and add, so each chunk's integer is the CPU's.
+
 ``pair_misses`` is the one piece written for the device apart: NVVM cannot see
 that the squares are of 32-bit words (LLVM folds the sign extension into 64-bit
 shifts) and makes each a 64-bit multiply, three or four instructions.  The same
@@ -17,11 +20,11 @@ simulator runs the definition.
 from __future__ import annotations
 
 import numpy as np
-from numba import config, cuda, float64, int32, uint32, uint64
+from numba import config, cuda, float64, int32, int64, uint32, uint64
 
 from pympi_gpu import rng
 from pympi_gpu.device.buffers import quiet_small_grids
-from pympi_gpu.pi.grid import chunk_size
+from pympi_gpu.pi import grid
 from pympi_gpu.rng import BLOCK, PAIRS, block_state, pair_misses, xoro_next
 
 rng.register_numba()
@@ -53,8 +56,12 @@ shr.u32 h1, h1, 30;
 add.u32 $0, h0, h1;
 }"""
 
-if config.ENABLE_CUDASIM:  # kernels run as Python: the definition itself
+if config.ENABLE_CUDASIM:  # kernels run as Python: the definition itself, the trapezoid's plain operators
     _pair_misses = pair_misses
+    _quad, _single = grid.terms(lambda a, b: a * b, lambda a, b: a + b)
+
+    def _bits(x):
+        return np.float64(x).view(np.int64)
 else:
     from llvmlite import ir
     from numba.core import types
@@ -72,6 +79,13 @@ else:
                                       for v, t in zip(args, signature.args)])
 
         return sig, codegen
+
+    from numba.cuda import libdevice
+
+    # mul.rn and add.rn: NVVM contracts a plain multiply and add into an FMA (its -fma=1, the default
+    # without fastmath too), which rounds once where the CPU rounds twice
+    _quad, _single = (cuda.jit(device=True)(f) for f in grid.terms(libdevice.dmul_rn, libdevice.dadd_rn))
+    _bits = libdevice.double_as_longlong
 
 
 @cuda.jit(device=True)
@@ -115,18 +129,24 @@ def _mc_kernel(key, j0, nblocks, per_thread, out):
 
 
 @cuda.jit
-def _trap_kernel(n, c0, csize, out):
-    """One block per chunk: threads stride over its nodes, then a fixed-order tree sum."""
-    c = c0 + cuda.blockIdx.x
-    lo = 1 + c * csize
+def _trap_kernel(n, c0, csize, c, out):
+    """One block per chunk: threads stride over its groups of four nodes (and its last nodes), each term the
+    same integer as on the CPU (:mod:`~pympi_gpu.pi.grid`), summed as int64s: any order, one sum."""
+    k = c0 + cuda.blockIdx.x
+    lo = 1 + k * csize
     hi = min(lo + csize, n)
     h = 1.0 / n
+    m = (hi - lo) // 4
+    fm = float64(m)
+    unit = _bits(c)
     t = cuda.threadIdx.x
-    acc = 0.0
-    for i in range(lo + t, hi, _THREADS):
-        x = i * h
-        acc += 4.0 / (1.0 + x * x)
-    buf = cuda.shared.array(_THREADS, float64)
+    acc = int64(0)
+    for j in range(t, m, _THREADS):
+        acc += _bits(_quad(float64(lo + j), fm, h, c)) - unit
+    i = lo + 4 * m + t
+    if i < hi:
+        acc += _bits(_single(float64(i), h, c)) - unit
+    buf = cuda.shared.array(_THREADS, int64)
     total = _block_sum(buf, acc)
     if t == 0:
         out[cuda.blockIdx.x] = total
@@ -164,21 +184,13 @@ class CudaKernels:
 
     def trapezoid_chunks(self, n: int, c0: int, c1: int) -> np.ndarray:
         if c1 <= c0:
-            return np.empty(0)
-        out = cuda.device_array(c1 - c0, dtype=np.float64)
-        _trap_kernel[c1 - c0, _THREADS](np.int64(n), np.int64(c0), np.int64(chunk_size(n)), out)
+            return np.empty(0, np.int64)
+        out = cuda.device_array(c1 - c0, dtype=np.int64)
+        _trap_kernel[c1 - c0, _THREADS](np.int64(n), np.int64(c0), np.int64(grid.chunk_size(n)), grid.shift(n), out)
         return out.copy_to_host()
-
-    def partials(self, sums: np.ndarray) -> np.ndarray:
-        from pympi_gpu.pi.kernels_cpu import exact_partials
-
-        return exact_partials(sums) if sums.size else np.empty(0)
 
     def warmup(self, methods=("mc", "trapezoid")) -> None:
         if "mc" in methods:
             self.mc_hits(np.uint64(1), 0, BLOCK)  # one whole block: the kernel runs
         if "trapezoid" in methods:
-            from pympi_gpu.pi.kernels_cpu import exact_partials
-
             self.trapezoid_chunks(1 << 15, 0, 1)
-            exact_partials(np.ones(2))

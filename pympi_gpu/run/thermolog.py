@@ -300,7 +300,11 @@ def _read_csv(path, text: str):
 
 
 def _read_yaml(path, text: str):
-    import yaml
+    try:
+        import yaml
+    except ImportError as exc:
+        raise ImportError(f"reading the YAML thermo log {os.fspath(path)!r} needs PyYAML ({exc}); pip install "
+                          "'pympi_gpu[plot]'") from None
 
     try:
         loaded = list(yaml.safe_load_all(text))

@@ -151,7 +151,7 @@ def test_phases_and_traffic_in_the_record(mpirun, ranks):
         assert 0 <= spread["mean"] <= spread["max"] <= doc["wall_time"] + 1e-6, name
     assert ph["compute"]["max"] > 0 and ph["io"]["max"] == 0
     assert ph["compute"]["max"] + ph["communication"]["max"] <= 1.05 * doc["wall_time"] + 1e-3
-    # per run: one int64 into the allreduce, each rank's exact partials into the gather, the estimate broadcast
+    # per run: one int64 into the allreduce, each rank's exact integer into the gather, the estimate broadcast
     assert tr["per"] == "run" and tr["messages"]["max"] == 3 and tr["messages"]["mean"] == pytest.approx(
         2 + 1 / ranks)
     assert tr["bytes"]["max"] >= 8 + 8

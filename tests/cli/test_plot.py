@@ -50,7 +50,7 @@ def test_thermo_picture(outputs, tmp_path, name, panels):
 def test_frame_picture(outputs, name):
     out = run([PLOT, str(outputs / name), "--frame", "1"], timeout=120, env=env())
     assert out.returncode == 0, out.stderr
-    png = (outputs / name).with_suffix(".png")
+    png = outputs / f"{name}.png"
     (h, w), ink, colours = picture(png)
     assert (h, w) == (560, 640) and 0.05 < ink < 0.9
     assert colours > 100   # the speeds' colour map, not one colour
@@ -98,3 +98,25 @@ def test_an_unwritable_or_foreign_picture_is_refused(outputs, tmp_path):
     assert notes.read_text() == "my notes\n"
     one_message(run([PLOT, str(log), "-o", str(tmp_path / "no" / "x.png")], timeout=60, env=env()),
                 "the directory of")
+
+
+def test_a_run_s_log_and_trajectory_draw_to_two_pictures(outputs, tmp_path):
+    """`pympi-plot lj.yaml` and then `pympi-plot lj.extxyz` (one run's thermo log and trajectory): two PNGs,
+    lj.yaml.png and lj.extxyz.png, each naming its source (was: both lj.png, the second silently replacing the
+    first); drawing one again replaces its own; a picture of another file is refused, kept byte for byte."""
+    from pympi_gpu.nbody.pictures import drawn_from
+
+    log, frames = tmp_path / "lj.yaml", tmp_path / "lj.extxyz"
+    log.write_bytes((outputs / "lj.yaml").read_bytes())
+    frames.write_bytes((outputs / "lj.extxyz").read_bytes())
+    for source in (log, frames):
+        out = run([PLOT, str(source)], timeout=120, env=env())
+        assert out.returncode == 0 and f"written: {source}.png" in out.stdout, out.stderr
+    pictures = {p.name: p.read_bytes() for p in tmp_path.glob("*.png")}
+    assert sorted(pictures) == ["lj.extxyz.png", "lj.yaml.png"]
+    assert drawn_from(tmp_path / "lj.yaml.png") == str(log.resolve())
+    assert drawn_from(tmp_path / "lj.extxyz.png") == str(frames.resolve())
+    assert run([PLOT, str(log)], timeout=120, env=env()).returncode == 0  # its own picture, drawn again
+    one_message(run([PLOT, str(frames), "-o", str(tmp_path / "lj.yaml.png")], timeout=60, env=env()),
+                f"--out '{tmp_path / 'lj.yaml.png'}' is the picture of '{log.resolve()}': it is never replaced")
+    assert drawn_from(tmp_path / "lj.yaml.png") == str(log.resolve())

@@ -124,13 +124,16 @@ def test_a_run_too_large_for_the_gpu_is_refused_before_anything_is_made():
 
 
 def test_gpu_restart_bit_for_bit(tmp_path):
-    a, b = tmp_path / "a.npz", tmp_path / "b.npz"
-    base = [NBODY, "256", "--model", "lj", "--backend", "gpu", "--json"]
-    straight = _doc(base + ["--steps", "8", "--checkpoint", str(a), "--checkpoint-every", "4"])
-    _doc(base + ["--steps", "4", "--checkpoint", str(b)])
-    resumed = _doc(base + ["--steps", "8", "--restart", str(b)])
-    assert resumed["first_step"] == 4
-    assert resumed["thermo"][-1] == straight["thermo"][-1]
+    """A run on the device, and the same run in two halves with a checkpoint between two rebuilds: the same
+    thermo bit for bit (issue 60, item 21: the checkpoint made the next step rebuild, so only a straight run
+    that also wrote one was continued).  Hot, with a thin skin: rebuilds on both sides of the checkpoint."""
+    b = tmp_path / "b.npz"
+    base = [NBODY, "256", "--model", "lj", "--backend", "gpu", "--json", "--temperature", "3", "--skin", "0.1"]
+    straight = _doc(base + ["--steps", "12"])
+    half = _doc(base + ["--steps", "6", "--checkpoint", str(b)])
+    resumed = _doc(base + ["--steps", "12", "--restart", str(b)])
+    assert resumed["first_step"] == 6 and straight["rebuilds"] >= 3
+    assert resumed["thermo"][-1] == straight["thermo"][-1] and resumed["thermo"][0] == half["thermo"][-1]
 
 
 # A hot system (T 3.0): atoms cross bricks and the periodic boundary.  The smallest lattices that split

@@ -26,18 +26,19 @@ def logical_lines(body: str):
     return body.replace("\\\n", " ").splitlines()
 
 
-def console_examples(pages=PAGES):
-    """``(where, page, command, shown output lines, exit status or None)`` of the console blocks.
+def console_blocks(pages=PAGES):
+    """``(where, page, examples)`` of every ``console`` block: its commands in order, each
+    ``(where, command, shown output lines, exit status or None)``.
 
     A ``$ echo $?`` line after a command gives that command's exit status.
     """
-    examples = []
+    found = []
     for page in pages:
         for info, line0, body in blocks(page):
             if info != "console":
                 continue
             lines = logical_lines(body)
-            i = 0
+            examples, i = [], 0
             while i < len(lines):
                 line = lines[i]
                 i += 1
@@ -49,8 +50,15 @@ def console_examples(pages=PAGES):
                     i += 1
                 if i + 1 < len(lines) and lines[i] == "$ echo $?":
                     status, i = int(lines[i + 1]), i + 2
-                examples.append((where, page.name, command, tuple(shown), status))
-    return examples
+                examples.append((where, command, tuple(shown), status))
+            found.append((f"{page.name}:{line0}", page.name, tuple(examples)))
+    return found
+
+
+def console_examples(pages=PAGES):
+    """``(where, page, command, shown output lines, exit status or None)`` of the console blocks' commands."""
+    return [(where, page, command, shown, status)
+            for _, page, examples in console_blocks(pages) for where, command, shown, status in examples]
 
 
 README = (ROOT / "README.md").read_text()

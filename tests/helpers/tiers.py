@@ -40,6 +40,7 @@ SLOW = {
     # inside tests/mpi (test_mpi_suite passes -m "not slow" on when the outer run leaves slow out):
     # the LJ restart and drift runs, and the 6^3 repeats of the 5^3 checks
     "mpi/test_lj_mpi.py::test_restart_continues_bit_for_bit": None,  # test_lj_cli's restart stays
+    "mpi/test_lj_mpi.py::test_gpu_restart_continues_bit_for_bit": None,  # test_lj_gpu's restart is slow too
     "mpi/test_lj_mpi.py::test_atoms_cross_several_bricks": None,  # test_halo_mpi's migrations stay
     "mpi/test_lj_mpi.py::test_ranks_agree_with_one_brick": {"cells": 6},
     "mpi/test_lj_mpi.py::test_reverse_forces_equal_one_brick": {"cells": 6},
@@ -77,6 +78,9 @@ SLOW = {
     "gpu/test_gpu_acceptance.py::test_lj_thermo_compared_across_backends": None,
     # models through the command line: the many-rank repeats
     "cli/test_lj_cli.py::test_ranks_agree_through_the_cli": {"ranks": (2, 8)},
+    "cli/test_lj_cli.py::test_restart_continues_bit_for_bit": {"ranks": 2},
+    # a venv and two pip installs (the first command's test stays)
+    "cli/test_readme_first_command.py::test_the_two_commands_one_after_the_other": None,
     "cli/test_lj_cli.py::test_pympi_scale_drives_the_lj_model": None,
     "cli/test_nbody_mpi.py::test_decompositions_agree": [{"ranks": 2, "exchange": "allgather"},
                                                       {"ranks": 3, "exchange": "ring"}],

@@ -42,7 +42,7 @@ def _run(comm, config, options, drift=(0.0, 0.0, 0.0), restart=None, device=CPU)
 
             init = Thermo(**{**meta["initial"], "momentum": tuple(meta["initial"]["momentum"])})
             system = LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"], timestep=meta["step"],
-                              initial=init, device=device)
+                              initial=init, device=device, reference=local.get("x0"), built_at=meta.get("built_at"))
         run = simulate(cart, system, options)
         full = ckpt.gather(cart, system.atoms.owned())
         return run, cart.bcast(full, root=0)
@@ -106,25 +106,68 @@ def test_atoms_cross_several_bricks():
     assert run.rebuilds >= 10
 
 
-def test_restart_continues_bit_for_bit(tmp_path_factory):
+def _restart_case(comm, config, path, steps, device=CPU):
+    """The run of ``steps`` steps straight, then half of it with a checkpoint at ``path`` and a restart to the
+    end: ``(straight, first half, resumed, whole systems straight and resumed, the checkpoint's x and x0)``."""
+    straight, full = _run(comm, config, RunOptions(steps=steps), device=device)
+    first, _ = _run(comm, config, RunOptions(steps=steps // 2, checkpoint=path), device=device)
+    written = ckpt.read_file(path)[1] if comm.Get_rank() == 0 else None
+    resumed, full_r = _run(comm, config, RunOptions(steps=steps), restart=path, device=device)
+    return straight, first, resumed, full, full_r, written
+
+
+def _continues(case, steps):
+    """The restart continued the run that wrote no checkpoint, bit for bit (and its first thermo row is the
+    checkpointing run's last), from a checkpoint between two rebuilds."""
+    straight, first, resumed, full, full_r, written = case
+    assert resumed.first_step == steps // 2 and resumed.last_step == steps
+    for k in ("x", "v", "f"):
+        assert np.array_equal(full[k], full_r[k]), k
+    assert resumed.thermo[-1] == straight.thermo[-1]
+    assert resumed.thermo[0] == first.thermo[-1]
+    assert resumed.energy_drift == straight.energy_drift
+    assert straight.rebuilds >= 3
+    if written is not None:
+        assert not np.array_equal(written["x"], written["x0"])  # the atoms had moved since the last rebuild
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_restart_continues_bit_for_bit(tmp_path_factory, agree, threads):
+    """Writing a checkpoint changes nothing, and a restart from it continues the run bit for bit: it makes
+    the run's last rebuild again (the atoms on their ranks in their order, the ghosts, the lists) from the
+    positions kept in it, then moves the atoms where they are (issue 60, item 21: a checkpoint made the next
+    step rebuild, and the run it continued differed in the last digits).  Over the world's ranks and on one
+    (COMM_SELF), with one thread a rank (half lists) and two (full lists)."""
+    import numba
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    path = comm.bcast(str(tmp_path_factory.mktemp("lj") / "lj.npz") if comm.Get_rank() == 0 else None)
-    config = LjConfig(cells=5)
-    straight, full = _run(comm, config, RunOptions(steps=30))
-    with_ckpt, full_c = _run(comm, config, RunOptions(steps=30, checkpoint=path, checkpoint_every=15))
-    assert with_ckpt.checkpoints_written == 2
-    # the last write is the final state; write the step-15 one again
-    _run(comm, config, RunOptions(steps=15, checkpoint=path))
-    resumed, full_r = _run(comm, config, RunOptions(steps=30), restart=path)
-    assert resumed.first_step == 15 and resumed.last_step == 30
-    for k in ("x", "v", "f"):
-        assert np.array_equal(full_c[k], full_r[k]), k
-    assert resumed.thermo[-1] == with_ckpt.thermo[-1]
-    assert resumed.energy_drift == with_ckpt.energy_drift
-    dx, _ = _close(full, full_c, config.box)
-    assert dx < POS_TOL  # a rebuild after the checkpoint changes round-off only
+    base = comm.bcast(str(tmp_path_factory.mktemp("lj") / "lj") if comm.Get_rank() == 0 else None)
+    config = LjConfig(cells=5, newton=threads == 1)
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        world = _restart_case(comm, config, base + ".npz", 30)
+        alone = _restart_case(MPI.COMM_SELF, config, f"{base}.{comm.Get_rank()}.npz", 30)
+    finally:
+        numba.set_num_threads(old)
+    agree(comm, lambda: (_continues(world, 30), _continues(alone, 30)))
+
+
+@pytest.mark.cudasim
+def test_gpu_restart_continues_bit_for_bit(tmp_path_factory, agree):
+    """The same on the GPU path (the simulator, full lists), over the world's ranks (one rank's:
+    tests/gpu/test_lj_gpu.py::test_gpu_restart_bit_for_bit)."""
+    from mpi4py import MPI
+
+    from pympi_gpu.device.device import Device
+
+    comm = MPI.COMM_WORLD
+    base = comm.bcast(str(tmp_path_factory.mktemp("lj") / "lj") if comm.Get_rank() == 0 else None)
+    config = LjConfig(cells=5, newton=False, temperature=3.0, skin=0.1)  # hot, a thin skin: rebuilds in 10 steps
+    device = Device(backend="gpu", transport="host", simulated=True)
+    world = _restart_case(comm, config, base + ".npz", 10, device)
+    agree(comm, lambda: _continues(world, 10))
 
 
 @pytest.mark.parametrize("cells, newton", [(5, True), (6, True), (5, False)], ids=["5 half", "6 half", "5 full"])

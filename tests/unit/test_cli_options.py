@@ -99,3 +99,21 @@ def test_a_negative_count_is_said_to_be_negative(name, typed, capsys):
     err = capsys.readouterr().err
     assert info.value.code == 2 and f"'{typed[0]}' is negative" in err and "No such option" not in err, err
     assert err.count("Error:") == 1
+
+
+def test_no_mpi_library_said_in_one_line():
+    """What mpi4py says when it finds no MPI library, six lines on a machine without one (every name in the
+    venv's lib and on the library path), in one: where it looked (issue 60, item 23: install.md showed
+    another message than such a machine gets)."""
+    from pympi_gpu.cli.common import missing_detail
+
+    names = ("libmpi.so", "libmpi.so.12", "libmpi.so.40")
+    text = "\n".join(["cannot load MPI library"]
+                     + [f"{d}{n}: cannot open shared object file: No such file or directory"
+                        for d in ("/home/me/.venv/lib/", "") for n in names])
+    assert missing_detail(text) == ("mpi4py looked for libmpi.so, libmpi.so.12 and libmpi.so.40 in /home/me/.venv/lib "
+                                    "and on the library path, and found none")
+    one = "cannot load MPI library\nlibmpi.so.12: cannot open shared object file: No such file or directory"
+    assert missing_detail(one) == "mpi4py looked for libmpi.so.12 on the library path, and found none"
+    other = "cannot load MPI library\n/opt/libmpi.so: undefined symbol: MPI_Get_version"
+    assert missing_detail(other) == "cannot load MPI library /opt/libmpi.so: undefined symbol: MPI_Get_version"

@@ -22,8 +22,32 @@ def env(monkeypatch, tmp_path):
 
 def test_writable_tree_is_left_alone(env, monkeypatch):
     monkeypatch.setattr(jitcache, "_writable", lambda p: True)
+    monkeypatch.setattr(jitcache, "installed", lambda package=None: False)  # a checkout (or an editable install)
     jitcache.configure()
     assert "NUMBA_CACHE_DIR" not in os.environ
+
+
+def test_an_installed_copy_caches_outside_its_directory(env, monkeypatch):
+    """A copy pip installed caches in the user's cache directory, never beside itself: pip's uninstall would
+    leave numba's files there, and the directory they keep would hide the next install (issue 60, item 20).
+    A NUMBA_CACHE_DIR of the user's, and an image's seed, still win."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(env / "xdg"))
+    monkeypatch.setattr(jitcache, "installed", lambda package=None: True)
+    where = jitcache.configure()
+    assert where == os.environ["NUMBA_CACHE_DIR"] == str(env / "xdg" / "pympi_gpu" / "numba")
+    assert jitcache.cache_dir_writable() == (True, where)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(env / "mine"))
+    assert jitcache.configure() == str(env / "mine") == os.environ["NUMBA_CACHE_DIR"]
+
+
+def test_installed_means_in_a_site_packages_directory(tmp_path):
+    import site
+    import sysconfig
+
+    assert jitcache.installed(Path(sysconfig.get_paths()["purelib"]) / "pympi_gpu")
+    assert jitcache.installed(Path(site.getsitepackages()[0]) / "pympi_gpu")
+    assert not jitcache.installed(tmp_path / "checkout" / "pympi_gpu")
+    assert not jitcache.installed()  # the tests run from the checkout
 
 
 def test_read_only_install_falls_back_to_tmp(env, monkeypatch):

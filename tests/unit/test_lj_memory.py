@@ -78,3 +78,28 @@ def test_a_file_start_is_priced_with_its_reading(tmp_path):
     why = too_large(config, (1, 1, 1), 1, available=int(run) + 1, reading=reading)
     assert why.startswith("32,000 atoms (1x1x1 rank grid) need about") and "available" in why
     assert too_large(config, (1, 1, 1), 1, available=int(run) + 1) is None  # the run alone would fit
+
+
+def test_the_docs_say_what_the_estimate_says():
+    """The bytes an atom and the megabytes docs/lj.md and docs/faults.md quote are the estimate's (issue 60,
+    item 23: the pages said 790 and 788 bytes an atom where the refusal said 821)."""
+    import re
+
+    from helpers.commands import ROOT
+    from pympi_gpu.nbody.lj.lattice import cells_for
+    from pympi_gpu.nbody.memory import human_bytes
+
+    def per_atom(atoms):
+        n = need(LjConfig(cells=cells_for(atoms)), (1, 1, 1))
+        return n.bytes / n.owned, n.bytes
+
+    lj, faults = ((ROOT / "docs" / page).read_text() for page in ("lj.md", "faults.md"))
+    quoted = int(re.search(r"\((\d+) bytes an atom, that refusal says on one\s+rank\)", lj).group(1))
+    assert quoted == round(per_atom(10**9)[0])
+    assert f"{quoted} bytes an atom with its ghosts and Verlet lists of 75 entries" in faults
+    assert f"need about {human_bytes(per_atom(10**9)[1])} of memory" in faults
+    said = re.search(r"for 500,000 atoms on one rank it\s+says (\S+ MB)", faults).group(1)
+    assert said == human_bytes(per_atom(500_000)[1])
+    for page in (lj, faults):
+        about = [int(x) for x in re.findall(r"about (\d+) bytes (?:at|an atom at) in.lj's density", page)]
+        assert about and all(abs(x - per_atom(10**9)[0]) < 10 for x in about), about

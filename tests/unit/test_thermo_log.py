@@ -96,3 +96,22 @@ def test_only_a_torn_last_row_is_cut(tmp_path, suffix):
         assert t.after == 15
     assert path.read_bytes().startswith(whole) and b"20, 1.0" not in path.read_bytes()
     assert b"20,1.0" not in path.read_bytes()
+
+
+def test_a_yaml_log_without_pyyaml_says_which_extra_brings_it(tmp_path, monkeypatch):
+    """`pympi-plot lj.yaml` needs PyYAML: the `plot` extra brings it, and without it the message says so
+    (was: "No module named 'yaml'", and only the `test` extra brought it)."""
+    import configparser
+    import sys
+
+    from helpers.commands import ROOT
+    from pympi_gpu.run.thermolog import read
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    assert any(line.strip().lower().startswith("pyyaml") for line in cfg["options.extras_require"]["plot"].split("\n"))
+    log = tmp_path / "t.yaml"
+    log.write_text("---\nkeywords: [Step, Temp]\ndata:\n  - [0, 1.0]\n...\n")
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    with pytest.raises(ImportError, match=r"t.yaml' needs PyYAML .*pip install 'pympi_gpu\[plot\]'"):
+        read(log)

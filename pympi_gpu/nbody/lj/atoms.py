@@ -41,7 +41,7 @@ class Atoms(Protocol):
     @property
     def host_copies(self) -> int | None: ...                # atom arrays copied device-to-host (None: on the host)
 
-    def start(self) -> bool: ...                            # collective: lists and forces; rebuild next?
+    def start(self) -> None: ...                            # collective: lists and forces
     def step(self, force_rebuild: bool = False, eflag: bool = False) -> None: ...   # collective: one step
     def steps(self, most: int) -> list[float]: ...          # collective: up to ``most`` quiet steps, their seconds
     def wrap(self) -> None: ...                             # positions folded into the box
@@ -50,6 +50,7 @@ class Atoms(Protocol):
     def local_sums(self) -> np.ndarray: ...                 # [sum v^2, px, py, pz, E_pair, virial]
     def owned(self) -> dict[str, np.ndarray]: ...           # host copies of x, v, f, id
     def bath_state(self) -> np.ndarray: ...                 # a host copy of the thermostat's state
+    def reference(self) -> np.ndarray: ...                  # host copy of x at the last rebuild (the owned rows)
     def calls(self) -> dict[str, list[int]] | None: ...     # device launches and syncs so far (None on the CPU)
     def calls_per_step(self, comm, since, steps: int) -> dict | None: ...   # collective, where calls() is not None
     def close(self) -> None: ...                            # what it holds on the communicator, freed
@@ -57,4 +58,5 @@ class Atoms(Protocol):
 
 #: the members every engine defines (the protocol's, as :func:`typing.get_protocol_members` would list them)
 MEMBERS = ("halo", "nlocal", "rebuilds", "batched", "rebuild_seconds", "books", "pairs", "host_copies", "start",
-           "step", "steps", "wrap", "settle", "finite", "local_sums", "owned", "bath_state", "calls", "calls_per_step", "close")
+           "step", "steps", "wrap", "settle", "finite", "local_sums", "owned", "bath_state", "reference", "calls",
+           "calls_per_step", "close")

@@ -23,10 +23,12 @@ halo and kernels are its ``atoms``: :class:`~pympi_gpu.nbody.lj.cpu.atoms.HostAt
 :class:`~pympi_gpu.nbody.lj.gpu.atoms.DeviceAtoms` (device-resident),
 chosen by the :class:`~pympi_gpu.device.device.Device` it is given.
 
-After every checkpoint the next step rebuilds, as a restarted run does, so a
-run restarted from a checkpoint on the same number of ranks continues bit for
-bit (the positions are folded into the box first, as the restart's first
-rebuild folds them).
+A checkpoint changes nothing: it holds, beside the state, the positions at the
+last rebuild and its step, from which a restart makes the run's own rebuild
+again (the same atoms on each rank, in the same order, the same ghosts and
+lists, the displacement measured from the same references) before it moves the
+atoms to their positions; so a run restarted on the same number of ranks and
+threads continues bit for bit, and so does one that wrote no checkpoint.
 """
 
 from __future__ import annotations
@@ -115,18 +117,19 @@ class LjSystem:
     initial : the thermo row of step 0 (a restart's, for the energy drift), or None
     profile : on a GPU, synchronise around each phase and time it (``atoms.phase_seconds``)
     bath_state : the thermostat's state (a restart's), or None to set it up at the start
+    reference : ``(n, 3)`` a restart's positions at the run's last rebuild (the checkpoint's ``x0``), or
+        None: the lists are made from them (see the module docstring)
+    built_at : the step of that rebuild (a restart's; default ``timestep``)
     """
 
     def __init__(self, cart, config: LjConfig, x, v, ids, f=None, *, device=CPU, timestep: int = 0,
-                 initial=None, profile: bool = False, bath_state=None):
+                 initial=None, profile: bool = False, bath_state=None, reference=None, built_at: int | None = None):
         self.cart = self.comm = cart
         self.config = config
         self.brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
         self.grid = CellGrid.of(config, self.brick)
         self.timestep = timestep
         self.initial = initial
-        self._rebuild_next = False  # after a checkpoint (and a restart) the next step rebuilds
-        self._fold_next = False  # after a checkpoint the next step first folds the positions into the box
         self._stop_request, self._stop_agreed = 0, None  # carried by the displacement test (advance)
         self._ranks = cart.Get_size()
         #: the squared displacement that asks for a rebuild (half the skin's)
@@ -134,7 +137,7 @@ class LjSystem:
         #: the step under way's: above it the step rebuilds (:meth:`threshold`; the lists' policy)
         self.threshold2 = self.rebuild_distance2
         #: the step of the last rebuild, and the rebuilds counted then (the policy counts from it)
-        self.built_at, self._built, self._agreed2 = timestep, 0, 0.0
+        self.built_at, self._built, self._agreed2 = timestep if built_at is None else built_at, 0, 0.0
         #: rebuilds at the first step the policy allowed, where it checks (LAMMPS's "dangerous builds")
         self.dangerous_builds = 0
         #: the step's agreement: this rank's [largest squared displacement, stop request], then the ranks'
@@ -155,11 +158,11 @@ class LjSystem:
         if device.gpu:
             from pympi_gpu.nbody.lj.gpu.atoms import DeviceAtoms
 
-            self.atoms: Atoms = DeviceAtoms(self, x, v, ids, f, device, profile)
+            self.atoms: Atoms = DeviceAtoms(self, x, v, ids, f, device, profile, reference)
         else:
             from pympi_gpu.nbody.lj.cpu.atoms import HostAtoms
 
-            self.atoms = HostAtoms(self, x, v, ids, f)
+            self.atoms = HostAtoms(self, x, v, ids, f, reference)
         #: the agreement's persistent reduction as bytes, for a step's kernel that starts it (empty where
         #: the step's MPI calls stay in Python, and on one rank: the kernel copies)
         self.agreement = np.zeros(0, np.uint8)
@@ -302,8 +305,8 @@ class LjSystem:
     def prepare(self) -> None:
         """Lists and forces before the first step (:meth:`start`); collective."""
         self._copies0, self._rebuilds0 = self.atoms.host_copies, self.atoms.rebuilds
-        self._rebuild_next = self.atoms.start()
-        self.built_at, self._built = self.timestep, self.atoms.rebuilds
+        self.atoms.start()  # (a restart's rebuild: the run's last, at built_at)
+        self._built = self.atoms.rebuilds
         self._calls0 = self.atoms.calls()  # the device's launches and syncs (None on the CPU)
         # the rebuilds of the steps from here on (the loop times those): their count and seconds
         self._timed0 = (self.atoms.rebuilds, self.atoms.rebuild_seconds)
@@ -317,11 +320,7 @@ class LjSystem:
         self.timestep += 1
         self._stop_request, self._stop_agreed = stop, None
         self.threshold2 = self.threshold(self.timestep)
-        if self._fold_next:  # the first step after a checkpoint starts where a restart from it would
-            self.atoms.wrap()
-            self._fold_next = False
-        self.atoms.step(force_rebuild=self._rebuild_next, eflag=energy)
-        self._rebuild_next = False
+        self.atoms.step(eflag=energy)
         if self.atoms.books is not None:  # queued, the device deciding: one rank, whose request is agreed
             self._stop_agreed = stop
         self._note_rebuilds()
@@ -333,8 +332,7 @@ class LjSystem:
         Returns the steps' seconds and the stop request agreed (as :meth:`advance`)."""
         until = self._steps_to_look()  # the policy's next look at the lists (every step by default)
         queued = self.atoms.books is not None  # the device decides the rebuilds, its policy's looks included
-        if self._fold_next or self._rebuild_next or not self.atoms.batched or \
-                (stop if queued else until == 1 < self.config.neigh_every):
+        if not self.atoms.batched or (stop if queued else until == 1 < self.config.neigh_every):
             t0 = time.perf_counter()
             stop = self.advance(False, stop)
             return [time.perf_counter() - t0], stop
@@ -401,14 +399,16 @@ class LjSystem:
         row = None if initial is None else {k: v for k, v in dataclasses.asdict(initial).items()
                                             if not (k == "econserve" and v is None)}  # (an NVE run's as before)
         return {**self.config.meta(), "step": self.timestep, "time": self.timestep * self.config.dt,
-                "initial": row, **bath}
+                "built_at": self.built_at, "initial": row, **bath}
 
     def save(self, path: str, initial) -> None:
-        """A checkpoint in id order (collective); a next step folds and rebuilds, as a restart from it would."""
+        """A checkpoint in id order, with the positions at the last rebuild (collective); the run goes on as
+        it would have without it."""
         from pympi_gpu.nbody.lj import checkpoint as ckpt
 
-        ckpt.save(self.cart, path, self.atoms.owned(), self.meta(initial))
-        self._fold_next = self._rebuild_next = True
+        self.settle()  # (the device's books: the step of its last rebuild)
+        ckpt.save(self.cart, path, {**self.atoms.owned(), ckpt.REFERENCE: self.atoms.reference()},
+                  self.meta(initial))
 
     def save_broken(self, path: str, initial, note: str) -> None:
         """A blown-up state in rank order, as it is (its atoms may be lost or held twice); collective."""

@@ -92,15 +92,17 @@ class HostAtoms:
 
     ``system`` is the :class:`~pympi_gpu.nbody.lj.system.LjSystem` they belong
     to (its config, brick, cell grid and agreements); ``x, v`` ``(n, 3)``,
-    ``ids`` ``(n,)``, ``f`` ``(n, 3)`` or None to compute them.  ``pos``,
-    ``f``, ``gid`` (every row), ``v``, ``ids``, ``x0`` (the owned rows) are
-    views of the kept buffers.
+    ``ids`` ``(n,)``, ``f`` ``(n, 3)`` or None to compute them; ``reference``
+    ``(n, 3)`` or None: a restart's positions at the run's last rebuild, from
+    which :meth:`start` makes the lists (see there).  ``pos``, ``f``, ``gid``
+    (every row), ``v``, ``ids``, ``x0`` (the owned rows) are views of the kept
+    buffers.
     """
 
     #: atom arrays copied from a device to the host (none: the atoms live on the host)
     host_copies = None
 
-    def __init__(self, system, x, v, ids, f=None):
+    def __init__(self, system, x, v, ids, f=None, reference=None):
         self.system = system
         config = self.config = system.config
         self.forces = kc.force_kernels(config.pair_term)
@@ -108,12 +110,20 @@ class HostAtoms:
                          kernels=system.kernels_call_mpi)
         n = self.nlocal = int(np.shape(v)[0])
         self._set, self._spare = _Rows(n + n // 4 + 64), _Rows(n + n // 4 + 64)
-        self._set.pos[:n] = x
+        self._set.pos[:n] = x if reference is None else reference
         self._set.v[:n] = v
         self._set.gid[:n] = ids
-        self._set.f[:n] = 0.0 if f is None else f
+        # a restart from the references: the positions ride in the forces' rows through the first rebuild
+        self._set.f[:n] = x if reference is not None else 0.0 if f is None else f
         self._view(n)
         self.have_forces = f is not None
+        self._moving = reference is not None
+        # a restart's loaded forces, by id, where its thermostat adds forces of its own (Langevin's): the pair
+        # forces made again at the restored positions are the run's, bit for bit, but those are not
+        self._loaded = None
+        if self._moving and f is not None and system.bath.style.forces:
+            by_id = np.argsort(ids)
+            self._loaded = (np.asarray(ids)[by_id], np.asarray(f)[by_id].copy())
         self.energy = 0.0
         self.virial = 0.0
         self.rebuilds = 0
@@ -537,20 +547,34 @@ class HostAtoms:
         self.rebuild_seconds += seconds[0]
         return code, taken, done
 
-    def start(self) -> bool:
+    def start(self) -> None:
         """Lists and (unless loaded) forces at the current positions; collective.
 
-        Returns whether the forces came loaded (a restart), after which the
-        first step must rebuild, as the run that wrote the checkpoint did.
+        A restart given the references (the positions at the run's last rebuild)
+        makes the run's own rebuild: the same atoms on each rank, sorted by (cell,
+        id) into the same order, the same ghosts and lists; then the atoms move to
+        their positions (which came through it in the forces' rows, migrated and
+        sorted with them), the ghosts follow, and the forces are the run's, bit
+        for bit.  Without them (a checkpoint written before they were kept), the
+        lists are made at the positions and the checkpoint's forces are kept.
         """
         had = self.have_forces
         self.rebuild()
-        f = self.f.copy()
-        self.compute_forces(forward=False)
-        if had:  # a restart: keep the checkpoint's forces (bit-identical continuation)
-            self.f[...] = f
+        if self._moving:
+            n = self.nlocal
+            self.pos[:n] = self.f[:n]
+            self._moving = False
+            self.compute_forces(forward=True)
+            if self._loaded is not None:  # a thermostat's forces are no pair forces: the checkpoint's, by id
+                ids, f = self._loaded
+                self.f[:n] = f[np.searchsorted(ids, self.ids)]
+                self._loaded = None
+        else:
+            f = self.f.copy()
+            self.compute_forces(forward=False)
+            if had:  # a restart: keep the checkpoint's forces
+                self.f[...] = f
         self._start_bath(had)
-        return had
 
     def _start_bath(self, had: bool) -> None:
         """The thermostat at the start (LAMMPS's ``setup``): its forces added to the forces just computed (not
@@ -604,6 +628,10 @@ class HostAtoms:
     def bath_state(self) -> np.ndarray:
         """A copy of the thermostat's state (the kernels update the system's ``bath.state`` in place)."""
         return self.system.bath.state.copy()
+
+    def reference(self) -> np.ndarray:
+        """A copy of the owned atoms' positions at the last rebuild ``(n, 3)``, in :meth:`owned`'s order."""
+        return self.x0.copy()
 
     def close(self) -> None:
         """Free the halo's persistent messages (before the communicator is freed)."""

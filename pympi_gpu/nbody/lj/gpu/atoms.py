@@ -113,7 +113,7 @@ class DeviceAtoms:
     #: (a rebuild's kernels run behind the host's back: their seconds are the profile's, ``phase_seconds``)
     rebuild_seconds = None
 
-    def __init__(self, system, x, v, ids, f, device, profile: bool = False):
+    def __init__(self, system, x, v, ids, f, device, profile: bool = False, reference=None):
         self.system = system
         config = self.config = system.config
         self.transport = device.transport
@@ -147,10 +147,21 @@ class DeviceAtoms:
         self._slot = self._step_slot = 0
         self._make_atoms()
         self._make_lists()
-        for host, dest in ((x, self._pos), (v, self._v), (ids, self._gid), (np.zeros_like(x) if f is None else f,
-                                                                             self._f)):
+        # a restart from the references (its positions at the run's last rebuild): the positions ride in the
+        # forces' rows through the first rebuild (:meth:`start`)
+        moving = reference is not None
+        for host, dest in ((reference if moving else x, self._pos), (v, self._v), (ids, self._gid),
+                           (x if moving else np.zeros_like(x) if f is None else f, self._f)):
             dev.into_device(np.ascontiguousarray(host, dest.dtype), dest[:n])
         self.have_forces = f is not None
+        self._moving = moving
+        # a restart's loaded forces, by id, where its thermostat adds forces of its own (Langevin's): the pair
+        # forces made again at the restored positions are the run's, bit for bit, but those are not
+        self._loaded = None
+        if moving and f is not None and system.bath.style.forces:
+            by_id = np.argsort(ids)
+            self._loaded = (dev.from_host(np.ascontiguousarray(np.asarray(ids)[by_id]), np.int64),
+                            dev.from_host(np.ascontiguousarray(np.asarray(f)[by_id]), np.float64))
         self.nlocal = self.n_all = n
         self.rebuilds = 0
         self.pairs = 0
@@ -316,7 +327,7 @@ class DeviceAtoms:
                 self.phase_seconds[self._open[-1]] -= spent
 
     # -- neighbour lists --------------------------------------------------
-    def rebuild(self) -> None:
+    def rebuild(self, step: int | None = None) -> None:
         """Migrate, sort by cell, rebuild ghosts and Verlet lists, all on the device; collective.
 
         The migration where a stage travels (:meth:`DeviceHalo.migrate`), the owned
@@ -327,6 +338,7 @@ class DeviceAtoms:
         migrated atoms (every rank together: a rank's ghosts are its neighbours'
         messages); rows too narrow for a list are built again wider.  Raises
         :class:`~pympi_gpu.nbody.blowup.BlowUp` as the CPU's :meth:`HostAtoms.rebuild` does.
+        ``step``: the step the device's books say the lists were built at (the current one by default).
         """
         system, build = self.system, self.build
         n = self.nlocal
@@ -338,7 +350,7 @@ class DeviceAtoms:
             else:
                 copy, fold = True, True
         self._sorting = n  # the owned rows of the rebuild under way
-        decide = (self._dmax, self._step_slot, system.timestep, 1)
+        decide = (self._dmax, self._step_slot, system.timestep if step is None else step, 1)
         books = True
         while True:
             self._build(n, fold=fold, copy=copy, decide=decide, books=books)
@@ -728,25 +740,38 @@ class DeviceAtoms:
         self.system.timestep = kept.step
         self._log = []
 
-    def start(self) -> bool:
-        """Lists and (unless loaded) forces at the current positions; collective."""
+    def start(self) -> None:
+        """Lists and (unless loaded) forces at the current positions; collective.
+
+        A restart given the references makes the run's last rebuild again and then moves the atoms to their
+        positions, as :meth:`HostAtoms.start` (the device's books: built at the run's step of it)."""
         had = self.have_forces
         self._step_slot = self._slot
-        self.rebuild()  # migrates the loaded forces along with the atoms
+        self.rebuild(step=self.system.built_at)  # migrates the loaded forces along with the atoms
         n = self.nlocal
-        with self.dev.ops(1):
-            keep = self._f[:n].copy()
-        self.compute_forces(forward=False)
-        if had:  # a restart: keep the checkpoint's forces (bit-identical continuation)
+        if self._moving:
             with self.dev.ops(1):
-                self._f[:n] = keep
+                self._pos[:n] = self._f[:n]
+            self._moving = False
+            self.compute_forces(forward=True)
+            if self._loaded is not None:  # a thermostat's forces are no pair forces: the checkpoint's, by id
+                ids, f = self._loaded
+                with self.dev.ops(2):
+                    self._f[:n] = f[self.dev.xp.searchsorted(ids, self._gid[:n])]
+                self._loaded = None
+        else:
+            with self.dev.ops(1):
+                keep = self._f[:n].copy()
+            self.compute_forces(forward=False)
+            if had:  # a restart from a checkpoint without references: keep its forces
+                with self.dev.ops(1):
+                    self._f[:n] = keep
         v, f = self._step_views[:2]
         self.bath.setup(v, f, self._gid_view, n, self.system.timestep, had, self.system.cart)
         if not self.dev.simulated:  # nothing to compile: the simulator runs the kernels' Python
             self._warm()
         if self.queued:  # the first state the queued steps can be made again from (the forces left meta as it was)
             self._keep(self._meta)
-        return had
 
     def _warm(self) -> None:
         """Compile, before the clock starts, the kernels a step launches that the start did not; collective.
@@ -811,3 +836,9 @@ class DeviceAtoms:
         dev = self.dev
         return {"x": dev.to_host(self._pos[:n], "atoms"), "v": dev.to_host(self._v[:n], "atoms"),
                 "f": dev.to_host(self._f[:n], "atoms"), "id": dev.to_host(self._gid[:n], "atoms")}
+
+    def reference(self) -> np.ndarray:
+        """A host copy of the owned atoms' positions at the last rebuild ``(n, 3)``, in :meth:`owned`'s order
+        (one atom array, counted)."""
+        self.settle()
+        return self.dev.to_host(self._x0[:self.nlocal], "atoms")
