@@ -397,10 +397,11 @@ def run_command(command: click.Command, prog_name: str | None = None,
 
 
 def _exit_if_output_closed() -> None:
-    """A command whose stdout or stderr closed on the way did not say all it had to: exit status 141."""
+    """A command whose stdout or stderr closed on the way did not say all it had to: exit status 141 (129
+    where it was a terminal that hung up)."""
     signals = sys.modules.get("pympi_gpu.cli.signals")
     if signals is not None and signals.CLOSED_STREAMS:
-        sys.exit(signals.exit_status(signals.CLOSED_OUTPUT))
+        sys.exit(signals.closed_status())
 
 
 def no_terminal_reset_at_exit() -> None:

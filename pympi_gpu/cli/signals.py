@@ -27,7 +27,14 @@ cannot take more, the write fails with EPIPE (Python ignores SIGPIPE) or
 ENOSPC; :meth:`Stop.guard_streams` makes such a failure the request
 :data:`CLOSED_OUTPUT` (SIGPIPE, exit status 141 as a shell reports it) and
 sends what follows to ``/dev/null``, so that the run stops after its step,
-writes its checkpoint and says so on the stream still open.  Under a
+writes its checkpoint and says so on the stream still open.  A terminal that
+hung up (a dropped ssh session) fails every write with EIO, before or after
+its SIGHUP arrives, or without one (a process the hang-up does not signal):
+that failure is the request SIGHUP, so a closed terminal stops the run with
+exit status 129 whichever comes first.  Every way to the stream is guarded,
+its binary ``buffer`` included: rich's progress bar swaps ``sys.stdout`` for a
+proxy while it shows, and click then writes a row through the proxy's
+``buffer``.  Under a
 launcher the launcher holds the user's pipe, and MPICH's mpiexec and Open
 MPI's mpirun die of SIGPIPE and kill the ranks at once: ``pympi-launch``
 reads their output through pipes of its own and relays a closed one as a
@@ -55,8 +62,8 @@ import time
 from pympi_gpu.cli.common import abort_job, rank_now
 
 __all__ = ["Stop", "STOP_SIGNALS", "REPEAT_WINDOW", "INTERRUPTED", "GRACE_VARIABLE", "DEFAULT_GRACE",
-           "RELAY_VARIABLE", "CLOSED_OUTPUT", "CLOSED_STREAMS", "exit_status", "grace_from_env", "signal_name",
-           "GuardedStream"]
+           "RELAY_VARIABLE", "CLOSED_OUTPUT", "CLOSED_STREAMS", "exit_status", "closed_status", "grace_from_env",
+           "signal_name", "GuardedStream"]
 
 #: every signal that asks a run to stop
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -64,9 +71,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, si
 #: the stop request a closed stdout or stderr makes (no signal arrives: Python ignores SIGPIPE)
 CLOSED_OUTPUT = signal.SIGPIPE
 
-#: the streams of this process found closed (``stdout``, ``stderr``): its exit status is then
-#: :func:`exit_status` of :data:`CLOSED_OUTPUT`, whenever it happened
-CLOSED_STREAMS: list[str] = []
+#: the streams of this process found closed (``stdout``, ``stderr``) and the stop request each made
+#: (:data:`CLOSED_OUTPUT`, or SIGHUP for a terminal that hung up): its exit status is then
+#: :func:`closed_status`, whenever it happened
+CLOSED_STREAMS: list[tuple[str, int]] = []
 
 #: seconds within which a second SIGINT is the same Ctrl-C delivered twice
 REPEAT_WINDOW = 0.25
@@ -97,6 +105,11 @@ def exit_status(signum: int) -> int:
     what was printed is not all there), as shells report an interrupted command.
     """
     return 128 + signum if signum in (signal.SIGINT, signal.SIGHUP, CLOSED_OUTPUT) else 0
+
+
+def closed_status() -> int:
+    """The exit status of a command whose output closed (:data:`CLOSED_STREAMS`): the first one's request's."""
+    return exit_status(CLOSED_STREAMS[0][1]) if CLOSED_STREAMS else 0
 
 
 def signal_name(signum: int) -> str:
@@ -166,10 +179,11 @@ class Stop:
                 setattr(sys, name, GuardedStream(stream, name, self.output_closed))
         return self
 
-    def output_closed(self, name: str) -> None:
-        """A stream of this process can take no more: a stop request (:data:`CLOSED_OUTPUT`)."""
-        CLOSED_STREAMS.append(name)
-        self.arrived(CLOSED_OUTPUT)
+    def output_closed(self, name: str, signum: int = CLOSED_OUTPUT) -> None:
+        """A stream of this process can take no more: a stop request (:data:`CLOSED_OUTPUT`; SIGHUP where
+        it is a terminal that hung up)."""
+        CLOSED_STREAMS.append((name, signum))
+        self.arrived(signum)
 
     def finished(self) -> None:
         """The run is over: a later request has nothing left to stop (a second Ctrl-C still ends at once).
@@ -284,15 +298,25 @@ class GuardedStream(io.TextIOBase):
     """A text stream (``sys.stdout``) whose failed write is a closed output, not an exception.
 
     The first write or flush that fails (EPIPE: the reader left; ENOSPC, EIO,
-    EBADF) calls ``closed(name)`` once, points the stream's file descriptor at
-    ``/dev/null`` (so that later writes, Python's flush at exit and any C
-    library's output go nowhere instead of failing again) and drops what
-    follows.  Everything else is the wrapped stream's.
+    EBADF) calls ``closed(name, signum)`` once, points the stream's file
+    descriptor at ``/dev/null`` (so that later writes, Python's flush at exit
+    and any C library's output go nowhere instead of failing again) and drops
+    what follows.  ``signum`` is :data:`CLOSED_OUTPUT`, or SIGHUP where the
+    stream was a terminal and the write failed with EIO (it hung up; after the
+    hang-up it no longer answers as a terminal, so that is asked at the
+    start).  Its :attr:`buffer` is guarded alike.  Everything else is the
+    wrapped stream's.
     """
 
     def __init__(self, stream, name: str, closed):
         self._stream, self._name, self._closed = stream, name, closed
         self.lost = False
+        try:
+            self._terminal = stream.isatty()
+        except (OSError, ValueError, AttributeError):
+            self._terminal = False
+        raw = getattr(stream, "buffer", None)
+        self._buffer = _GuardedBuffer(raw, self) if raw is not None else None
 
     def write(self, text: str) -> int:
         if not self.lost:
@@ -313,6 +337,8 @@ class GuardedStream(io.TextIOBase):
         if isinstance(exc, OSError) and exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EBADF,
                                                            errno.ECONNRESET, errno.EDQUOT):
             raise exc
+        if self.lost:
+            return
         self.lost = True
         try:
             fd = self._stream.fileno()
@@ -321,7 +347,8 @@ class GuardedStream(io.TextIOBase):
             os.close(null)
         except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
             pass
-        self._closed(self._name)
+        hung_up = self._terminal and isinstance(exc, OSError) and exc.errno == errno.EIO
+        self._closed(self._name, signal.SIGHUP if hung_up else CLOSED_OUTPUT)
 
     def fileno(self) -> int:
         return self._stream.fileno()
@@ -342,7 +369,64 @@ class GuardedStream(io.TextIOBase):
 
     @property
     def buffer(self):
-        return self._stream.buffer
+        return self._buffer
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
+
+
+class _GuardedBuffer(io.BufferedIOBase):
+    """The binary ``buffer`` of a :class:`GuardedStream`: its failed write closes the stream as a text one does.
+
+    A writer that wraps ``sys.stdout.buffer`` in a text stream of its own
+    (click's ``echo`` does, where ``sys.stdout`` is rich's proxy) still meets
+    the guard.  The text stream's pending text is flushed first, so the order
+    of what is written is kept.
+    """
+
+    def __init__(self, raw, owner: GuardedStream):
+        self._raw, self._owner = raw, owner
+
+    def write(self, data) -> int:
+        size = memoryview(data).nbytes
+        if not self._owner.lost:
+            try:
+                self._owner._stream.flush()
+                self._raw.write(data)
+                return size
+            except (OSError, ValueError) as exc:
+                self._owner._lose(exc)
+        return size
+
+    def flush(self) -> None:
+        if not self._owner.lost:
+            try:
+                self._raw.flush()
+            except (OSError, ValueError) as exc:
+                self._owner._lose(exc)
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def isatty(self) -> bool:
+        return self._owner.isatty()
+
+    @property
+    def closed(self) -> bool:
+        return self._raw.closed
+
+    def close(self) -> None:  # the process's stream: closed by the interpreter, not by a wrapper
+        self.flush()
+
+    @property
+    def raw(self):
+        return self._raw.raw

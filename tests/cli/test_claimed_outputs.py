@@ -25,7 +25,7 @@ import pytest
 
 from helpers.commands import env, mpiexec_argv, one_message, run, script
 from helpers.disks import fill, tmpfs
-from helpers.jobs import closed_after, started, wait_busy, wait_for_path, wait_for_rank
+from helpers.jobs import closed_after, hung_up_after, started, wait_busy, wait_for_path, wait_for_rank
 from helpers.outputs import steps_of
 from helpers.stops import quiet
 from pympi_gpu.nbody.gravity import checkpoint as gravity_ckpt
@@ -216,6 +216,20 @@ def test_a_closed_stderr_is_a_stop_request_too(tmp_path):
     step = int(out.split("stopped    by SIGPIPE after step ")[1].split()[0])
     assert lj_ckpt.read_file(str(tmp_path / "c.npz"))[0]["step"] == step
     assert listing(tmp_path) == ["c.npz"]
+
+
+@pytest.mark.parametrize("leader", [True, False], ids=["sighup-and-eio", "eio-only"])
+def test_a_closed_terminal_writes_the_checkpoint_and_exits_129(tmp_path, leader):
+    """The progress bar and the rows on a terminal that hangs up (`setsid script -c "pympi-nbody ..."`, the
+    `script` killed, as a dropped ssh session): the run stops after its step with its checkpoint, exit 129
+    (was: the next row's write raised EIO, exit 1 within 2 s, no checkpoint).  Whether SIGHUP comes before the
+    failed write, or never (a process the hang-up does not signal), a terminal's EIO is a hang-up."""
+    argv = [NBODY, "500", *LJ, *ENDLESS, "--thermo", "50", "--checkpoint", "c.npz"]
+    status, took, shown = hung_up_after(argv, tmp_path, "thermo", leader=leader)
+    assert status == 128 + signal.SIGHUP, shown
+    assert took < 30, took
+    assert lj_ckpt.read_file(str(tmp_path / "c.npz"))[0]["step"] > 0
+    assert listing(tmp_path) == ["c.npz"]  # no lock left, no temporary
 
 
 # ---------------------------------------------------------------- a checkpoint's record is judged on load

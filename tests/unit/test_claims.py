@@ -9,6 +9,7 @@ Unit tests of :mod:`pympi_gpu.run.locks`, :mod:`pympi_gpu.run.claims`,
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import time
@@ -147,15 +148,36 @@ def test_a_closed_pipe_is_one_stop_request_and_what_follows_goes_nowhere():
     read, write = os.pipe()
     stream = os.fdopen(write, "w", buffering=1)
     closed = []
-    guarded = GuardedStream(stream, "stdout", closed.append)
+    guarded = GuardedStream(stream, "stdout", lambda *why: closed.append(why))
     guarded.write("a row\n")
     assert os.read(read, 100) == b"a row\n"
     os.close(read)  # the reader left (head -3)
     for _ in range(3):
         guarded.write("another row\n")
         guarded.flush()
-    assert closed == ["stdout"] and guarded.lost and not guarded.isatty()
+    assert closed == [("stdout", CLOSED_OUTPUT)] and guarded.lost and not guarded.isatty()
     assert os.path.samefile(f"/proc/self/fd/{write}", os.devnull)  # later writes, at exit too, go nowhere
+    stream.close()
+
+
+def test_a_terminal_that_hung_up_is_sighup_through_every_way_to_it():
+    """A pty whose master closed (a dropped ssh session) fails writes with EIO: the request is SIGHUP, not
+    SIGPIPE, also where the write comes through the stream's binary buffer, as click's echo makes it while
+    rich's progress bar holds sys.stdout (was: OSError raised from the thermo row, the run lost)."""
+    master, slave = os.openpty()
+    stream = os.fdopen(slave, "w", buffering=1)
+    closed = []
+    guarded = GuardedStream(stream, "stderr", lambda *why: closed.append(why))
+    text = io.TextIOWrapper(guarded.buffer, line_buffering=True)  # what click.echo writes through
+    text.write("a row\n")
+    assert os.read(master, 100) == b"a row\r\n"  # (the terminal's newline)
+    os.close(master)  # the hang-up
+    text.write("another row\n")
+    guarded.write("and a progress line\n")
+    assert closed == [("stderr", signal.SIGHUP)] and guarded.lost
+    assert os.path.samefile(f"/proc/self/fd/{slave}", os.devnull)
+    assert exit_status(signal.SIGHUP) == 129
+    text.detach()
     stream.close()
 
 
