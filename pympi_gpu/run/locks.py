@@ -26,7 +26,7 @@ import os
 import re
 import stat
 
-from pympi_gpu.run.fileio import host_name
+from pympi_gpu.run.fileio import NEW_FILE_MODE, host_name
 
 __all__ = ["LockError", "Locked", "NotALock", "LockFile", "HeldFile", "lock_in_place", "holder_of", "flock_holder",
            "LOCK_SUFFIX"]
@@ -123,7 +123,7 @@ class LockFile:
             self._refuse_a_stranger()
             try:  # O_NOFOLLOW: a link at the lock's name is refused, never followed
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                             0o644)
+                             NEW_FILE_MODE)
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     raise NotALock(self._stranger("a symbolic link")) from None
@@ -225,7 +225,7 @@ def lock_in_place(path: str | os.PathLike) -> HeldFile:
     created = False
     for _ in range(10):
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, NEW_FILE_MODE)
             created = True
         except FileExistsError:
             try:

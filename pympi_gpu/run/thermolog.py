@@ -26,7 +26,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from pympi_gpu.run.fileio import append_whole
+from pympi_gpu.run.fileio import NEW_FILE_MODE, append_whole
 from pympi_gpu.run.outputs import APPEND, NEW, Found, OutputError, RunIdentity, parse_fields
 
 __all__ = ["ThermoLog", "FORMATS", "format_of", "last_step", "read", "inspect", "IDENTITY_MARK"]
@@ -145,7 +145,7 @@ class ThermoLog:
                 cut_torn_tail(self.path)
                 self.after = last_step(self.path)
             self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if mode == APPEND else
-                                                                                  os.O_TRUNC), 0o644)
+                                                                                  os.O_TRUNC), NEW_FILE_MODE)
             self._write(self._start(identity, mode))
         except OSError as exc:
             self._close_fd()

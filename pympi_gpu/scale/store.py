@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pympi_gpu.run.fileio import append_whole
+from pympi_gpu.run.fileio import NEW_FILE_MODE, append_whole
 from pympi_gpu.run.locks import LockError, Locked, LockFile, holder_of
 
 __all__ = ["RUN_SCHEMA", "StudyMismatch", "StudyLocked", "StudyRefused", "ResultsStore"]
@@ -148,7 +148,7 @@ class ResultsStore:
         doc.update(run)
         line = json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, NEW_FILE_MODE)
         try:
             size = os.fstat(fd).st_size
             if size:

@@ -338,6 +338,26 @@ def test_a_disk_that_fills_during_a_checkpoint_is_one_message(tmp_path, ranks):
         assert listing(d) == ["c.npz", "filler"]
 
 
+# ---------------------------------------------------------------- file modes
+
+def modes(d: Path) -> dict[str, str]:
+    return {p.name: oct(p.stat().st_mode & 0o777) for p in d.iterdir()}
+
+
+def test_every_file_a_run_or_study_writes_honours_the_umask_and_a_replaced_one_keeps_its_mode(tmp_path):
+    """Under `umask 077` every output is 0600 (was: checkpoints and a study's .json/.csv/.png 0644), and a
+    checkpoint the user made 0600 stays so when a restart writes onto it under `umask 022` (was: 0644)."""
+    ok(run(mpiexec_argv(2) + [NBODY, "100", "--steps", "2", "--checkpoint", "c.npz", "--thermo-file", "t.csv",
+                              "--dump", "d.extxyz", "-q"], cwd=tmp_path, env=env(), umask=0o077))
+    ok(run([SCALE, "--ranks", "1", "--out", "s", "--", PI, "1e5"], cwd=tmp_path, env=env(), umask=0o077))
+    assert modes(tmp_path) == {name: "0o600" for name in ["c.npz", "t.csv", "d.extxyz", "s.jsonl", "s.json",
+                                                          "s.csv", "s.png"]}
+    (tmp_path / "c.npz").chmod(0o640)
+    ok(run(mpiexec_argv(2) + [NBODY, "100", "--steps", "4", "--restart", "c.npz", "--checkpoint", "c.npz", "-q"],
+           cwd=tmp_path, env=env(), umask=0o022))
+    assert modes(tmp_path)["c.npz"] == "0o640"
+
+
 # ---------------------------------------------------------------- pympi-scale writes only its study's files
 
 @pytest.mark.parametrize("name, text, words", [
