@@ -232,7 +232,8 @@ def lock_in_place(path: str | os.PathLike) -> HeldFile:
                 st = os.stat(path)
             except FileNotFoundError:
                 if os.path.islink(path):
-                    raise LockError(f"{path!r} is a symbolic link to nothing") from None
+                    raise LockError(f"{path!r} is a symbolic link to nothing: it is never followed to make its "
+                                    "target; remove it or choose another path") from None
                 continue  # removed meanwhile: make it again
             if not stat.S_ISREG(st.st_mode):
                 raise LockError(f"{path!r} is not a regular file") from None

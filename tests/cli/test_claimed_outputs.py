@@ -25,7 +25,7 @@ import pytest
 
 from helpers.commands import env, mpiexec_argv, one_message, run, script
 from helpers.disks import fill, tmpfs
-from helpers.jobs import closed_after, hung_up_after, started, wait_busy, wait_for_path, wait_for_rank
+from helpers.jobs import closed_after, hung_up_after, job, started, wait_busy, wait_for_path, wait_for_rank
 from helpers.outputs import steps_of
 from helpers.stops import quiet
 from pympi_gpu.nbody.gravity import checkpoint as gravity_ckpt
@@ -373,6 +373,33 @@ def test_a_study_never_writes_over_a_file_that_is_not_its_own(tmp_path, name, te
     p = run([SCALE, "--ranks", "1", "--out", "s", "--", PI, "1e5"], cwd=tmp_path, env=env(), timeout=120)
     one_message(p, words)
     assert listing(tmp_path) == [name] and (tmp_path / name).read_bytes() == text.encode("latin-1")
+
+
+def test_a_study_refuses_a_symbolic_link_to_nothing_at_its_results_file(tmp_path):
+    """`s.jsonl` a link to a file that does not exist, as another user may leave in a shared directory (was:
+    followed, its target made and written, exit 0): refused as every output is, the target never made."""
+    (tmp_path / "s.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    p = run([SCALE, "--ranks", "1", "--out", "s", "--", PI, "1e5"], cwd=tmp_path, env=env(), timeout=120)
+    one_message(p, "--out 's.jsonl' is a symbolic link to nothing: it is never followed")
+    assert listing(tmp_path) == ["s.jsonl"] and (tmp_path / "s.jsonl").is_symlink()
+
+
+@pytest.mark.parametrize("link", ["hard", "symbolic"])
+def test_two_studies_whose_results_files_are_one_file_never_run_together(tmp_path, link):
+    """`--out a` and `--out b` with b.jsonl a hard or symbolic link to a.jsonl (was: both ran, every line
+    written twice): the lock is on the file itself, so the second is refused at once."""
+    (tmp_path / "a.jsonl").touch()
+    (tmp_path / "b.jsonl").hardlink_to(tmp_path / "a.jsonl") if link == "hard" else \
+        (tmp_path / "b.jsonl").symlink_to("a.jsonl")
+    study = [SCALE, "--ranks", "1", "--", PI, "1e9", "--threads", "1"]
+    with job(study[:1] + ["--out", "a"] + study[1:], cwd=tmp_path) as first:
+        assert wait_for_path(tmp_path / "a.jsonl.lock", first)
+        second = run(study[:1] + ["--out", "b"] + study[1:], cwd=tmp_path, env=env(), timeout=120)
+        one_message(second, f"b.jsonl is in use by another pympi-scale study (pid {first.pid} on ")
+        out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, out + err
+    assert len((tmp_path / "a.jsonl").read_text().splitlines()) == 1  # the first's one run, once
+    assert "b.json" not in listing(tmp_path)
 
 
 def test_a_study_resumes_over_its_own_reports(tmp_path):
