@@ -73,13 +73,12 @@ def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
     left as it was.  The temporary's name says which host and process write it.
     The file keeps the mode of the one it replaces, and a new one gets what
     the umask leaves of ``rw-rw-rw-`` (the temporary is ``rw-------`` while
-    it is written).  An ``OSError`` raised on the way names ``path`` (its
+    it is written).  The directory must exist: it is never made here.  An ``OSError`` raised on the way names ``path`` (its
     ``filename``).
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
+    try:  # (a missing directory is an error: one removed during a run is never made again)
         fd, tmp = tempfile.mkstemp(prefix=f"{_prefix(path)}{host_name()}.{os.getpid()}.", suffix=_SUFFIX,
                                    dir=directory)
     except OSError as exc:

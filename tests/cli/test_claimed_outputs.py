@@ -338,6 +338,50 @@ def test_a_disk_that_fills_during_a_checkpoint_is_one_message(tmp_path, ranks):
         assert listing(d) == ["c.npz", "filler"]
 
 
+# ---------------------------------------------------------------- a file removed under the run
+
+@pytest.mark.parametrize("ranks, what", [(2, "directory"), (3, "directory"), (2, "log replaced")])
+def test_an_output_removed_during_the_run_stops_it_with_the_state_saved(tmp_path, ranks, what):
+    """`rm -rf out` under `--checkpoint out/c.npz --thermo-file out/t.csv --dump out/d.extxyz` (was: the next
+    checkpoint made out/ again, the rows went to the unlinked log, exit 0): the run finds its files are no
+    longer the ones it claimed and stops as where a write fails, exit 1, one message; the directory is never
+    made again, so the state goes to the name a stop without --checkpoint takes, and the message says so.  A
+    log replaced by another file under its name: the same, the state in the checkpoint still the run's."""
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = mpiexec_argv(ranks) + [NBODY, "864", *LJ, *ENDLESS, "--thermo", "50", "--checkpoint", "out/c.npz",
+                                  "--checkpoint-every", "200", "--thermo-file", "out/t.csv", "--dump",
+                                  "out/d.extxyz", "--dump-every", "200", "-q"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        assert wait_for_path(out / "c.npz", proc), proc.communicate()
+        if what == "directory":
+            subprocess.run(["rm", "-rf", str(out)], check=True)
+        else:
+            (out / "mine.csv").write_text("a user's file\n")
+            os.replace(out / "mine.csv", out / "t.csv")
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    if what == "directory":
+        words = ("--checkpoint 'out/c.npz' (its lock file), --dump 'out/d.extxyz' and --thermo-file 'out/t.csv' "
+                 "were removed during the run with their directory 'out', which a run never makes again; the state "
+                 "at step ")
+        saved = tmp_path / "pympi-nbody-lj-864.ckpt.npz"
+        assert listing(tmp_path) == [saved.name]  # out/ not made again
+    else:
+        words = "--thermo-file 'out/t.csv' was replaced by another file during the run; the state at step "
+        saved = out / "c.npz"
+        assert (out / "t.csv").read_text() == "a user's file\n" and listing(out) == ["c.npz", "d.extxyz", "t.csv"]
+    one_message(subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr), words, status=1)
+    step = int(stderr.split(words)[1].split()[0])
+    assert f"is saved in {saved.relative_to(tmp_path)} (resume with --restart " in stderr
+    assert lj_ckpt.read_file(str(saved))[0]["step"] == step > 200
+
+
 # ---------------------------------------------------------------- file modes
 
 def modes(d: Path) -> dict[str, str]:

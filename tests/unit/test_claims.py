@@ -122,6 +122,44 @@ def test_a_claim_given_up_removes_what_it_made_and_keeps_the_rest(tmp_path):
     assert (tmp_path / "old.csv").read_text() == "Step\n0\n"
 
 
+# ---------------------------------------------------------------- a claimed file lost during the run
+
+def _claimed(d):
+    claim = Claim("pympi-nbody")
+    claim.beside("--checkpoint", str(d / "c.npz"), "busy")
+    claim.in_place("--thermo-file", str(d / "t.csv"), "busy")
+    return claim
+
+
+def test_a_claimed_file_removed_moved_or_replaced_is_lost(tmp_path):
+    claim = _claimed(tmp_path)
+    assert claim.lost() == (None, [])
+    os.rename(tmp_path / "t.csv", tmp_path / "t.old.csv")
+    assert claim.lost() == (f"--thermo-file {str(tmp_path / 't.csv')!r} was moved away during the run",
+                            ["--thermo-file"])
+    (tmp_path / "t.csv").write_text("a user's file\n")
+    assert "was replaced by another file during the run" in claim.lost()[0]
+    os.unlink(tmp_path / "t.csv")
+    os.unlink(tmp_path / "t.old.csv")  # no link left: the rows would go where no one reads them
+    assert claim.lost()[0] == f"--thermo-file {str(tmp_path / 't.csv')!r} was removed during the run"
+    claim.release()
+
+
+def test_a_claimed_directory_removed_is_said_once_for_every_file_in_it(tmp_path):
+    d = tmp_path / "out"
+    d.mkdir()
+    claim = _claimed(d)
+    for p in d.iterdir():
+        p.unlink()
+    d.rmdir()
+    why, options = claim.lost()
+    assert options == ["--checkpoint", "--thermo-file"]
+    assert why == (f"--checkpoint {str(d / 'c.npz')!r} (its lock file) and --thermo-file {str(d / 't.csv')!r} "
+                   f"were removed during the run with their directory {str(d)!r}, which a run never makes again")
+    claim.release()
+    assert not d.exists()
+
+
 # ---------------------------------------------------------------- names of its own
 
 def test_numbered_names_keep_their_suffix():

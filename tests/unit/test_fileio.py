@@ -10,10 +10,19 @@ from pympi_gpu.run.fileio import atomic_open, atomic_write_bytes, reserve_new, u
 
 def test_atomic_write_replaces(tmp_path):
     target = tmp_path / "sub" / "out.json"
+    target.parent.mkdir()
     atomic_write_bytes(target, b"one")
     atomic_write_bytes(target, b"two")
     assert target.read_bytes() == b"two"
     assert sorted(p.name for p in target.parent.iterdir()) == ["out.json"]
+
+
+def test_a_missing_directory_is_never_made(tmp_path):
+    """A run's directory removed under it (`rm -rf out`) is not made again by the next checkpoint."""
+    target = tmp_path / "gone" / "c.npz"
+    with pytest.raises(FileNotFoundError) as caught:
+        atomic_write_bytes(target, b"state")
+    assert caught.value.filename == str(target) and not target.parent.exists()
 
 
 def test_failure_keeps_the_old_file(tmp_path):
