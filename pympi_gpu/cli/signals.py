@@ -19,7 +19,15 @@ rank never reaches) would otherwise leave the job running for good: a
 watchdog started by the first signal ends the whole job through
 ``MPI_Abort`` with one line when the ranks have not agreed on the stop within
 the grace period (:func:`grace_from_env`, plus twice the slowest step seen,
-so that a slow step is not taken for a stuck one).
+so that a slow step is not taken for a stuck one).  A command that polls once
+a step (``steps``: pympi-nbody) counts the grace from its first poll at or
+after the request: a request that comes while the run is still setting up
+(making its atoms and lists, which takes minutes for a large run on a busy
+machine) is acted on at the first step, and the set-up is not taken for a
+stuck rank.  A run whose steps may take the request only at the end of a
+batch of steps made in one compiled call is told at once, from the thread
+the signal arrives on (:meth:`Stop.listen`), so that the batch carries it in
+its next step's agreement.
 
 A closed output is a stop request too: where this process's stdout or
 stderr is a pipe whose reader left (``pympi-nbody ... | head``) or a file that
@@ -147,13 +155,17 @@ class Stop:
 
     SIGNALS = STOP_SIGNALS
 
-    def __init__(self, prog: str = "pympi", twice: str = "nothing more written", grace: float | None = None):
+    def __init__(self, prog: str = "pympi", twice: str = "nothing more written", grace: float | None = None,
+                 steps: bool = False):
         self.prog, self.twice = prog, twice
         self.grace = grace_from_env() if grace is None else grace
+        self.steps = steps          # polled once a step: the grace counts from the first poll (the docstring)
         self.signal = None
         self.when = 0.0
         self.slowest = 0.0          # the longest time between two polls: a step
+        self.began: float | None = None  # the first poll: the steps began
         self._polled = None
+        self._listeners: list = []
         self._timer = None
         self._done = False
         self._installed = False     # the watchdog ends the process: only for a Stop that took the signals
@@ -215,8 +227,18 @@ class Stop:
             if not self._done:  # after the run, a first request is moot
                 self.signal, self.when = signum, now
                 self._arm(self.grace)
+                for heard in self._listeners:
+                    heard(signum)
         elif now - self.when > REPEAT_WINDOW and self._twice(signum):
             self.end_now()
+
+    def listen(self, heard) -> None:
+        """Call ``heard(signum)`` at the first stop request, from the thread it arrives on (at once if it
+        came already): for a run whose compiled batch of steps polls no Python, so that it carries the
+        request in its next step's agreement instead of after the batch."""
+        self._listeners.append(heard)
+        if self.signal is not None and not self._done:
+            heard(self.signal)
 
     def end_now(self) -> None:
         """A second Ctrl-C: rank 0 says so and ends the whole job with ``MPI_Abort`` (status 130).
@@ -247,6 +269,8 @@ class Stop:
         now = time.monotonic()
         if self._polled is not None:
             self.slowest = max(self.slowest, now - self._polled)
+        else:
+            self.began = now
         self._polled = now
         return int(self.signal or 0)
 
@@ -272,7 +296,11 @@ class Stop:
         """The grace period ran out: wait on for a slow step, else end the whole job."""
         if self._done:
             return
-        left = self.when + self.grace + 2 * self.slowest - time.monotonic()
+        if self.steps and self.began is None:  # still setting up: the request waits for the first step
+            self._arm(self.grace)
+            return
+        since = max(self.when, self.began) if self.steps else self.when  # when the ranks could first act on it
+        left = since + self.grace + 2 * self.slowest - time.monotonic()
         if left > 0.05:  # a step slower than the grace period: its end is still to come
             self._arm(left)
             return

@@ -439,6 +439,8 @@ def execute(comm, system, options: RunOptions, *, device: Device, provenance, st
                                                             on_step=on_step)]
         if args.checkpoint or args.dump or args.thermo_file:  # (the same on every rank)
             writers.insert(1, OutputsKept(comm, outputs.claim, writers))
+        if hasattr(system, "hear_stop"):  # a request that comes during a batch of steps, carried in it
+            stop.listen(system.hear_stop)
         run = loop.simulate(comm, system, options, writers, stop_requested=stop.requested,
                             labels=labels(device, provenance))
     return run, rows.shown

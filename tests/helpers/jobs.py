@@ -174,6 +174,23 @@ def kill_last_rank(argv: list[str], ranks: int, **kw) -> tuple[int, float, list[
         return proc.returncode, ended, [p for p in ranks_pids if alive(p)]
 
 
+# ---------------------------------------------------------------- a loaded machine
+
+@contextlib.contextmanager
+def loaded(processes: int | None = None):
+    """Busy-loop processes, one a core by default, for the block: a machine another CPU-heavy job holds."""
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes or
+                                                                                   os.cpu_count() or 2)]
+    try:
+        yield hogs
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 # ---------------------------------------------------------------- a job read as it prints
 
 class Started:
