@@ -438,7 +438,7 @@ def execute(comm, system, options: RunOptions, *, device: Device, provenance, st
         writers = [StopAgreed(stop), *loop.standard_writers(comm, options, on_thermo=[rows], dump=outputs.dump,
                                                             on_step=on_step)]
         if args.checkpoint or args.dump or args.thermo_file:  # (the same on every rank)
-            writers.insert(1, OutputsKept(comm, outputs.claim, writers))
+            writers.insert(1, OutputsKept(comm, outputs.claim, writers, rows_to_file=bool(args.thermo_file)))
         if hasattr(system, "hear_stop"):  # a request that comes during a batch of steps, carried in it
             stop.listen(system.hear_stop)
         run = loop.simulate(comm, system, options, writers, stop_requested=stop.requested,
@@ -464,8 +464,9 @@ class OutputsKept(Writer):
     """Before the files are written, that they are still the ones claimed; else the run stops as where a
     write fails, its state saved (:func:`~pympi_gpu.nbody.loop.save_and_raise`).
 
-    Due where a writer of files is due, and before the last ones (first
-    after :class:`StopAgreed`).  Rank 0 asks its
+    Due where a writer of files is due (the rows' only where they go to
+    a file: ``rows_to_file``), and before the last ones (first after
+    :class:`StopAgreed`).  Rank 0 asks its
     :class:`~pympi_gpu.run.claims.Claim` (``claim``, None elsewhere) and the
     verdict is broadcast: a file removed (a directory ``rm -rf``'d under the
     run), moved away or replaced by another is never written again, its
@@ -474,11 +475,12 @@ class OutputsKept(Writer):
     one message says where.
     """
 
-    def __init__(self, comm, claim, writers):
+    def __init__(self, comm, claim, writers, rows_to_file: bool):
         from pympi_gpu.nbody.loop import Checkpoints, Frames, ThermoRows
 
         self.comm, self.claim = comm, claim
-        self.watched = [w for w in writers if isinstance(w, (ThermoRows, Frames, Checkpoints))]
+        self.watched = [w for w in writers if isinstance(w, (Frames, Checkpoints))
+                        or (rows_to_file and isinstance(w, ThermoRows))]
         self.checkpoints = next((w for w in writers if isinstance(w, Checkpoints)), None)
 
     def due(self, step: int, last_step: int) -> bool:
