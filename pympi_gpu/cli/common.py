@@ -435,7 +435,8 @@ def run_command(command: click.Command, prog_name: str | None = None,
 
 
 def _exit_if_output_closed(prog: str) -> None:
-    """A command whose stdout or stderr closed on the way did not say all it had to: exit status 141.
+    """A command whose stdout or stderr closed on the way did not say all it had to: exit status 141 (129
+    where it was a terminal that hung up).
 
     Where no run's stop line told of it (``pympi-pi``'s estimate, a study's table, a record printed at
     the end), one line on stderr names the stream and why, as long as stderr itself is open.
@@ -443,11 +444,11 @@ def _exit_if_output_closed(prog: str) -> None:
     signals = sys.modules.get("pympi_gpu.cli.signals")
     if signals is None or not signals.CLOSED_STREAMS:
         return
-    if "stderr" not in signals.CLOSED_STREAMS:
+    if "stderr" not in {name for name, _ in signals.CLOSED_STREAMS}:
         for name in dict.fromkeys(signals.UNTOLD):
             click.echo(f"{prog}: cannot write to {name} ({signals.CLOSED_WHY.get(name, 'a write failed')}): what "
                        "the command had to print there is lost", err=True)
-    sys.exit(signals.exit_status(signals.CLOSED_OUTPUT))
+    sys.exit(signals.closed_status())
 
 
 def no_terminal_reset_at_exit() -> None:

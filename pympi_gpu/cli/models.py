@@ -183,7 +183,7 @@ def run(ctx, args, simd_note: str) -> None:
     config = m.config(args)
     early = select_gpu_early(args.backend)
     world = mpi_world()
-    stop = Stop("pympi-nbody", TWICE).install()
+    stop = Stop("pympi-nbody", TWICE, steps=True).install()
     comm = m.communicator(world)
     system = None
     try:

@@ -19,7 +19,15 @@ rank never reaches) would otherwise leave the job running for good: a
 watchdog started by the first signal ends the whole job through
 ``MPI_Abort`` with one line when the ranks have not agreed on the stop within
 the grace period (:func:`grace_from_env`, plus twice the slowest step seen,
-so that a slow step is not taken for a stuck one).
+so that a slow step is not taken for a stuck one).  A command that polls once
+a step (``steps``: pympi-nbody) counts the grace from its first poll at or
+after the request: a request that comes while the run is still setting up
+(making its atoms and lists, which takes minutes for a large run on a busy
+machine) is acted on at the first step, and the set-up is not taken for a
+stuck rank.  A run whose steps may take the request only at the end of a
+batch of steps made in one compiled call is told at once, from the thread
+the signal arrives on (:meth:`Stop.listen`), so that the batch carries it in
+its next step's agreement.
 
 A closed output is a stop request too: where this process's stdout or
 stderr is a pipe whose reader left (``pympi-nbody ... | head``) or a file that
@@ -27,11 +35,18 @@ cannot take more, the write fails with EPIPE (Python ignores SIGPIPE) or
 ENOSPC; :meth:`Stop.guard_streams` makes such a failure the request
 :data:`CLOSED_OUTPUT` (SIGPIPE, exit status 141 as a shell reports it) and
 sends what follows to ``/dev/null``, so that the run stops after its step,
-writes its checkpoint and says so on the stream still open.  Every command's
-streams are guarded from its start (:func:`guard_outputs`, one closed when
-the command started, ``>&-``, among them): where no run is left to stop (an
-estimate, a study's table, a record printed at the end), the command says in
-one line which stream it could not write, and exits 141 all the same.  Under a
+writes its checkpoint and says so on the stream still open.  A terminal that
+hung up (a dropped ssh session) fails every write with EIO, before or after
+its SIGHUP arrives, or without one (a process the hang-up does not signal):
+that failure is the request SIGHUP, so a closed terminal stops the run with
+exit status 129 whichever comes first.  Every way to the stream is guarded,
+its binary ``buffer`` included: rich's progress bar swaps ``sys.stdout`` for a
+proxy while it shows, and click then writes a row through the proxy's
+``buffer``.  Every command's streams are guarded from its start
+(:func:`guard_outputs`, one closed when the command started, ``>&-``, among
+them): where no run is left to stop (an estimate, a study's table, a record
+printed at the end), the command says in one line which stream it could not
+write, and exits 141 all the same.  Under a
 launcher the launcher holds the user's pipe, and MPICH's mpiexec and Open
 MPI's mpirun die of SIGPIPE and kill the ranks at once: ``pympi-launch``
 reads their output through pipes of its own and relays a closed one as a
@@ -59,7 +74,7 @@ import time
 from pympi_gpu.cli.common import abort_job, rank_now
 
 __all__ = ["Stop", "STOP_SIGNALS", "REPEAT_WINDOW", "INTERRUPTED", "GRACE_VARIABLE", "DEFAULT_GRACE",
-           "RELAY_VARIABLE", "CLOSED_OUTPUT", "CLOSED_STREAMS", "UNTOLD", "CLOSED_WHY", "exit_status",
+           "RELAY_VARIABLE", "CLOSED_OUTPUT", "CLOSED_STREAMS", "UNTOLD", "CLOSED_WHY", "exit_status", "closed_status",
            "grace_from_env", "signal_name", "GuardedStream", "guard_outputs"]
 
 #: every signal that asks a run to stop
@@ -68,9 +83,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, si
 #: the stop request a closed stdout or stderr makes (no signal arrives: Python ignores SIGPIPE)
 CLOSED_OUTPUT = signal.SIGPIPE
 
-#: the streams of this process found closed (``stdout``, ``stderr``): its exit status is then
-#: :func:`exit_status` of :data:`CLOSED_OUTPUT`, whenever it happened
-CLOSED_STREAMS: list[str] = []
+#: the streams of this process found closed (``stdout``, ``stderr``) and the stop request each made
+#: (:data:`CLOSED_OUTPUT`, or SIGHUP for a terminal that hung up): its exit status is then
+#: :func:`closed_status`, whenever it happened
+CLOSED_STREAMS: list[tuple[str, int]] = []
 #: of those, the ones no run's stop line tells of (a closed output when no run was left to stop: the
 #: estimate of ``pympi-pi``, a study's table, a record): the command says so in one line of its own
 UNTOLD: list[str] = []
@@ -108,6 +124,11 @@ def exit_status(signum: int) -> int:
     return 128 + signum if signum in (signal.SIGINT, signal.SIGHUP, CLOSED_OUTPUT) else 0
 
 
+def closed_status() -> int:
+    """The exit status of a command whose output closed (:data:`CLOSED_STREAMS`): the first one's request's."""
+    return exit_status(CLOSED_STREAMS[0][1]) if CLOSED_STREAMS else 0
+
+
 def signal_name(signum: int) -> str:
     """``SIGTERM``; a relayed request says where it came from (``SIGUSR1 from pympi-launch``)."""
     name = signal.Signals(signum).name
@@ -143,13 +164,17 @@ class Stop:
 
     SIGNALS = STOP_SIGNALS
 
-    def __init__(self, prog: str = "pympi", twice: str = "nothing more written", grace: float | None = None):
+    def __init__(self, prog: str = "pympi", twice: str = "nothing more written", grace: float | None = None,
+                 steps: bool = False):
         self.prog, self.twice = prog, twice
         self.grace = grace_from_env() if grace is None else grace
+        self.steps = steps          # polled once a step: the grace counts from the first poll (the docstring)
         self.signal = None
         self.when = 0.0
         self.slowest = 0.0          # the longest time between two polls: a step
+        self.began: float | None = None  # the first poll: the steps began
         self._polled = None
+        self._listeners: list = []
         self._timer = None
         self._done = False
         self._installed = False     # the watchdog ends the process: only for a Stop that took the signals
@@ -176,13 +201,14 @@ class Stop:
                 stream.closed_by(self.output_closed)
         return self
 
-    def output_closed(self, name: str) -> None:
-        """A stream of this process can take no more: a stop request (:data:`CLOSED_OUTPUT`) of a run still
-        going, which says so when it stops; after the run (or before it) one the command tells of itself."""
-        CLOSED_STREAMS.append(name)
+    def output_closed(self, name: str, signum: int = CLOSED_OUTPUT) -> None:
+        """A stream of this process can take no more: a stop request (:data:`CLOSED_OUTPUT`; SIGHUP where
+        it is a terminal that hung up) of a run still going, which says so when it stops; after the run (or
+        before it) one the command tells of itself."""
+        CLOSED_STREAMS.append((name, signum))
         if not self._installed or self._done:
             UNTOLD.append(name)
-        self.arrived(CLOSED_OUTPUT)
+        self.arrived(signum)
 
     def finished(self) -> None:
         """The run is over: a later request has nothing left to stop (a second Ctrl-C still ends at once).
@@ -214,8 +240,18 @@ class Stop:
             if not self._done:  # after the run, a first request is moot
                 self.signal, self.when = signum, now
                 self._arm(self.grace)
+                for heard in self._listeners:
+                    heard(signum)
         elif now - self.when > REPEAT_WINDOW and self._twice(signum):
             self.end_now()
+
+    def listen(self, heard) -> None:
+        """Call ``heard(signum)`` at the first stop request, from the thread it arrives on (at once if it
+        came already): for a run whose compiled batch of steps polls no Python, so that it carries the
+        request in its next step's agreement instead of after the batch."""
+        self._listeners.append(heard)
+        if self.signal is not None and not self._done:
+            heard(self.signal)
 
     def end_now(self) -> None:
         """A second Ctrl-C: rank 0 says so and ends the whole job with ``MPI_Abort`` (status 130).
@@ -246,6 +282,8 @@ class Stop:
         now = time.monotonic()
         if self._polled is not None:
             self.slowest = max(self.slowest, now - self._polled)
+        else:
+            self.began = now
         self._polled = now
         return int(self.signal or 0)
 
@@ -271,7 +309,11 @@ class Stop:
         """The grace period ran out: wait on for a slow step, else end the whole job."""
         if self._done:
             return
-        left = self.when + self.grace + 2 * self.slowest - time.monotonic()
+        if self.steps and self.began is None:  # still setting up: the request waits for the first step
+            self._arm(self.grace)
+            return
+        since = max(self.when, self.began) if self.steps else self.when  # when the ranks could first act on it
+        left = since + self.grace + 2 * self.slowest - time.monotonic()
         if left > 0.05:  # a step slower than the grace period: its end is still to come
             self._arm(left)
             return
@@ -311,8 +353,8 @@ def guard_outputs() -> None:
             setattr(sys, name, GuardedStream(stream, name, _untold))
 
 
-def _untold(name: str) -> None:
-    CLOSED_STREAMS.append(name)
+def _untold(name: str, signum: int = CLOSED_OUTPUT) -> None:
+    CLOSED_STREAMS.append((name, signum))
     UNTOLD.append(name)
 
 
@@ -362,15 +404,25 @@ class GuardedStream(io.TextIOBase):
     """A text stream (``sys.stdout``) whose failed write is a closed output, not an exception.
 
     The first write or flush that fails (EPIPE: the reader left; ENOSPC, EIO,
-    EBADF) calls ``closed(name)`` once, points the stream's file descriptor at
-    ``/dev/null`` (so that later writes, Python's flush at exit and any C
-    library's output go nowhere instead of failing again) and drops what
-    follows.  Everything else is the wrapped stream's.
+    EBADF) calls ``closed(name, signum)`` once, points the stream's file
+    descriptor at ``/dev/null`` (so that later writes, Python's flush at exit
+    and any C library's output go nowhere instead of failing again) and drops
+    what follows.  ``signum`` is :data:`CLOSED_OUTPUT`, or SIGHUP where the
+    stream was a terminal and the write failed with EIO (it hung up; after the
+    hang-up it no longer answers as a terminal, so that is asked at the
+    start).  Its :attr:`buffer` is guarded alike.  Everything else is the
+    wrapped stream's.
     """
 
     def __init__(self, stream, name: str, closed):
         self._stream, self._name, self._closed = stream, name, closed
         self.lost = False
+        try:
+            self._terminal = stream.isatty()
+        except (OSError, ValueError, AttributeError):
+            self._terminal = False
+        raw = getattr(stream, "buffer", None)
+        self._buffer = _GuardedBuffer(raw, self) if raw is not None else None
 
     def write(self, text: str) -> int:
         if not self.lost:
@@ -388,16 +440,16 @@ class GuardedStream(io.TextIOBase):
                 self._lose(exc)
 
     def closed_by(self, closed) -> None:
-        """Call ``closed(name)`` instead, from now on, at the first failed write (a run's stop request)."""
+        """Call ``closed(name, signum)`` instead, from now on, at the first failed write (a run's stop request)."""
         self._closed = closed
 
     def _lose(self, exc: Exception) -> None:
         if isinstance(exc, OSError) and exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EBADF,
                                                            errno.ECONNRESET, errno.EDQUOT):
             raise exc
+        if self.lost:
+            return
         self.lost = True
-        CLOSED_WHY.setdefault(self._name, "its reader left" if getattr(exc, "errno", None) in (
-            errno.EPIPE, errno.ECONNRESET) else getattr(exc, "strerror", None) or str(exc))
         try:
             fd = self._stream.fileno()
             null = os.open(os.devnull, os.O_WRONLY)
@@ -405,7 +457,10 @@ class GuardedStream(io.TextIOBase):
             os.close(null)
         except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
             pass
-        self._closed(self._name)
+        CLOSED_WHY.setdefault(self._name, "its reader left" if getattr(exc, "errno", None) in (
+            errno.EPIPE, errno.ECONNRESET) else getattr(exc, "strerror", None) or str(exc))
+        hung_up = self._terminal and isinstance(exc, OSError) and exc.errno == errno.EIO
+        self._closed(self._name, signal.SIGHUP if hung_up else CLOSED_OUTPUT)
 
     def fileno(self) -> int:
         return self._stream.fileno()
@@ -426,7 +481,64 @@ class GuardedStream(io.TextIOBase):
 
     @property
     def buffer(self):
-        return self._stream.buffer
+        return self._buffer
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
+
+
+class _GuardedBuffer(io.BufferedIOBase):
+    """The binary ``buffer`` of a :class:`GuardedStream`: its failed write closes the stream as a text one does.
+
+    A writer that wraps ``sys.stdout.buffer`` in a text stream of its own
+    (click's ``echo`` does, where ``sys.stdout`` is rich's proxy) still meets
+    the guard.  The text stream's pending text is flushed first, so the order
+    of what is written is kept.
+    """
+
+    def __init__(self, raw, owner: GuardedStream):
+        self._raw, self._owner = raw, owner
+
+    def write(self, data) -> int:
+        size = memoryview(data).nbytes
+        if not self._owner.lost:
+            try:
+                self._owner._stream.flush()
+                self._raw.write(data)
+                return size
+            except (OSError, ValueError) as exc:
+                self._owner._lose(exc)
+        return size
+
+    def flush(self) -> None:
+        if not self._owner.lost:
+            try:
+                self._raw.flush()
+            except (OSError, ValueError) as exc:
+                self._owner._lose(exc)
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def isatty(self) -> bool:
+        return self._owner.isatty()
+
+    @property
+    def closed(self) -> bool:
+        return self._raw.closed
+
+    def close(self) -> None:  # the process's stream: closed by the interpreter, not by a wrapper
+        self.flush()
+
+    @property
+    def raw(self):
+        return self._raw.raw

@@ -32,7 +32,7 @@ TWICE = "nothing more written (checkpoints on disk are as they were)"
 __all__ = ["TWICE", "arithmetic_unsaid", "ThermoOutput", "check_thermo_file", "Outputs", "claim_outputs", "labels",
            "progress", "simulating", "format_tail", "exit_if_unverified", "exit_if_stopped",
            "clear_stale_temporaries", "unusable", "recorded_values", "restart_values", "recorded_row", "execute",
-           "StopAgreed", "report"]
+           "StopAgreed", "OutputsKept", "report"]
 
 
 def labels(device: Device, provenance) -> Labels:
@@ -464,6 +464,10 @@ def execute(comm, system, options: RunOptions, *, device: Device, provenance, st
     with simulating(bar, stop), contextlib.closing(outputs):
         writers = [StopAgreed(stop), *loop.standard_writers(comm, options, on_thermo=[rows], dump=outputs.dump,
                                                             on_step=on_step)]
+        if args.checkpoint or args.dump or args.thermo_file:  # (the same on every rank)
+            writers.insert(1, OutputsKept(comm, outputs.claim, writers, rows_to_file=bool(args.thermo_file)))
+        if hasattr(system, "hear_stop"):  # a request that comes during a batch of steps, carried in it
+            stop.listen(system.hear_stop)
         run = loop.simulate(comm, system, options, writers, stop_requested=stop.requested,
                             labels=labels(device, provenance))
     return run, rows.shown
@@ -481,6 +485,50 @@ class StopAgreed(Writer):
 
     def finish(self, run, stopped: bool) -> None:
         self.stop.honoured()
+
+
+class OutputsKept(Writer):
+    """Before the files are written, that they are still the ones claimed; else the run stops as where a
+    write fails, its state saved (:func:`~pympi_gpu.nbody.loop.save_and_raise`).
+
+    Due where a writer of files is due (the rows' only where they go to
+    a file: ``rows_to_file``), and before the last ones (first after
+    :class:`StopAgreed`).  Rank 0 asks its
+    :class:`~pympi_gpu.run.claims.Claim` (``claim``, None elsewhere) and the
+    verdict is broadcast: a file removed (a directory ``rm -rf``'d under the
+    run), moved away or replaced by another is never written again, its
+    directory never made again; where the checkpoint's was lost with it, the
+    state goes to the file a stop without ``--checkpoint`` writes, and the
+    one message says where.
+    """
+
+    def __init__(self, comm, claim, writers, rows_to_file: bool):
+        from pympi_gpu.nbody.loop import Checkpoints, Frames, ThermoRows
+
+        self.comm, self.claim = comm, claim
+        self.watched = [w for w in writers if isinstance(w, (Frames, Checkpoints))
+                        or (rows_to_file and isinstance(w, ThermoRows))]
+        self.checkpoints = next((w for w in writers if isinstance(w, Checkpoints)), None)
+
+    def due(self, step: int, last_step: int) -> bool:
+        return any(w.due(step, last_step) for w in self.watched)
+
+    def next_due(self, step: int, last_step: int) -> int:
+        return min((w.next_due(step, last_step) for w in self.watched), default=last_step)
+
+    def write(self, run) -> None:
+        from pympi_gpu.nbody.loop import save_and_raise
+        from pympi_gpu.run.outputs import OutputError
+
+        why, options = self.claim.lost() if self.claim is not None else (None, [])
+        why, lost_checkpoint = self.comm.bcast((why, "--checkpoint" in options), root=0)
+        if why:
+            if lost_checkpoint and self.checkpoints is not None:
+                self.checkpoints.lose_path()
+            save_and_raise(run, OutputError(why))
+
+    def finish(self, run, stopped: bool) -> None:
+        self.write(run)
 
 
 def report(comm, run, *, as_json: bool, human, document) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pympi_gpu.run.fileio import append_whole
+from pympi_gpu.run.fileio import NEW_FILE_MODE, append_whole
 from pympi_gpu.run.outputs import (APPEND, NEW, Found, OutputError, OutputRefused, RunIdentity, beyond, damaged,
                                    parse_fields)
 
@@ -162,7 +162,7 @@ class ExtxyzDump:
         self.after = self._repair(through) if mode == APPEND else None
         # opened now: a directory or file that cannot be written is found before the run
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if mode == APPEND else os.O_TRUNC),
-                     0o644)
+                     NEW_FILE_MODE)
         os.close(fd)
 
     def _repair(self, through: int | None) -> int | None:
@@ -200,7 +200,7 @@ class ExtxyzDump:
         np.savetxt(buf, np.column_stack([np.asarray(x, np.float64), np.asarray(v, np.float64)]),
                    fmt="%.17g")  # every digit: a float64 reads back exactly
         body = "".join(f"X {i} {row}\n" for i, row in zip(np.asarray(ids).tolist(), buf.getvalue().splitlines()))
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, NEW_FILE_MODE)
         try:
             append_whole(fd, (head + body).encode("ascii"))  # whole, or cut off again: readers see whole frames
         finally:

@@ -244,7 +244,11 @@ def save_and_raise(run: Run, exc: Exception):
 
 class Checkpoints(Writer):
     """A checkpoint every ``every`` steps before the last, and at the end (``path``, else, if stopped, a
-    name of its own from ``on_stop``: :func:`save_new`)."""
+    name of its own from ``on_stop``: :func:`save_new`).
+
+    :meth:`lose_path` gives ``path`` up (it is no longer the run's: removed
+    with its directory, or taken): the state then goes to a name of its own.
+    """
 
     writes_state = True
 
@@ -265,6 +269,11 @@ class Checkpoints(Writer):
         if self.path or (stopped and self.on_stop):
             run.check_health()  # nothing broken over a good checkpoint
             self.save_final(run)
+
+    def lose_path(self) -> None:
+        """``path`` is no longer this run's to write: the last state goes to a file named from ``on_stop``
+        (the same on every rank)."""
+        self.path, self.every = None, 0
 
     def save_final(self, run: Run) -> str:
         """The last checkpoint: to ``path``, else to a new file named from ``on_stop``; where it went."""

@@ -21,13 +21,20 @@ claims them together, on the rank that writes them, through one
 A refusal raises :class:`~pympi_gpu.run.outputs.OutputRefused` (bad input:
 exit status 2), after :meth:`Claim.abandon` let go of everything and removed
 the files the claim made: a refused run leaves the directory as it was.
+
+While the run goes on, :meth:`Claim.lost` says which files are no longer
+the ones claimed (removed, with their directory or not, moved away, or
+replaced by another file: the inode held against the one at the path, and
+its link count), so that the run stops instead of writing into a file
+nobody can read any more, or making a removed directory again.
 """
 
 from __future__ import annotations
 
 import os
 
-from pympi_gpu.run.locks import LOCK_SUFFIX, HeldFile, LockError, Locked, LockFile, holder_of, lock_in_place
+from pympi_gpu.run.locks import (LOCK_SUFFIX, MOVED, REMOVED, REMOVED_WITH_DIRECTORY, REPLACED, HeldFile, LockError,
+                                  Locked, LockFile, holder_of, lock_in_place)
 from pympi_gpu.run.outputs import OutputRefused
 
 __all__ = ["Claim", "file_key", "lock_path_of"]
@@ -60,6 +67,7 @@ class Claim:
         self.prog = prog
         self.keys: dict = {}
         self.held: list[HeldFile | LockFile] = []
+        self.named: list[tuple[str, str, HeldFile | LockFile]] = []  # (option, path, what holds it)
         self.unlocked: list[str] = []
 
     def distinct(self, *named: tuple[str, str | None]) -> None:
@@ -93,7 +101,40 @@ class Claim:
                                 "choose another path") from None
         except LockError as exc:  # its words name the file (the output, or its lock file)
             raise OutputRefused(f"{option} {exc}") from None
+        self.named.append((option, path, item))
         return self._hold(item)
+
+    def lost(self) -> tuple[str | None, list[str]]:
+        """Which claimed files are no longer the ones held: a message for people (None: every one is), and
+        the options that named them.
+
+        A file locked in place is judged itself; one locked beside (a
+        checkpoint) by its lock file, which goes with its directory.
+        """
+        found: dict[tuple[str, str], list[str]] = {}
+        options = []
+        for option, path, item in self.named:
+            why = item.lost()
+            if why is None:
+                continue
+            options.append(option)
+            where = (os.path.dirname(path) or ".") if why == REMOVED_WITH_DIRECTORY else ""
+            label = f"{option} {path!r}" + (" (its lock file)" if isinstance(item, LockFile) else "")
+            found.setdefault((why, where), []).append(label)
+        if not found:
+            return None, []
+        parts = []
+        for (why, where), labels in found.items():
+            many = len(labels) > 1
+            names = labels[0] if not many else ", ".join(labels[:-1]) + " and " + labels[-1]
+            was = "were" if many else "was"
+            parts.append(f"{names} {was} " + {
+                REMOVED_WITH_DIRECTORY: f"removed during the run with {'their' if many else 'its'} directory "
+                                        f"{where!r}, which a run never makes again",
+                REMOVED: "removed during the run",
+                MOVED: "moved away during the run",
+                REPLACED: "replaced by another file during the run"}[why])
+        return "; ".join(parts), options
 
     def _hold(self, item):
         self.held.append(item)

@@ -19,6 +19,7 @@ import errno
 import os
 import re
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,26 +27,58 @@ from pathlib import Path
 from typing import BinaryIO
 
 __all__ = ["atomic_open", "atomic_write_bytes", "append_whole", "stale_temporaries", "remove_stale_temporaries",
-           "host_name", "STALE_AFTER", "numbered", "reserve_new"]
+           "host_name", "STALE_AFTER", "numbered", "reserve_new", "umask", "NEW_FILE_MODE"]
 
 #: seconds without a change after which a temporary of another host (or of no known writer) is stale
 STALE_AFTER = 15 * 60
 
+#: the mode every file a run makes asks for, as ``open()`` does: the process's umask takes from it
+NEW_FILE_MODE = 0o666
+
+
+def umask() -> int:
+    """This process's umask, read without changing it where the OS tells it (``/proc/self/status``):
+    setting it to read it back would race with another thread making a file."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mode_of(path: Path) -> int:
+    """The mode the file written to ``path`` gets: that of the regular file it replaces (a user's
+    ``chmod 600`` is kept), else :data:`NEW_FILE_MODE` less the umask, as a new file made by ``open()``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISREG(st.st_mode):
+        return stat.S_IMODE(st.st_mode)
+    return NEW_FILE_MODE & ~umask()
+
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: int = 0o644) -> Iterator[BinaryIO]:
+def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """Open a temporary file beside ``path`` for binary writing.
 
     When the block ends normally the data are flushed and fsync'd, the file is
     renamed over ``path`` (atomic on POSIX) and the rename itself is made
     durable; on an exception the temporary file is removed and ``path`` is
     left as it was.  The temporary's name says which host and process write it.
-    An ``OSError`` raised on the way names ``path`` (its ``filename``).
+    The file keeps the mode of the one it replaces, and a new one gets what
+    the umask leaves of ``rw-rw-rw-`` (the temporary is ``rw-------`` while
+    it is written).  The directory must exist: it is never made here.  An ``OSError`` raised on the way names ``path`` (its
+    ``filename``).
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
+    try:  # (a missing directory is an error: one removed during a run is never made again)
         fd, tmp = tempfile.mkstemp(prefix=f"{_prefix(path)}{host_name()}.{os.getpid()}.", suffix=_SUFFIX,
                                    dir=directory)
     except OSError as exc:
@@ -55,8 +88,8 @@ def atomic_open(path: str | os.PathLike, mode: int = 0o644) -> Iterator[BinaryIO
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
+            os.fchmod(fh.fileno(), _mode_of(path))  # (the mode of the file it replaces, as it is now)
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):
@@ -176,7 +209,7 @@ def reserve_new(path: str | os.PathLike, suffixes: tuple[str, ...] = (), tries: 
     for n in range(tries):
         name = numbered(path, n, suffixes)
         try:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, NEW_FILE_MODE)
         except FileExistsError:
             continue
         os.close(fd)

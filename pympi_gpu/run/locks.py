@@ -26,10 +26,10 @@ import os
 import re
 import stat
 
-from pympi_gpu.run.fileio import host_name
+from pympi_gpu.run.fileio import NEW_FILE_MODE, host_name
 
 __all__ = ["LockError", "Locked", "NotALock", "LockFile", "HeldFile", "lock_in_place", "holder_of", "flock_holder",
-           "LOCK_SUFFIX"]
+           "LOCK_SUFFIX", "REMOVED", "REMOVED_WITH_DIRECTORY", "MOVED", "REPLACED", "lost"]
 
 #: what a lock file adds to the name of the file it guards
 LOCK_SUFFIX = ".lock"
@@ -92,6 +92,37 @@ def _is_lock_content(data: bytes) -> bool:
     return not data.strip() or _HOLDER.fullmatch(data) is not None
 
 
+#: why a file held open is no longer the one at its path (:func:`lost`)
+REMOVED, REMOVED_WITH_DIRECTORY, MOVED, REPLACED = "removed", "removed with its directory", "moved", "replaced"
+
+
+def lost(fd: int | None, path: str, follow: bool = True) -> str | None:
+    """Why the file open at ``fd`` is no longer the file ``path`` names, or None where it still is.
+
+    :data:`REMOVED_WITH_DIRECTORY` (the path's directory is gone), :data:`REMOVED`
+    (no link to it is left), :data:`MOVED` (renamed, or only another link is
+    left) or :data:`REPLACED` (another file has the name); ``follow``: a link
+    at ``path`` counts as the file it names.  Where it cannot tell (``fd``
+    None: nothing held; the path unreadable) it says nothing.
+    """
+    if fd is None:
+        return None
+    try:
+        held = os.fstat(fd)
+        now = os.stat(path) if follow else os.lstat(path)
+    except FileNotFoundError:
+        now = None
+    except OSError:
+        return None
+    if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) and held.st_nlink > 0:
+        return None
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        return REMOVED_WITH_DIRECTORY
+    if now is None:
+        return REMOVED if held.st_nlink == 0 else MOVED
+    return REPLACED
+
+
 def _same_file(fd: int, path: str) -> bool:
     try:
         a, b = os.fstat(fd), os.lstat(path)
@@ -123,7 +154,7 @@ class LockFile:
             self._refuse_a_stranger()
             try:  # O_NOFOLLOW: a link at the lock's name is refused, never followed
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                             0o644)
+                             NEW_FILE_MODE)
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     raise NotALock(self._stranger("a symbolic link")) from None
@@ -178,6 +209,10 @@ class LockFile:
         return (f"{self.path!r} is in the way of the lock file of that name ({what}): it is never overwritten "
                 "or removed; move it away")
 
+    def lost(self) -> str | None:
+        """Why the lock file held is no longer at its name (:func:`lost`), or None."""
+        return lost(self.fd, self.path, follow=False)
+
     def release(self) -> None:
         if self.fd is not None:
             if _same_file(self.fd, self.path):
@@ -202,6 +237,10 @@ class HeldFile:
     created: bool
     unlocked: str | None = None
 
+    def lost(self) -> str | None:
+        """Why the file held is no longer the one at its path (:func:`lost`), or None."""
+        return lost(self.fd, self.path)
+
     def release(self, remove: bool = False) -> None:
         """Let go; with ``remove``, first remove the file if this lock made it (a claim given up)."""
         if self.fd is None:
@@ -225,14 +264,15 @@ def lock_in_place(path: str | os.PathLike) -> HeldFile:
     created = False
     for _ in range(10):
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, NEW_FILE_MODE)
             created = True
         except FileExistsError:
             try:
                 st = os.stat(path)
             except FileNotFoundError:
                 if os.path.islink(path):
-                    raise LockError(f"{path!r} is a symbolic link to nothing") from None
+                    raise LockError(f"{path!r} is a symbolic link to nothing: it is never followed to make its "
+                                    "target; remove it or choose another path") from None
                 continue  # removed meanwhile: make it again
             if not stat.S_ISREG(st.st_mode):
                 raise LockError(f"{path!r} is not a regular file") from None

@@ -28,7 +28,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from pympi_gpu.run.fileio import append_whole
+from pympi_gpu.run.fileio import NEW_FILE_MODE, append_whole
 from pympi_gpu.run.outputs import APPEND, NEW, Found, OutputError, RunIdentity, beyond, damaged, parse_fields
 
 __all__ = ["ThermoLog", "FORMATS", "format_of", "last_step", "check", "read", "inspect", "IDENTITY_MARK"]
@@ -198,7 +198,7 @@ class ThermoLog:
                 if whole != self.path.stat().st_size:
                     os.truncate(self.path, whole)
             self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if mode == APPEND else
-                                                                                  os.O_TRUNC), 0o644)
+                                                                                  os.O_TRUNC), NEW_FILE_MODE)
             self._write(self._start(identity, mode))
         except OSError as exc:
             self._close_fd()

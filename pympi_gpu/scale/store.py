@@ -8,12 +8,17 @@ when reading and the next append starts on a fresh line.
 
 One study at a time writes a results file: :meth:`ResultsStore.lock` takes an
 exclusive ``flock`` on ``PREFIX.jsonl.lock`` for the whole study
-(:class:`~pympi_gpu.run.locks.LockFile`: removed at the end; a file of that
-name that is no lock is never touched), and a second study on the same prefix
-is refused at once (the kernel drops the lock when its holder dies, so a
-killed study never leaves a stale one).  A results file that holds anything
-but a study's lines (a torn one aside) is another program's: it is refused,
-never appended to; a study's line whose fields are not what a run writes (a
+(:class:`~pympi_gpu.run.locks.LockFile`: it names its holder, pid and host,
+and is removed at the end; a file of that name that is no lock is never
+touched) and one on the results file itself
+(:func:`~pympi_gpu.run.locks.lock_in_place`: the file, not its name, so that
+two prefixes whose results files are one file, a hard or symbolic link, are
+two names of one study), and a second study on it is refused at once (the
+kernel drops the locks when their holder dies, so a killed study never leaves
+a stale one).  A results file that is a symbolic link to nothing is refused,
+as every output is, never followed to make its target; one that holds
+anything but a study's lines (a torn one aside) is another program's: it is
+refused, never appended to; a study's line whose fields are not what a run writes (a
 ``wall_time`` lost, a ``repeat`` in quotes) is refused by its number.
 """
 
@@ -27,8 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pympi_gpu.run.fileio import append_whole
-from pympi_gpu.run.locks import LockError, Locked, LockFile, holder_of
+from pympi_gpu.run.fileio import NEW_FILE_MODE, append_whole
+from pympi_gpu.run.locks import HeldFile, LockError, Locked, LockFile, holder_of, lock_in_place
 
 __all__ = ["RUN_SCHEMA", "StudyMismatch", "StudyLocked", "StudyRefused", "ResultsStore"]
 
@@ -104,20 +109,25 @@ class ResultsStore:
         self.kind = kind
         self.torn_lines = 0
         self.unlocked_reason = None
+        self._held: HeldFile | None = None  # the results file, locked in place while the study runs
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the study's lock file for the block; refuse if another process holds it.
+        """Hold the study's lock file and the results file itself for the block; refuse if another process
+        holds either.
 
+        The results file is made (empty) if absent, and removed again at the
+        end if it is still empty (the study was refused, or ran nothing).
         Where the filesystem has no ``flock`` (some network mounts), the block
         runs unguarded and :attr:`unlocked_reason` says why.
 
         Raises
         ------
         StudyLocked
-            If another study (another process) writes this results file now.
+            If another study (another process) writes this results file now, under this name or another.
         StudyRefused
-            If the lock file's name holds something else, or it cannot be made.
+            If the lock file's name holds something else, the results file is no regular file (a link to
+            nothing), or either cannot be made.
         """
         lock = LockFile(self.path.with_name(self.path.name + ".lock"))
         self.unlocked_reason = None
@@ -125,23 +135,44 @@ class ResultsStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             lock.acquire()
         except Locked as exc:
-            raise StudyLocked(f"{self.path} is in use by another pympi-scale study{holder_of(exc.holder)}: wait "
-                              "for it to end, or choose another --out") from None
+            raise self._locked(exc.holder) from None
         except LockError as exc:
             raise StudyRefused(f"--out {str(self.path)!r}: {exc}") from None
         except OSError as exc:
             raise StudyRefused(f"--out {str(self.path)!r}: cannot make its directory: {exc.strerror or exc}") \
                 from None
-        if lock.write_error is not None:  # not even a line fits: the study could record no run
-            lock.release()
-            raise StudyRefused(f"--out {str(self.path)!r} cannot be written: "
-                               f"{lock.write_error.strerror or lock.write_error}")
-        if lock.unlocked:
-            self.unlocked_reason = f"{lock.unlocked}; a second study on the same --out would not be refused"
         try:
+            if lock.write_error is not None:  # not even a line fits: the study could record no run
+                raise StudyRefused(f"--out {str(self.path)!r} cannot be written: "
+                                   f"{lock.write_error.strerror or lock.write_error}")
+            self._held = self._lock_in_place()
+            why = lock.unlocked or self._held.unlocked
+            if why:
+                self.unlocked_reason = f"{why}; a second study on the same --out would not be refused"
             yield
         finally:
+            if self._held is not None:
+                self._held.release(remove=self._empty())
+                self._held = None
             lock.release()
+
+    def _lock_in_place(self) -> HeldFile:
+        try:
+            return lock_in_place(self.path)
+        except Locked as exc:
+            raise self._locked(exc.holder) from None
+        except LockError as exc:  # its words name the file
+            raise StudyRefused(f"--out {exc}") from None
+
+    def _locked(self, holder) -> StudyLocked:
+        return StudyLocked(f"{self.path} is in use by another pympi-scale study{holder_of(holder)}: wait "
+                           "for it to end, or choose another --out")
+
+    def _empty(self) -> bool:
+        try:
+            return os.fstat(self._held.fd).st_size == 0
+        except (OSError, TypeError):
+            return False
 
     def load(self) -> list[dict[str, Any]]:
         """Every run recorded so far for this study, in file order.
@@ -191,7 +222,7 @@ class ResultsStore:
         doc.update(run)
         line = json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, NEW_FILE_MODE)
         try:
             size = os.fstat(fd).st_size
             if size:
@@ -207,13 +238,17 @@ class ResultsStore:
             os.close(fd)
 
     def set_aside(self) -> Path | None:
-        """Rename an existing results file out of the way (nothing is deleted)."""
-        if not self.path.exists():
+        """Rename an existing results file out of the way (nothing is deleted; an empty one stays)."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
             return None
         n = 1
         while True:
             target = self.path.with_name(f"{self.path.name}.{n}.bak")
             if not target.exists():
                 os.rename(self.path, target)
-                return target
+                break
             n += 1
+        if self._held is not None:  # the lock went with the file set aside: hold the new one
+            held, self._held = self._held, self._lock_in_place()
+            held.release()
+        return target

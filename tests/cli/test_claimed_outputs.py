@@ -25,7 +25,7 @@ import pytest
 
 from helpers.commands import env, mpiexec_argv, one_message, run, script
 from helpers.disks import fill, tmpfs
-from helpers.jobs import closed_after, started, wait_busy, wait_for_path, wait_for_rank
+from helpers.jobs import closed_after, hung_up_after, job, started, wait_busy, wait_for_path, wait_for_rank
 from helpers.outputs import steps_of
 from helpers.stops import quiet
 from pympi_gpu.nbody.gravity import checkpoint as gravity_ckpt
@@ -218,6 +218,20 @@ def test_a_closed_stderr_is_a_stop_request_too(tmp_path):
     assert listing(tmp_path) == ["c.npz"]
 
 
+@pytest.mark.parametrize("leader", [True, False], ids=["sighup-and-eio", "eio-only"])
+def test_a_closed_terminal_writes_the_checkpoint_and_exits_129(tmp_path, leader):
+    """The progress bar and the rows on a terminal that hangs up (`setsid script -c "pympi-nbody ..."`, the
+    `script` killed, as a dropped ssh session): the run stops after its step with its checkpoint, exit 129
+    (was: the next row's write raised EIO, exit 1 within 2 s, no checkpoint).  Whether SIGHUP comes before the
+    failed write, or never (a process the hang-up does not signal), a terminal's EIO is a hang-up."""
+    argv = [NBODY, "500", *LJ, *ENDLESS, "--thermo", "50", "--checkpoint", "c.npz"]
+    status, took, shown = hung_up_after(argv, tmp_path, "thermo", leader=leader)
+    assert status == 128 + signal.SIGHUP, shown
+    assert took < 30, took
+    assert lj_ckpt.read_file(str(tmp_path / "c.npz"))[0]["step"] > 0
+    assert listing(tmp_path) == ["c.npz"]  # no lock left, no temporary
+
+
 # ---------------------------------------------------------------- a checkpoint's record is judged on load
 
 LJ_FAULTS = {  # a meta field changed, and what the refusal says
@@ -326,6 +340,70 @@ def test_a_disk_that_fills_during_a_checkpoint_is_one_message(tmp_path, ranks):
         assert listing(d) == ["c.npz", "filler"]
 
 
+# ---------------------------------------------------------------- a file removed under the run
+
+@pytest.mark.parametrize("ranks, what", [(2, "directory"), (3, "directory"), (2, "log replaced")])
+def test_an_output_removed_during_the_run_stops_it_with_the_state_saved(tmp_path, ranks, what):
+    """`rm -rf out` under `--checkpoint out/c.npz --thermo-file out/t.csv --dump out/d.extxyz` (was: the next
+    checkpoint made out/ again, the rows went to the unlinked log, exit 0): the run finds its files are no
+    longer the ones it claimed and stops as where a write fails, exit 1, one message; the directory is never
+    made again, so the state goes to the name a stop without --checkpoint takes, and the message says so.  A
+    log replaced by another file under its name: the same, the state in the checkpoint still the run's."""
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = mpiexec_argv(ranks) + [NBODY, "864", *LJ, *ENDLESS, "--thermo", "50", "--checkpoint", "out/c.npz",
+                                  "--checkpoint-every", "200", "--thermo-file", "out/t.csv", "--dump",
+                                  "out/d.extxyz", "--dump-every", "200", "-q"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        assert wait_for_path(out / "c.npz", proc), proc.communicate()
+        if what == "directory":
+            subprocess.run(["rm", "-rf", str(out)], check=True)
+        else:
+            (out / "mine.csv").write_text("a user's file\n")
+            os.replace(out / "mine.csv", out / "t.csv")
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    if what == "directory":
+        words = ("--checkpoint 'out/c.npz' (its lock file), --dump 'out/d.extxyz' and --thermo-file 'out/t.csv' "
+                 "were removed during the run with their directory 'out', which a run never makes again; the state "
+                 "at step ")
+        saved = tmp_path / "pympi-nbody-lj-864.ckpt.npz"
+        assert listing(tmp_path) == [saved.name]  # out/ not made again
+    else:
+        words = "--thermo-file 'out/t.csv' was replaced by another file during the run; the state at step "
+        saved = out / "c.npz"
+        assert (out / "t.csv").read_text() == "a user's file\n" and listing(out) == ["c.npz", "d.extxyz", "t.csv"]
+    one_message(subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr), words, status=1)
+    step = int(stderr.split(words)[1].split()[0])
+    assert f"is saved in {saved.relative_to(tmp_path)} (resume with --restart " in stderr
+    assert lj_ckpt.read_file(str(saved))[0]["step"] == step > 200
+
+
+# ---------------------------------------------------------------- file modes
+
+def modes(d: Path) -> dict[str, str]:
+    return {p.name: oct(p.stat().st_mode & 0o777) for p in d.iterdir()}
+
+
+def test_every_file_a_run_or_study_writes_honours_the_umask_and_a_replaced_one_keeps_its_mode(tmp_path):
+    """Under `umask 077` every output is 0600 (was: checkpoints and a study's .json/.csv/.png 0644), and a
+    checkpoint the user made 0600 stays so when a restart writes onto it under `umask 022` (was: 0644)."""
+    ok(run(mpiexec_argv(2) + [NBODY, "100", "--steps", "2", "--checkpoint", "c.npz", "--thermo-file", "t.csv",
+                              "--dump", "d.extxyz", "-q"], cwd=tmp_path, env=env(), umask=0o077))
+    ok(run([SCALE, "--ranks", "1", "--out", "s", "--", PI, "1e5"], cwd=tmp_path, env=env(), umask=0o077))
+    assert modes(tmp_path) == {name: "0o600" for name in ["c.npz", "t.csv", "d.extxyz", "s.jsonl", "s.json",
+                                                          "s.csv", "s.png"]}
+    (tmp_path / "c.npz").chmod(0o640)
+    ok(run(mpiexec_argv(2) + [NBODY, "100", "--steps", "4", "--restart", "c.npz", "--checkpoint", "c.npz", "-q"],
+           cwd=tmp_path, env=env(), umask=0o022))
+    assert modes(tmp_path)["c.npz"] == "0o640"
+
+
 # ---------------------------------------------------------------- pympi-scale writes only its study's files
 
 @pytest.mark.parametrize("name, text, words", [
@@ -341,6 +419,33 @@ def test_a_study_never_writes_over_a_file_that_is_not_its_own(tmp_path, name, te
     p = run([SCALE, "--ranks", "1", "--out", "s", "--", PI, "1e5"], cwd=tmp_path, env=env(), timeout=120)
     one_message(p, words)
     assert listing(tmp_path) == [name] and (tmp_path / name).read_bytes() == text.encode("latin-1")
+
+
+def test_a_study_refuses_a_symbolic_link_to_nothing_at_its_results_file(tmp_path):
+    """`s.jsonl` a link to a file that does not exist, as another user may leave in a shared directory (was:
+    followed, its target made and written, exit 0): refused as every output is, the target never made."""
+    (tmp_path / "s.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    p = run([SCALE, "--ranks", "1", "--out", "s", "--", PI, "1e5"], cwd=tmp_path, env=env(), timeout=120)
+    one_message(p, "--out 's.jsonl' is a symbolic link to nothing: it is never followed")
+    assert listing(tmp_path) == ["s.jsonl"] and (tmp_path / "s.jsonl").is_symlink()
+
+
+@pytest.mark.parametrize("link", ["hard", "symbolic"])
+def test_two_studies_whose_results_files_are_one_file_never_run_together(tmp_path, link):
+    """`--out a` and `--out b` with b.jsonl a hard or symbolic link to a.jsonl (was: both ran, every line
+    written twice): the lock is on the file itself, so the second is refused at once."""
+    (tmp_path / "a.jsonl").touch()
+    (tmp_path / "b.jsonl").hardlink_to(tmp_path / "a.jsonl") if link == "hard" else \
+        (tmp_path / "b.jsonl").symlink_to("a.jsonl")
+    study = [SCALE, "--ranks", "1", "--", PI, "1e9", "--threads", "1"]
+    with job(study[:1] + ["--out", "a"] + study[1:], cwd=tmp_path) as first:
+        assert wait_for_path(tmp_path / "a.jsonl.lock", first)
+        second = run(study[:1] + ["--out", "b"] + study[1:], cwd=tmp_path, env=env(), timeout=120)
+        one_message(second, f"b.jsonl is in use by another pympi-scale study (pid {first.pid} on ")
+        out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, out + err
+    assert len((tmp_path / "a.jsonl").read_text().splitlines()) == 1  # the first's one run, once
+    assert "b.json" not in listing(tmp_path)
 
 
 def test_a_study_resumes_over_its_own_reports(tmp_path):

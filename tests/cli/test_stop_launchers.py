@@ -28,10 +28,12 @@ from pathlib import Path
 import pytest
 
 from helpers.commands import ROOT, env, mpiexec_argv, script
-from helpers.jobs import alive, closed_after, started, wait_busy, wait_for_rank, wait_ranks
+from helpers.jobs import (alive, closed_after, loaded, started, wait_busy, wait_for_path, wait_for_rank,
+                          wait_ranks)
 from helpers.mpis import MPIS, make_venv
 from helpers.stops import SMALL, quiet, stopped_line
 from pympi_gpu.nbody.gravity import checkpoint as gravity_ckpt
+from pympi_gpu.nbody.lj import checkpoint as lj_ckpt
 
 NBODY = script("pympi-nbody")
 LAUNCH = script("pympi-launch")
@@ -255,6 +257,27 @@ def test_under_open_mpi_pympi_launch_turns_a_closed_stdout_into_a_stop(tmp_path,
     step = stopped_line(err, "SIGUSR1 from pympi-launch", "c.npz")
     assert lj_ckpt.read_file(str(tmp_path / "c.npz"))[0]["step"] == step > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npz"]
+
+
+def test_under_open_mpi_pympi_launch_stops_a_loaded_run_still_setting_up(tmp_path, openmpi):
+    """The issue's probe (issue 60, item 4): SIGTERM to `pympi-launch -n 2` over Open MPI while another
+    CPU-heavy job runs, the run still making its atoms (2,048,000 there; here 32,000 and a grace of 1 s):
+    the watchdog counted its grace from the signal and took the set-up for a stuck rank (exit 1, no
+    checkpoint); it counts from the first step, where the run stops and writes its checkpoint.  After the
+    test above, whose LJ run warms numba's cache in the Open MPI venv."""
+    path = tmp_path / "c.npz"
+    run_env = {**openmpi.env(), "PYTHONPATH": str(ROOT), "PYMPI_STOP_GRACE": "1"}
+    argv = [openmpi.python, "-m", "pympi_gpu", "launch", "-n", "2", "--", openmpi.python, "-m", "pympi_gpu",
+            "nbody", "32000", "--model", "lj", "--steps", "1000000", "--threads", "1", "--checkpoint", str(path),
+            "-q"]
+    with loaded(), started(argv, env=run_env) as job:
+        assert wait_for_path(tmp_path / "c.npz.lock", job.proc)  # claimed: the atoms and lists to make
+        os.kill(job.proc.pid, signal.SIGTERM)
+        stdout, stderr, _ = job.finish(120)
+    assert job.proc.returncode == 0, stdout + stderr
+    step = stopped_line(stderr, "SIGUSR1 from pympi-launch", path)
+    assert lj_ckpt.read_file(str(path))[0]["step"] == step > 0
+    quiet(stdout + stderr)
 
 
 def test_under_open_mpi_a_stop_never_honoured_ends_the_job(tmp_path, openmpi):

@@ -20,9 +20,10 @@ import time
 import pytest
 
 from helpers.commands import env, mpiexec_argv, script
-from helpers.jobs import alive, started, wait_busy, wait_ranks
+from helpers.jobs import alive, loaded, started, wait_busy, wait_for_path, wait_ranks
 from helpers.stops import SMALL, quiet, stopped_line
 from pympi_gpu.nbody.gravity import checkpoint as gravity_ckpt
+from pympi_gpu.nbody.lj import checkpoint as lj_ckpt
 
 NBODY = script("pympi-nbody")
 PI = script("pympi-pi")
@@ -86,3 +87,31 @@ def test_a_stop_never_honoured_ends_the_job_after_the_grace_period(tmp_path, ran
     assert "Traceback" not in stderr
     assert not path.exists()  # nothing written from a state no rank agreed on
     print(f"{ranks} ranks: the job ended {took:.1f} s after SIGTERM (grace {grace} s)")
+
+
+@pytest.mark.parametrize("ranks, when", [(2, "stepping"), (3, "stepping"), (2, "setting up")])
+def test_sigterm_to_one_rank_of_a_loaded_machine_stops_the_job(tmp_path, ranks, when):
+    """SIGTERM to one rank while another CPU-heavy job runs (busy loops on every core for the test).
+
+    Stepping: a rank takes its quiet steps in compiled batches planned from one step's pace, which a
+    loaded machine makes seconds to minutes long; a request that came during one was carried only after it,
+    and the watchdog's grace grew with it (was: no stop, no checkpoint, no MPI_Abort in 150 s).  Now the
+    batch carries it at its next step.  Setting up (the request before the first step): the watchdog counted
+    its grace from the signal and took the set-up for a stuck rank (was: MPI_Abort, exit 1, no checkpoint).
+    """
+    path = tmp_path / "c.npz"
+    atoms, grace = ("4000", "60") if when == "stepping" else ("32000", "1")
+    argv = mpiexec_argv(ranks) + [NBODY, atoms, "--model", "lj", "--steps", "1000000", "--threads", "1",
+                                  "--checkpoint", str(path), "-q"]
+    with loaded(), started(argv, env=env(PYMPI_STOP_GRACE=grace)) as job:
+        if when == "stepping":
+            job.wait_for("Step")  # the thermo header: the steps have begun
+        else:
+            assert wait_for_path(tmp_path / "c.npz.lock", job.proc)  # claimed: the atoms and lists to make
+        os.kill(wait_ranks(job, ranks)[-1], signal.SIGTERM)
+        stdout, stderr, took = job.finish(90)
+    assert job.proc.returncode == 0, stdout + stderr
+    step = stopped_line(stderr, "SIGTERM", path)
+    assert lj_ckpt.read_file(str(path))[0]["step"] == step > 0
+    quiet(stdout + stderr)
+    print(f"{ranks} ranks, {when}: stopped {took:.1f} s after SIGTERM to one rank, at step {step}")

@@ -174,6 +174,23 @@ def kill_last_rank(argv: list[str], ranks: int, **kw) -> tuple[int, float, list[
         return proc.returncode, ended, [p for p in ranks_pids if alive(p)]
 
 
+# ---------------------------------------------------------------- a loaded machine
+
+@contextlib.contextmanager
+def loaded(processes: int | None = None):
+    """Busy-loop processes, one a core by default, for the block: a machine another CPU-heavy job holds."""
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes or
+                                                                                   os.cpu_count() or 2)]
+    try:
+        yield hogs
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 # ---------------------------------------------------------------- a job read as it prints
 
 class Started:
@@ -295,3 +312,46 @@ def closed_after(argv, cwd, run_env=None, stream="stdout", lines=3):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     return proc.returncode, text
+
+
+def hung_up_after(argv, cwd, text: str, leader: bool = True, run_env=None) -> tuple[int, float, str]:
+    """Start ``argv`` on a terminal of its own (stdout and stderr on a new pty), read it until ``text``
+    shows, then close the terminal (its master side: as a dropped ssh session or a killed ``script`` does);
+    (exit status, seconds from the hang-up to the end, what the terminal showed).
+
+    ``leader``: the command leads the session the pty controls, so the kernel sends it SIGHUP at the
+    hang-up; else the pty is no controlling terminal and only the writes fail (EIO), as for a process
+    in the background of a shell the hang-up ended.
+    """
+    import fcntl
+    import termios
+
+    master, slave = os.openpty()
+
+    def take_terminal():
+        if leader:
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    try:
+        proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=run_env or env(),
+                                start_new_session=True, preexec_fn=take_terminal)
+    finally:
+        os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 180
+        while text.encode() not in seen:
+            assert time.monotonic() < deadline and proc.poll() is None, seen.decode(errors="replace")
+            try:
+                seen += os.read(master, 65536)
+            except OSError:  # EIO: every slave closed (the job ended)
+                break
+        os.close(master)  # the hang-up
+        t0 = time.monotonic()
+        proc.wait(timeout=120)
+        return proc.returncode, time.monotonic() - t0, seen.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -9,6 +9,7 @@ Unit tests of :mod:`pympi_gpu.run.locks`, :mod:`pympi_gpu.run.claims`,
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import time
@@ -121,6 +122,44 @@ def test_a_claim_given_up_removes_what_it_made_and_keeps_the_rest(tmp_path):
     assert (tmp_path / "old.csv").read_text() == "Step\n0\n"
 
 
+# ---------------------------------------------------------------- a claimed file lost during the run
+
+def _claimed(d):
+    claim = Claim("pympi-nbody")
+    claim.beside("--checkpoint", str(d / "c.npz"), "busy")
+    claim.in_place("--thermo-file", str(d / "t.csv"), "busy")
+    return claim
+
+
+def test_a_claimed_file_removed_moved_or_replaced_is_lost(tmp_path):
+    claim = _claimed(tmp_path)
+    assert claim.lost() == (None, [])
+    os.rename(tmp_path / "t.csv", tmp_path / "t.old.csv")
+    assert claim.lost() == (f"--thermo-file {str(tmp_path / 't.csv')!r} was moved away during the run",
+                            ["--thermo-file"])
+    (tmp_path / "t.csv").write_text("a user's file\n")
+    assert "was replaced by another file during the run" in claim.lost()[0]
+    os.unlink(tmp_path / "t.csv")
+    os.unlink(tmp_path / "t.old.csv")  # no link left: the rows would go where no one reads them
+    assert claim.lost()[0] == f"--thermo-file {str(tmp_path / 't.csv')!r} was removed during the run"
+    claim.release()
+
+
+def test_a_claimed_directory_removed_is_said_once_for_every_file_in_it(tmp_path):
+    d = tmp_path / "out"
+    d.mkdir()
+    claim = _claimed(d)
+    for p in d.iterdir():
+        p.unlink()
+    d.rmdir()
+    why, options = claim.lost()
+    assert options == ["--checkpoint", "--thermo-file"]
+    assert why == (f"--checkpoint {str(d / 'c.npz')!r} (its lock file) and --thermo-file {str(d / 't.csv')!r} "
+                   f"were removed during the run with their directory {str(d)!r}, which a run never makes again")
+    claim.release()
+    assert not d.exists()
+
+
 # ---------------------------------------------------------------- names of its own
 
 def test_numbered_names_keep_their_suffix():
@@ -147,15 +186,36 @@ def test_a_closed_pipe_is_one_stop_request_and_what_follows_goes_nowhere():
     read, write = os.pipe()
     stream = os.fdopen(write, "w", buffering=1)
     closed = []
-    guarded = GuardedStream(stream, "stdout", closed.append)
+    guarded = GuardedStream(stream, "stdout", lambda *why: closed.append(why))
     guarded.write("a row\n")
     assert os.read(read, 100) == b"a row\n"
     os.close(read)  # the reader left (head -3)
     for _ in range(3):
         guarded.write("another row\n")
         guarded.flush()
-    assert closed == ["stdout"] and guarded.lost and not guarded.isatty()
+    assert closed == [("stdout", CLOSED_OUTPUT)] and guarded.lost and not guarded.isatty()
     assert os.path.samefile(f"/proc/self/fd/{write}", os.devnull)  # later writes, at exit too, go nowhere
+    stream.close()
+
+
+def test_a_terminal_that_hung_up_is_sighup_through_every_way_to_it():
+    """A pty whose master closed (a dropped ssh session) fails writes with EIO: the request is SIGHUP, not
+    SIGPIPE, also where the write comes through the stream's binary buffer, as click's echo makes it while
+    rich's progress bar holds sys.stdout (was: OSError raised from the thermo row, the run lost)."""
+    master, slave = os.openpty()
+    stream = os.fdopen(slave, "w", buffering=1)
+    closed = []
+    guarded = GuardedStream(stream, "stderr", lambda *why: closed.append(why))
+    text = io.TextIOWrapper(guarded.buffer, line_buffering=True)  # what click.echo writes through
+    text.write("a row\n")
+    assert os.read(master, 100) == b"a row\r\n"  # (the terminal's newline)
+    os.close(master)  # the hang-up
+    text.write("another row\n")
+    guarded.write("and a progress line\n")
+    assert closed == [("stderr", signal.SIGHUP)] and guarded.lost
+    assert os.path.samefile(f"/proc/self/fd/{slave}", os.devnull)
+    assert exit_status(signal.SIGHUP) == 129
+    text.detach()
     stream.close()
 
 

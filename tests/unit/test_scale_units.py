@@ -13,7 +13,7 @@ from helpers.scale import record, run_entry
 from pympi_gpu.scale.analysis import summarise
 from pympi_gpu.scale.points import Point, make_points, parse_sizes
 from pympi_gpu.scale.runner import REQUIRED_KEYS, parse_record, with_json
-from pympi_gpu.scale.store import RUN_SCHEMA, ResultsStore, StudyLocked, StudyMismatch
+from pympi_gpu.scale.store import RUN_SCHEMA, ResultsStore, StudyLocked, StudyMismatch, StudyRefused
 
 
 @pytest.mark.parametrize("text, expected", [("1,2,4", (1, 2, 4)), (" 8, 1 ,2", (1, 2, 8)), ("3", (3,)),
@@ -171,6 +171,38 @@ def test_a_held_lock_refuses_but_a_filesystem_without_flock_runs_unguarded(tmp_p
     monkeypatch.setattr(fcntl, "flock", unsupported)
     with store.lock():
         assert "No locks available" in store.unlocked_reason and "does not support flock" in store.unlocked_reason
+
+
+def test_two_names_of_one_results_file_are_one_study(tmp_path):
+    """The lock is on the results file itself: a hard or symbolic link to it is the same study's file
+    (was: locked by name, both ran); a link to nothing is refused, its target never made."""
+    (tmp_path / "a.jsonl").touch()
+    (tmp_path / "b.jsonl").hardlink_to(tmp_path / "a.jsonl")
+    (tmp_path / "c.jsonl").symlink_to("a.jsonl")
+    (tmp_path / "d.jsonl").symlink_to("nowhere.jsonl")
+    store = lambda name: ResultsStore(tmp_path / name, ["pympi-pi", "1e6"], "strong")  # noqa: E731
+    with store("a.jsonl").lock():
+        for other in ("b.jsonl", "c.jsonl"):
+            with pytest.raises(StudyLocked, match=f"{other} is in use by another pympi-scale study"):
+                with store(other).lock():
+                    pass
+    with store("c.jsonl").lock():  # the first let go: the next takes it, under any of its names
+        pass
+    with pytest.raises(StudyRefused, match="is a symbolic link to nothing"):
+        with store("d.jsonl").lock():
+            pass
+    assert not (tmp_path / "nowhere.jsonl").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "b.jsonl", "c.jsonl", "d.jsonl"]
+
+
+def test_a_results_file_the_lock_made_is_removed_if_no_run_was_written(tmp_path):
+    store = ResultsStore(tmp_path / "s.jsonl", ["pympi-pi", "1e6"], "strong")
+    with store.lock():
+        assert (tmp_path / "s.jsonl").read_bytes() == b""
+    assert list(tmp_path.iterdir()) == []
+    with store.lock():
+        store.append({"point": "n1", "repeat": 0})
+    assert [p.name for p in tmp_path.iterdir()] == ["s.jsonl"] and len(store.load()) == 1
 
 
 def test_planner_names_the_mpi_library_mpi4py_loads(monkeypatch, tmp_path):

@@ -43,3 +43,66 @@ def test_repeated_delivery_of_one_ctrl_c_counts_once():
     assert stop.requested() == signal.SIGINT and REPEAT_WINDOW > 0
     stop.arrived(signal.SIGTERM)  # a SIGTERM after the request changes nothing
     assert stop.requested() == signal.SIGINT
+
+
+def test_a_request_during_the_set_up_waits_for_the_steps_and_the_grace_counts_from_them(monkeypatch):
+    """pympi-nbody polls once a step: a request that came while the run still set up (its atoms, its
+    lists: minutes for a large run on a busy machine) is no stuck rank (was: MPI_Abort after the grace
+    period from the signal, exit 1, no checkpoint, the run sound).  Once the steps began, a rank that
+    polls no more is ended after the grace period, as before."""
+    from pympi_gpu.cli import signals
+
+    ended = []
+    monkeypatch.setattr(signals, "abort_job", ended.append)
+    stop = signals.Stop("t", grace=0.1, steps=True)
+    stop._installed = True  # (its watchdog armed, its abort this list)
+    stop.arrived(signal.SIGTERM)
+    time.sleep(0.4)
+    assert ended == []  # setting up: no step has polled yet
+    assert stop.requested() == signal.SIGTERM  # the first step sees it...
+    time.sleep(0.4)  # ...and the steps stop polling: a rank waits in MPI for good
+    assert ended == [signals.OVERDUE]
+
+
+def test_a_stop_request_is_told_to_the_listeners_once():
+    """A run whose batch of compiled steps polls no Python is told of the request from the signal's thread."""
+    from pympi_gpu.cli.signals import Stop
+
+    heard = []
+    stop = Stop("t")
+    stop.listen(heard.append)
+    stop.arrived(signal.SIGUSR1)
+    stop.arrived(signal.SIGTERM)
+    late = []
+    stop.listen(late.append)  # a listener that comes after the request hears it at once
+    assert heard == [signal.SIGUSR1] and late == [signal.SIGUSR1]
+
+
+def test_a_request_heard_during_a_batch_of_compiled_steps_ends_it_at_the_next_step():
+    """The LJ engine takes the quiet steps in compiled calls of many steps, which look at no Python; a stop
+    request that comes meanwhile is carried by the next step's agreement (``LjSystem.hear_stop``, from the
+    signals' thread), not after the batch (was: after it, seconds to minutes on a loaded machine)."""
+    import threading
+
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody.lj.domain import brick_of, make_cart
+    from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
+
+    config = LjConfig(cells=5)
+    cart = make_cart(MPI.COMM_SELF)
+    try:
+        system = LjSystem(cart, config, *initial_arrays(config, brick_of(config.box, (1, 1, 1), (0, 0, 0))))
+        assert system.atoms.batched
+        system.prepare()
+        system.advance_quiet(10, 0)  # (compiled, or loaded from numba's cache)
+        timer = threading.Timer(0.3, system.hear_stop, args=(signal.SIGTERM,))
+        timer.start()
+        t0 = time.monotonic()
+        times, agreed = system.advance_quiet(1_000_000, 0)
+        took = time.monotonic() - t0
+        timer.join()
+    finally:
+        cart.Free()
+    assert agreed == signal.SIGTERM and took < 5.0, (agreed, took)
+    assert len(times) < 1_000_000 and system.timestep == 10 + len(times)

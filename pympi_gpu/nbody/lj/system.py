@@ -131,6 +131,7 @@ class LjSystem:
         self.timestep = timestep
         self.initial = initial
         self._stop_request, self._stop_agreed = 0, None  # carried by the displacement test (advance)
+        self._heard = 0  # a stop request heard while the steps run (:meth:`hear_stop`, another thread)
         self._ranks = cart.Get_size()
         #: the squared displacement that asks for a rebuild (half the skin's)
         self.rebuild_distance2 = (0.5 * config.skin) ** 2
@@ -231,7 +232,7 @@ class LjSystem:
         d2 = float(d2) if d2 == d2 else math.inf
         if self._ranks > 1:  # once a step, at a few hundred atoms a rank a few microseconds: lean Python
             top = self.top[:2]
-            top[0], top[1] = d2, self._stop_request
+            top[0], top[1] = d2, self.stop_request
             allreduce, in_place, op = self._reduce
             clock = self.halo.clock
             t0 = time.perf_counter()
@@ -240,7 +241,7 @@ class LjSystem:
             clock.sent(top.nbytes)
             d2, stop = top.tolist()
         else:  # one rank agrees with itself: no message
-            stop = self._stop_request
+            stop = self.stop_request
         return self.agreed(d2, stop)
 
     def agreed(self, d2: float, stop) -> bool:
@@ -283,7 +284,26 @@ class LjSystem:
     @property
     def stop_request(self) -> int:
         """This rank's stop request of the step under way (it travels in the displacement's agreement)."""
-        return self._stop_request
+        return max(self._stop_request, self._heard)
+
+    def hear_stop(self, signum: int) -> None:
+        """A stop request that came while this rank steps (called from the signals' thread): the next
+        step's agreement carries it, also inside a batch of steps made in one compiled call, which reads
+        ``top[1]`` at each step (there ``top[:2]`` is only sent: the agreed values come into ``top[2:]``).
+
+        Before this, a rank in a batch carried its request only after the batch; the other ranks,
+        between their own batches, carried none, so the stop waited for the batch's end, which on a
+        loaded machine (a batch's length planned from one step's pace) took seconds to minutes.
+        """
+        self._heard = max(self._heard, int(signum))
+        if self.kernels_call_mpi or self._ranks == 1:  # (Python's reduction is in place: never written to)
+            self.top[1] = max(self.top[1], self._heard)
+
+    def carry_stop(self) -> None:
+        """Put this rank's stop request into the step's agreement (``top[1]``), one heard meanwhile kept."""
+        self.top[1] = self.stop_request
+        if self._heard > self.top[1]:  # heard between the read and the write: :meth:`hear_stop` wrote first
+            self.top[1] = self._heard
 
     # -- what the run loop drives (pympi_gpu.nbody.loop.System) ----------
     @property

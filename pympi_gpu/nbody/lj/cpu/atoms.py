@@ -378,7 +378,7 @@ class HostAtoms:
         h, system = self.halo, self.system
         sums, top = self._sums, system.top
         sums.fill(0.0)
-        top[1] = system.stop_request
+        system.carry_stop()
         run_ops = self.forces.run_ops
         atoms, (lists, _, plan, mpi, grid, work) = self._current(), self._records()
         ran = True
@@ -502,7 +502,7 @@ class HostAtoms:
         h, top = 0.5 * self.config.dt, system.top
         times: list[float] = []
         while True:
-            top[1] = system.stop_request
+            system.carry_stop()  # (a request heard during the call is written into top[1]: the next step carries it)
             code, taken, done = self._run_steps(most - len(times), h)
             t1 = time.perf_counter()
             system.timestep += taken
