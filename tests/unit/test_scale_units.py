@@ -201,7 +201,7 @@ def test_a_results_file_the_lock_made_is_removed_if_no_run_was_written(tmp_path)
         assert (tmp_path / "s.jsonl").read_bytes() == b""
     assert list(tmp_path.iterdir()) == []
     with store.lock():
-        store.append({"point": "n1", "repeat": 0})
+        store.append(run_entry(Point(1), 0, 1.0))
     assert [p.name for p in tmp_path.iterdir()] == ["s.jsonl"] and len(store.load()) == 1
 
 
