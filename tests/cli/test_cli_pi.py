@@ -179,14 +179,23 @@ def test_an_imbalanced_run_shows_the_waiting_on_its_fast_ranks():
                 and ph["waiting"]["mean"] < 0.85 * ph["waiting"]["max"]
                 and ph["compute"]["mean"] < 0.95 * slow)
 
+    def accounted(ph) -> bool:
+        """Each rank's compute and waiting add up to the slowest rank's compute: on average too."""
+        slow = ph["compute"]["max"]
+        return abs(ph["compute"]["mean"] + ph["waiting"]["mean"] - slow) <= 0.05 * slow + 0.02
+
     for _ in range(3):  # a timing: other work on the fast rank's core (CI's image builds) can hide it once
         out = run([*argv, "-n", "3", "taskset", "-c", str(cpus[0]), *common, ":",
                    "-n", "1", "taskset", "-c", str(cpus[1]), *common], timeout=300, env=clean_env())
         assert out.returncode == 0, out.stderr
         ph = json.loads(out.stdout)["phases"]
+        assert accounted(ph), ph  # whatever the scheduler made of the pinning
         if imbalanced(ph):
             break
-    assert imbalanced(ph), ph
+    # Where the ranks' compute came out uneven, the waiting shows it on the fast rank.  (A CI runner once ran
+    # all four at one speed three times in a row, the pinning without effect there: nothing uneven to show.)
+    if ph["compute"]["mean"] < 0.8 * ph["compute"]["max"]:
+        assert imbalanced(ph), ph
 
 
 @pytest.mark.parametrize("stdout", ["closed (>&-)", "full (/dev/full)", "a pipe whose reader left"])

@@ -193,3 +193,15 @@ def test_the_full_disk_message_is_the_programs():
     assert body.strip() == f"Error: {failed.value}{saved}"
     loop = (ROOT / "pympi_gpu" / "nbody" / "loop.py").read_text()
     assert '; the state at step {step} is saved in {path} (resume with --restart {path})' in loop
+
+
+def test_the_lammps_input_shown_is_the_one_pympi_writes():
+    """docs/lj.md's LAMMPS lines for "the same run" are input_script's, word for word (its comments aside)."""
+    from pympi_gpu.nbody.lj.config import LjConfig
+    from pympi_gpu.nbody.lj.lammps import input_script
+
+    shown = [body for info, _, body in blocks(DOCS / "lj.md") if info == "lammps"]
+    assert len(shown) == 1
+    lines = [line.split("#")[0].strip() for line in shown[0].splitlines()]
+    written = input_script(LjConfig(cells=10), "system.data", 1000, 100).splitlines()
+    assert [line for line in lines if line] == [line for line in written if line]

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from helpers.commands import clean_env, mpiexec_argv, run, script
-from helpers.lammps import lammps_executable, run_lammps
+from helpers.lammps import lammps_executable, run_state
 from helpers.pair_styles import STYLES, scaled
 from pympi_gpu.nbody.lj import pairs
 from pympi_gpu.nbody.lj.config import LjConfig
@@ -119,8 +119,7 @@ def test_agrees_with_lammps(lmp, tmp_path, name, ranks):
     """From the same state (a LAMMPS data file of ours), 100 steps in both codes: thermo within 1e-10
     relative (measured: about 1e-12, the 12 digits LAMMPS prints, at 1 and 3 ranks, lj/cut and morse)."""
     config = LjConfig(cells=6, pair=name, pair_coeffs=tuple(scaled(name).items()))
-    write_data(tmp_path / "data", config)
-    theirs = read_log(run_lammps(lmp, tmp_path, input_script(config, tmp_path / "data", 100)))[0][-1]
+    theirs = run_state(lmp, config, tmp_path, 100)[-1]
     ours = doc_of(nbody(ranks, config.atoms, *options(name), "--steps", 100))["thermo"][-1]
     assert ours["step"] == theirs["step"] == 100
     for k in ("temp", "e_pair", "ke", "etotal", "press"):

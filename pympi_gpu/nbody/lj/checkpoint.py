@@ -109,8 +109,10 @@ def _validate_header(f: NpzRows) -> tuple[str, ...]:
     built = meta.get("built_at", 0)
     if isinstance(built, bool) or not isinstance(built, int) or not 0 <= built <= meta["step"]:
         raise unusable(path, "meta field 'built_at' is not a step from 0 to the checkpoint's")
-    if not math.isfinite(meta["skin"]) or meta["skin"] < 0:
-        raise unusable(path, "skin must be finite and >= 0")
+    if not math.isfinite(meta["skin"]) or meta["skin"] < 0:  # worded as the command line's refusal of --skin
+        skin = meta["skin"]
+        raise unusable(path, f"its --skin {skin!r} is refused: {skin!r} must be " + (
+            "finite" if skin >= 0 else ">= 0"))
     names = FIELDS + ((REFERENCE,) if f.holds(REFERENCE) else ())
     f.open(names, rows=n)
     for k in ("x", "v", "f", REFERENCE):
