@@ -295,7 +295,9 @@ def claim_outputs(comm, args, identity, *, thermo_module, box: float | None, thr
     :class:`~pympi_gpu.run.outputs.RunIdentity`, ``box`` the periodic box edge
     (None: open space), ``through`` the step of the restart's checkpoint: a
     trajectory or log continued is checked whole, and refused where damaged
-    before its end (a torn last frame or row is cut) or holding a step past it.
+    before its end (a torn last frame or row is cut) or holding a step past it
+    that the restart does not write again (those it does, the rows and frames
+    of a run killed after its last checkpoint, are cut, said on stderr).
     """
     from pympi_gpu.nbody.checkpoint import CheckpointError
     from pympi_gpu.run.outputs import OutputError
@@ -313,6 +315,9 @@ def claim_outputs(comm, args, identity, *, thermo_module, box: float | None, thr
     if outputs.claim is not None:
         for why in outputs.claim.unlocked:
             click.echo(f"pympi-nbody: {why}", err=True)
+    for item in (outputs.thermo, outputs.dump):
+        if getattr(item, "note", None):
+            click.echo(f"pympi-nbody: {item.note}", err=True)
     return outputs
 
 
@@ -325,7 +330,7 @@ def _claim(outputs: Outputs, args, identity, thermo_module, box, through) -> Non
     from pympi_gpu.nbody import checkpoint, dump
     from pympi_gpu.run import thermolog
     from pympi_gpu.run.claims import Claim, file_key, lock_path_of
-    from pympi_gpu.run.outputs import OutputRefused, decide
+    from pympi_gpu.run.outputs import Cadence, OutputRefused, decide
 
     claim = outputs.claim = Claim("pympi-nbody")
     claim.distinct(("--checkpoint", args.checkpoint),
@@ -348,7 +353,9 @@ def _claim(outputs: Outputs, args, identity, thermo_module, box, through) -> Non
             modes[option] = decide(option, path, found, identity, restart=restart, overwrite=overwrite)
     if args.dump:
         try:
-            outputs.dump = dump.open_dump(args.dump, box, identity, modes["--dump"], through)
+            outputs.dump = dump.open_dump(args.dump, box, identity, modes["--dump"],
+                                          None if through is None else Cadence(through, args.dump_every or 100,
+                                                                               args.steps))
         except OSError as exc:
             raise OutputRefused(f"--dump {args.dump!r} cannot be written: {exc.strerror or exc}") from None
         except OutputRefused as exc:  # damaged, or past the checkpoint: its words name the file
@@ -356,7 +363,9 @@ def _claim(outputs: Outputs, args, identity, thermo_module, box, through) -> Non
     if args.thermo_file:
         try:
             outputs.thermo = thermolog.ThermoLog(args.thermo_file, thermo_module.KEYWORDS, identity,
-                                                 modes["--thermo-file"], through)
+                                                 modes["--thermo-file"],
+                                                 None if through is None else Cadence(through, args.thermo,
+                                                                                      args.steps))
         except OutputRefused as exc:
             raise OutputRefused(f"--thermo-file {exc}") from None
 

@@ -38,7 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from pympi_gpu.run.fileio import NEW_FILE_MODE, append_whole
-from pympi_gpu.run.outputs import (APPEND, NEW, Found, OutputError, OutputRefused, RunIdentity, beyond, damaged,
+from pympi_gpu.run.outputs import (APPEND, NEW, Cadence, Found, OutputError, OutputRefused, RunIdentity, damaged,
+                                   past_checkpoint,
                                    parse_fields)
 
 __all__ = ["FORMATS", "DumpError", "format_of", "open_dump", "write_frame", "read_frame", "inspect", "ExtxyzDump",
@@ -93,9 +94,11 @@ def open_dump(path: str | os.PathLike, box: float | None, identity: RunIdentity 
     file afresh), ``APPEND`` (continue it) or None (continue a file that
     exists, else start it).  A file continued is checked whole first: a torn
     last frame is cut, anything else damaged refused (:func:`~pympi_gpu.run.outputs.damaged`),
-    and so are frames past step ``through`` (the restart's checkpoint;
-    :func:`~pympi_gpu.run.outputs.beyond`), the file left as it was.  Raises
-    OSError where the file cannot be opened.
+    and so are frames past the restart's checkpoint ``through`` (its step, or
+    its :class:`~pympi_gpu.run.outputs.Cadence`) but those the restart writes
+    again, which are cut and said in the writer's ``note``
+    (:func:`~pympi_gpu.run.outputs.past_checkpoint`), the file left as it
+    was where refused.  Raises OSError where the file cannot be opened.
     """
     return (GsdDump if format_of(path) == "gsd" else ExtxyzDump)(path, box, identity, mode, through)
 
@@ -154,29 +157,36 @@ class ExtxyzDump:
     """Extended XYZ frames appended to ``path`` (see :func:`open_dump`)."""
 
     def __init__(self, path: str | os.PathLike, box: float | None, identity: RunIdentity | None = None,
-                 mode: str | None = None, through: int | None = None):
+                 mode: str | None = None, through: Cadence | int | None = None):
         self.path, self.box = Path(path), box
         self.identity = "" if identity is None else " " + identity.text()
         if mode is None:
             mode = APPEND if self.path.is_file() and self.path.stat().st_size else NEW
+        self.note = None
         self.after = self._repair(through) if mode == APPEND else None
         # opened now: a directory or file that cannot be written is found before the run
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if mode == APPEND else os.O_TRUNC),
                      NEW_FILE_MODE)
         os.close(fd)
 
-    def _repair(self, through: int | None) -> int | None:
+    def _repair(self, through: Cadence | int | None) -> int | None:
         """Cut a torn last frame off an existing file; return the last whole frame's step.
 
         The file is read whole first (:func:`_scan_extxyz`): damaged before its
-        end, or holding a frame past step ``through``, it is refused untouched.
+        end, or holding frames past the checkpoint ``through`` that the restart
+        does not write again (:func:`~pympi_gpu.run.outputs.past_checkpoint`),
+        it is refused untouched; those it writes again are cut (``note``).
         """
         if not self.path.is_file():
             return None
         data = self.path.read_bytes()
-        good, last = _scan_extxyz(self.path, data)
-        if through is not None and last is not None and last > through:
-            raise beyond(self.path, last, through, "frames")
+        good, frames = _scan_extxyz(self.path, data)
+        last = frames[-1][0] if frames else None
+        if through is not None:
+            past = [(step, at) for step, at in frames if step > int(getattr(through, "through", through))]
+            self.note = past_checkpoint(self.path, [step for step, _ in past], through, "frames")
+            if past:
+                good, last = past[0][1], frames[len(frames) - len(past) - 1][0] if len(frames) > len(past) else None
         if good < len(data):
             with open(self.path, "r+b") as fh:
                 fh.truncate(good)
@@ -215,8 +225,8 @@ class ExtxyzDump:
 _ATOM_WORDS = 8
 
 
-def _scan_extxyz(path, data: bytes) -> tuple[int, int | None]:
-    """``(bytes of the whole frames, the last one's step)`` of an extended-XYZ file this module wrote.
+def _scan_extxyz(path, data: bytes) -> tuple[int, list[tuple[int, int]]]:
+    """``(bytes of the whole frames, (step, first byte) of each)`` of an extended-XYZ file this module wrote.
 
     Each frame is its atom count (the first frame's), a header whose ``step=``
     is a whole number above the frame before's, and that many atom lines of
@@ -232,7 +242,7 @@ def _scan_extxyz(path, data: bytes) -> tuple[int, int | None]:
     blank = (arr == ord(" ")) | (arr == ord("\t")) | (arr == ord("\r")) | (arr == ord("\n"))
     first = np.flatnonzero(~blank & np.concatenate(([True], blank[:-1])))  # where every word begins
     words = np.searchsorted(first, ends) - np.searchsorted(first, starts)  # words of each whole line
-    lines, line, good, last, atoms = len(ends), 0, 0, None, None
+    lines, line, good, last, atoms, frames = len(ends), 0, 0, None, None, []
 
     def text(k: int) -> str:
         return data[starts[k]:ends[k]].decode("utf-8", "replace").strip()
@@ -261,9 +271,10 @@ def _scan_extxyz(path, data: bytes) -> tuple[int, int | None]:
                           f"of the frame of line {line + 1} ({_ATOM_WORDS} words) should be", "frame")
         if line + 2 + atoms > lines:
             break  # the last frame, torn: every line it has whole is as it should be
+        frames.append((step, good))
         last, line = step, line + 2 + atoms
         good = int(ends[line - 1]) + 1
-    return good, last
+    return good, frames
 
 
 def _value(header: str, key: str) -> str:
@@ -285,18 +296,23 @@ class GsdDump:
     """GSD frames (HOOMD-blue's schema) appended to ``path`` (see :func:`open_dump`)."""
 
     def __init__(self, path: str | os.PathLike, box: float | None, identity: RunIdentity | None = None,
-                 mode: str | None = None, through: int | None = None):
+                 mode: str | None = None, through: Cadence | int | None = None):
         import gsd.hoomd
 
         self.path, self.box = Path(path), box
         self.identity = None if identity is None else np.frombuffer(identity.text().encode("utf-8"), np.uint8)
         if mode is None:
             mode = APPEND if self.path.is_file() and self.path.stat().st_size else NEW
-        self.after = None
+        self.after, self.note = None, None
         if mode == APPEND:  # checked whole before GSD writes a byte: it would append after the frames it finds
-            self.after = _scan_gsd(self.path)
-            if through is not None and self.after is not None and self.after > through:
-                raise beyond(self.path, self.after, through, "frames")
+            steps = _scan_gsd(self.path)
+            if through is not None:
+                past = [step for step in steps if step > int(getattr(through, "through", through))]
+                self.note = past_checkpoint(self.path, past, through, "frames")
+                if past:
+                    steps = steps[:len(steps) - len(past)]
+                    _cut_gsd(self.path, len(steps))
+            self.after = steps[-1] if steps else None
         self.file = gsd.hoomd.open(os.fspath(path), mode="a" if mode == APPEND else "w")
 
     def write(self, step: int, time: float, ids, x, v) -> bool:
@@ -388,8 +404,8 @@ def _scan_gsd(path: Path) -> int | None:
         raise damaged(path, f"index entry {k}", f"its chunk of frame {int(frames[k])} is not one GSD wrote (out of "
                       "order, past the end of the file, or of no known type or name)", "frame")
     if not n:
-        return None
-    last = None
+        return []
+    last, steps = None, []
     with gsd.fl.open(os.fspath(path), "r") as f:
         atoms = _gsd_value(f, 0, "particles/N", 0)
         for frame in range(f.nframes):
@@ -400,7 +416,25 @@ def _scan_gsd(path: Path) -> int | None:
                 raise damaged(path, f"frame {frame}", f"it holds {_gsd_value(f, frame, 'particles/N', atoms)} "
                               f"atoms, the first frame {atoms}", "frame")
             last = step
-    return last
+            steps.append(step)
+    return steps
+
+
+def _cut_gsd(path: Path, frames: int) -> None:
+    """Leave the first ``frames`` frames of a GSD file :func:`_scan_gsd` checked, in place (the file claimed
+    stays the same file): the index entries of the later ones are emptied, as those of a frame GSD had not
+    committed, and the next frame appended writes over them (their data stays, unreferenced)."""
+    with open(path, "r+b") as fh:
+        head = np.frombuffer(fh.read(_GSD_HEADER.itemsize), _GSD_HEADER)[0]
+        where, count = int(head["index_location"]), int(head["index_allocated"])
+        fh.seek(where)
+        index = np.frombuffer(fh.read(count * _GSD_ENTRY.itemsize), _GSD_ENTRY)
+        first = int(np.argmax((index["frame"] >= frames) | (index["location"] == 0)))
+        used = int(np.count_nonzero(index["location"] != 0))
+        fh.seek(where + first * _GSD_ENTRY.itemsize)
+        fh.write(bytes((used - first) * _GSD_ENTRY.itemsize))
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _gsd_value(f, frame: int, name: str, default: int) -> int:

@@ -25,7 +25,7 @@ import dataclasses
 import shlex
 
 __all__ = ["RunIdentity", "Found", "OutputError", "OutputRefused", "decide", "parse_fields", "damaged", "beyond",
-           "NEW", "APPEND", "REPLACE"]
+           "Cadence", "past_checkpoint", "NEW", "APPEND", "REPLACE"]
 
 #: what :func:`decide` says to do with a file
 NEW, APPEND, REPLACE = "new", "append", "replace"
@@ -62,6 +62,43 @@ def beyond(path, last: int, through: int, units: str) -> OutputRefused:
                          f"checkpoint: they are not this restart's, and it would skip writing its own up to step "
                          f"{last}; restart from the checkpoint of the run that wrote them, remove the {units} "
                          "after the checkpoint's step (or the file), or pass --overwrite to start it afresh")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cadence:
+    """When a restart writes its rows or frames: every ``every`` steps (0: none between the first and the
+    last) after the checkpoint's step ``through``, up to step ``until`` (``--steps``)."""
+
+    through: int
+    every: int = 0
+    until: int | None = None
+
+    def rewrites(self, steps: list[int]) -> bool:
+        """Whether ``steps`` (past ``through``) are those the restart writes next, every one of them: what the
+        run that wrote the checkpoint wrote after it before it was killed (SIGKILL, a node lost)."""
+        if not self.every or not steps or (self.until is not None and steps[-1] > self.until):
+            return False
+        first = (self.through // self.every + 1) * self.every
+        return steps == list(range(first, first + self.every * len(steps), self.every))
+
+
+def past_checkpoint(path, steps: list[int], cadence: Cadence | int, units: str) -> str | None:
+    """The verdict on ``units`` (``rows``) of a continued file at ``steps`` past the restart's checkpoint.
+
+    None where there are none; a note where they are the ones the restart writes again, bit for bit
+    (:meth:`Cadence.rewrites`: a run killed after its last checkpoint), for the caller to cut them and
+    print the note; else :func:`beyond` is raised: another run's, or a run's this restart would not
+    reach, and the restart would skip writing its own up to there.
+    """
+    if not steps:
+        return None
+    if not isinstance(cadence, Cadence):  # a bare step: nothing past it is rewritten
+        cadence = Cadence(int(cadence))
+    if not cadence.rewrites(steps):
+        raise beyond(path, steps[-1], cadence.through, units)
+    return (f"{str(path)!r}: its {len(steps)} {units[:-1] if len(steps) == 1 else units} after step "
+            f"{cadence.through} (to step {steps[-1]}) cut: the run that wrote them was stopped after its "
+            "checkpoint; this restart writes them again")
 
 
 def _text(value) -> str:

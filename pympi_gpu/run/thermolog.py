@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pympi_gpu.run.fileio import NEW_FILE_MODE, append_whole
-from pympi_gpu.run.outputs import APPEND, NEW, Found, OutputError, RunIdentity, beyond, damaged, parse_fields
+from pympi_gpu.run.outputs import (APPEND, NEW, Cadence, Found, OutputError, RunIdentity, damaged, parse_fields,
+                                   past_checkpoint)
 
 __all__ = ["ThermoLog", "FORMATS", "format_of", "last_step", "check", "read", "inspect", "IDENTITY_MARK"]
 
@@ -103,8 +104,8 @@ def inspect(path: str | os.PathLike) -> Found:
     return Found("data", fields, f"thermo rows up to step {last_step(p)}")
 
 
-def check(path: str | os.PathLike, through: int | None = None) -> tuple[int, int | None]:
-    """``(bytes of the whole lines, the last row's step)`` of an existing log this module wrote, checked whole.
+def check(path: str | os.PathLike, through: Cadence | int | None = None) -> tuple[int, int | None, str | None]:
+    """``(bytes to keep, the last kept row's step, a note)`` of an existing log this module wrote, checked whole.
 
     What follows the last newline is a torn row (a job killed mid-row; each
     row is one write ending in its newline), for the caller to cut.  Every
@@ -112,14 +113,19 @@ def check(path: str | os.PathLike, through: int | None = None) -> tuple[int, int
     or the document's lines (YAML: ``---``, ``keywords: [...]``, ``data:``,
     ``...``), or a row of as many values as the keywords, its step a whole
     number above the row before's.  Anything else raises
-    :func:`~pympi_gpu.run.outputs.damaged` naming the line, and a row past step
-    ``through`` (the restart's checkpoint) :func:`~pympi_gpu.run.outputs.beyond`.
+    :func:`~pympi_gpu.run.outputs.damaged` naming the line.  Rows past the
+    restart's checkpoint (``through``: its step, or its
+    :class:`~pympi_gpu.run.outputs.Cadence`) are judged by
+    :func:`~pympi_gpu.run.outputs.past_checkpoint`: the ones the restart
+    writes again are left out of the bytes to keep (and said in the note),
+    others refused.
     """
     fmt = format_of(path)
     data = Path(path).read_bytes()
     whole = data.rfind(b"\n") + 1
-    width, last = None, None
+    width, last, past, offset, keep, document, rows = None, None, [], 0, whole, 0, 0
     for number, raw in enumerate(data[:whole].split(b"\n")[:-1], start=1):
+        at, offset = offset, offset + len(raw) + 1
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -133,6 +139,8 @@ def check(path: str | os.PathLike, through: int | None = None) -> tuple[int, int
                               "row")
             continue
         if fmt == "yaml" and line.rstrip() in ("---", "data:", "..."):
+            if line.rstrip() == "---":  # a run's document begins (a restart's after the run's before)
+                document, rows = at, 0
             continue
         if fmt == "yaml" and line.startswith("keywords: [") and line.rstrip().endswith("]"):
             width = len([k for k in line.rstrip()[len("keywords: ["):-1].split(",") if k.strip()])
@@ -149,10 +157,13 @@ def check(path: str | os.PathLike, through: int | None = None) -> tuple[int, int
                           "row") from None
         if last is not None and step <= last:
             raise damaged(path, f"line {number}", f"a row at step {step} follows the row at step {last}", "row")
-        last = step
-    if through is not None and last is not None and last > through:
-        raise beyond(path, last, through, "rows")
-    return whole, last
+        if through is not None and step > int(getattr(through, "through", through)):
+            if not past:  # cut here, or before a document that would be left without a row
+                keep, kept = (document if fmt == "yaml" and not rows else at), last
+            past.append(step)
+        last, rows = step, rows + 1
+    note = past_checkpoint(path, past, through, "rows")
+    return (keep, kept, note) if past else (whole, last, None)
 
 
 #: YAML's names of the non-finite floats, as Python reads them
@@ -177,24 +188,25 @@ class ThermoLog:
     what it held), ``APPEND`` (continue it, after cutting a torn last row) or
     None (append to a file that holds something, else start it).  A log
     continued is checked whole first (:func:`check`: damaged before its end,
-    or holding a row past step ``through``, it is refused with
-    :class:`~pympi_gpu.run.outputs.OutputRefused`, untouched).  Raises
+    or holding rows past the checkpoint ``through`` that the restart does not
+    write again, it is refused with :class:`~pympi_gpu.run.outputs.OutputRefused`,
+    untouched; those it writes again are cut, and ``note`` says so).  Raises
     :class:`~pympi_gpu.run.outputs.OutputError` where a write fails, after
     cutting what it wrote (a new file is removed).
     """
 
     def __init__(self, path: str | os.PathLike, keywords: Sequence[str], identity: RunIdentity | None = None,
-                 mode: str | None = None, through: int | None = None):
+                 mode: str | None = None, through: Cadence | int | None = None):
         self.path = Path(path)
         self.format = format_of(path)
         self.keywords = list(keywords)
         self.fd = None
         if mode is None:
             mode = APPEND if self.path.is_file() and self.path.stat().st_size else NEW
-        self.after = None
+        self.after, self.note = None, None
         try:
             if mode == APPEND:  # checked whole (refused, untouched, if damaged); then a torn last row cut
-                whole, self.after = check(self.path, through)
+                whole, self.after, self.note = check(self.path, through)
                 if whole != self.path.stat().st_size:
                     os.truncate(self.path, whole)
             self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if mode == APPEND else

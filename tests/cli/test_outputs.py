@@ -226,6 +226,35 @@ def test_a_file_damaged_before_its_end_is_refused_untouched(tmp_path, continued,
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("dump, log, ranks", [("d.extxyz", "t.csv", 3), ("d.gsd", "t.yaml", 2)])
+def test_a_restart_after_a_kill_past_its_checkpoint_writes_those_rows_and_frames_again(tmp_path, continued, dump,
+                                                                                       log, ranks):
+    """A run killed (SIGKILL, a lost node) after its checkpoint at step 15 left rows and frames at 20 and 25:
+    the restart from that checkpoint cuts them, says so on stderr, and writes them again, so the files end as
+    a run that was never killed leaves them (was, after item 11's refusal of a log past the checkpoint: the
+    restart refused, exit 2, the user to edit the files by hand)."""
+    from helpers.outputs import frames
+
+    killed, straight = tmp_path / "killed", tmp_path / "straight"
+    for d in (killed, straight):
+        d.mkdir()
+        for f in continued.iterdir():
+            (d / f.name).write_bytes(f.read_bytes())
+    files = ["--dump", dump, "--dump-every", 5, "--thermo", 5, "--thermo-file", log]
+    (killed / "c15.npz").write_bytes((killed / "c.npz").read_bytes())
+    ok(nbody(ranks, 200, "--backend", "numpy", "--steps", 25, *files, "--restart", "c.npz", "--checkpoint", "c.npz",
+             cwd=killed))  # the killed run: its rows and frames to 25, the checkpoint at 15 all that is left
+    p = ok(nbody(ranks, 200, "--backend", "numpy", "--steps", 30, *files, "--restart", "c15.npz", cwd=killed))
+    assert f"'{dump}': its 2 frames after step 15 (to step 25) cut" in p.stderr, p.stderr
+    assert f"'{log}': its 2 rows after step 15 (to step 25) cut" in p.stderr, p.stderr
+    ok(nbody(ranks, 200, "--backend", "numpy", "--steps", 30, *files, "--restart", "c.npz", cwd=straight))
+    assert (killed / log).read_bytes() == (straight / log).read_bytes()
+    got, want = frames(killed / dump), frames(straight / dump)
+    assert [f[0] for f in got] == [f[0] for f in want] == [0, 5, 10, 15, 20, 25, 30]
+    for a, b in zip(got, want):
+        assert all((x == y).all() if hasattr(x, "shape") else x == y for x, y in zip(a, b))
+
+
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_a_second_job_on_one_checkpoint_is_refused(tmp_path, ranks):
     ck = tmp_path / "c.npz"

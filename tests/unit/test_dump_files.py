@@ -117,3 +117,35 @@ def test_a_gsd_damaged_in_a_middle_frame_is_refused_untouched(tmp_path, damage, 
     with pytest.raises(OutputRefused, match=f"is damaged at {where}"):
         open_dump(path, 5.0, mode=APPEND)
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("suffix", [".extxyz", ".gsd"])
+def test_the_frames_a_killed_run_wrote_after_its_checkpoint_are_cut_and_written_again(tmp_path, suffix):
+    """A run killed (SIGKILL, a lost node) after its checkpoint at step 10 left frames at 15 and 20: the
+    restart writes them again, bit for bit, so they are cut with a note, not refused (the file's own
+    inode kept: it is the file claimed); frames off the run's cadence, past the restart's --steps or
+    with a gap are another's, and refused untouched."""
+    from pympi_gpu.nbody.dump import open_dump
+    from pympi_gpu.run.outputs import APPEND, Cadence, OutputRefused
+
+    path = tmp_path / f"t{suffix}"
+    for steps, cadence in ((0, 5, 10, 17), Cadence(10, 5, 100)), ((0, 5, 10, 20), Cadence(10, 5, 100)), \
+                          ((0, 5, 10, 15, 20), Cadence(10, 5, 15)), ((0, 5, 10, 15), Cadence(10, 0, 100)):
+        path.unlink(missing_ok=True)
+        before = _trajectory(path, steps=steps)
+        with pytest.raises(OutputRefused, match=f"holds frames up to step {steps[-1]}, beyond step 10"):
+            open_dump(path, 5.0, mode=APPEND, through=cadence)
+        assert path.read_bytes() == before
+    path.unlink()
+    _trajectory(path, steps=(0, 5, 10, 15, 20))
+    inode = path.stat().st_ino
+    writer = open_dump(path, 5.0, mode=APPEND, through=Cadence(10, 5, 100))
+    assert writer.after == 10 and "its 2 frames after step 10 (to step 20) cut" in writer.note
+    ids, x = np.arange(1, 4), np.random.default_rng(1).random((3, 3))
+    for step in (15, 20, 25):
+        assert writer.write(step, 0.005 * step, ids, x + step, x)
+    writer.close()
+    assert path.stat().st_ino == inode
+    got = frames(path)
+    assert [f[0] for f in got] == [0, 5, 10, 15, 20, 25]
+    assert np.allclose(got[-1][2], x + 25, atol=1e-6)

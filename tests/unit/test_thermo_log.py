@@ -115,3 +115,30 @@ def test_a_yaml_log_without_pyyaml_says_which_extra_brings_it(tmp_path, monkeypa
     monkeypatch.setitem(sys.modules, "yaml", None)
     with pytest.raises(ImportError, match=r"t.yaml' needs PyYAML .*pip install 'pympi_gpu\[plot\]'"):
         read(log)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".yaml"])
+def test_the_rows_a_killed_run_wrote_after_its_checkpoint_are_cut_and_written_again(tmp_path, suffix):
+    """Rows at 15 and 20 past the checkpoint at step 10, every 5 steps: a run killed after its checkpoint;
+    the restart writes them again (cut with a note).  Off the cadence, past --steps, or after a gap:
+    refused untouched."""
+    from pympi_gpu.run.outputs import APPEND, Cadence, OutputRefused
+
+    path = tmp_path / f"t{suffix}"
+    for rows, cadence in ((0, 5, 10, 999), Cadence(10, 5, 2000)), ((0, 5, 10, 20), Cadence(10, 5, 100)), \
+                         ((0, 5, 10, 15, 20), Cadence(10, 5, 15)), ((0, 5, 10, 15), Cadence(10, 0, 100)):
+        path.unlink(missing_ok=True)
+        before = _log(path, rows=rows)
+        with pytest.raises(OutputRefused, match=f"holds rows up to step {rows[-1]}, beyond step 10"):
+            ThermoLog(path, ["Step", "X", "Y"], mode=APPEND, through=cadence)
+        assert path.read_bytes() == before
+    path.unlink()
+    _log(path, rows=(0, 5, 10, 15, 20))
+    with ThermoLog(path, ["Step", "X", "Y"], mode=APPEND, through=Cadence(10, 5, 100)) as t:
+        assert t.after == 10 and "its 2 rows after step 10 (to step 20) cut" in t.note
+        t.write((15, 7.5, 1.0))
+    if suffix == ".csv":
+        steps = [int(line.split(",")[0]) for line in path.read_text().splitlines()[2:]]
+    else:
+        steps = [row[0] for doc in yaml.safe_load_all(path.read_text()) for row in doc["data"]]
+    assert steps == [0, 5, 10, 15]
