@@ -83,3 +83,29 @@ def pytest_pyfunc_call(pyfuncitem):
         pytest.fail(f"under the CUDA simulator (a child pytest):\n{(out.stdout + out.stderr)[-4000:]}",
                     pytrace=False)
     return True
+
+
+# -- where the suite's time goes --------------------------------------------------------------------------
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``PYMPI_TEST_CPU=FILE``, a JSON line a test: its wall time and the CPU time it cost, its own and its
+    children's (every command, rank and launcher it waited for), so that CI's minutes can be put on tests
+    (docs/testing.md; ``python -m tests.helpers.cputime FILE`` sums them)."""
+    path = os.environ.get("PYMPI_TEST_CPU")
+    if not path:
+        yield
+        return
+    import json
+    import resource
+    import time
+
+    def cpu() -> float:
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+    t0, c0 = time.monotonic(), cpu()
+    yield
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - t0, 3),
+                             "cpu": round(cpu() - c0, 3)}) + "\n")

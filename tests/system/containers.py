@@ -248,7 +248,7 @@ def pip_build_secrets(workdir: Path) -> list[str]:
     never end up in an image.
     """
     out = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
-                         capture_output=True, text=True, timeout=60).stdout
+                         capture_output=True, text=True, timeout=600)  # pip imports much: minutes on a loaded machine.stdout
     settings: dict[str, str] = {}
     for line in out.splitlines():
         key, _, value = line.partition("=")
