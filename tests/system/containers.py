@@ -247,8 +247,8 @@ def pip_build_secrets(workdir: Path) -> list[str]:
     configuration are mounted as build secrets for the pip step only: they
     never end up in an image.
     """
-    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
-                         capture_output=True, text=True, timeout=600)  # pip imports much: minutes on a loaded machine.stdout
+    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"],  # minutes on a loaded machine
+                         capture_output=True, text=True, timeout=600).stdout
     settings: dict[str, str] = {}
     for line in out.splitlines():
         key, _, value = line.partition("=")
