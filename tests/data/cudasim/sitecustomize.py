@@ -1,6 +1,7 @@
 """The test run's schedule for numba's CUDA simulator: loaded by Python at start-up in every child of
 the test run (``tests/conftest.py`` puts this folder on PYTHONPATH); it acts only in a process
-started with ``NUMBA_ENABLE_CUDASIM=1``.
+started with ``NUMBA_ENABLE_CUDASIM=1``.  (It also installs ``numba_blas_probe``, beside it: numba's
+BLAS probe kept from scipy, as in a user's install, in every child.)
 
 The simulator runs a kernel's threads as Python threads: each thread of each block is an OS thread
 started for the launch, and the launching thread polls them all, holding the GIL, until every one has
@@ -269,4 +270,5 @@ def _chain() -> None:
 if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
     _on_import("numba.cuda.simulator.kernel",
                _lock_shared_arrays if os.environ.get("PYMPI_TEST_SIMULATOR", "") == "threads" else install)
+__import__("numba_blas_probe").install()  # the module beside this one: numba without scipy's BLAS, as users run
 _chain()
