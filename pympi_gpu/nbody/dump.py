@@ -357,8 +357,8 @@ _GSD_TYPE_BYTES = {1: 1, 2: 2, 3: 4, 4: 8, 5: 1, 6: 2, 7: 4, 8: 8, 9: 4, 10: 8, 
 _GSD_MAGIC, _GSD_NAME = 0x65DF65DF65DF65DF, 64
 
 
-def _scan_gsd(path: Path) -> int | None:
-    """The step of the last frame of a GSD file this module wrote, after checking it whole (None: no frame).
+def _scan_gsd(path: Path) -> list[int]:
+    """The steps of the frames of a GSD file this module wrote, after checking it whole.
 
     GSD finds its frames by a binary search of its index, so an entry lost
     in the middle (erased, or pointing past the file) can hide every frame
@@ -371,8 +371,6 @@ def _scan_gsd(path: Path) -> int | None:
     GSD did not commit (a writer killed mid-frame: its data without its
     index) is not a frame, and GSD writes over it.
     """
-    import gsd.fl
-
     size = path.stat().st_size
     with open(path, "rb") as fh:
         head = np.frombuffer(fh.read(_GSD_HEADER.itemsize).ljust(_GSD_HEADER.itemsize, b"\0"), _GSD_HEADER)[0]
@@ -403,19 +401,23 @@ def _scan_gsd(path: Path) -> int | None:
         k = int(np.argmax(bad))
         raise damaged(path, f"index entry {k}", f"its chunk of frame {int(frames[k])} is not one GSD wrote (out of "
                       "order, past the end of the file, or of no known type or name)", "frame")
-    if not n:
-        return []
-    last, steps = None, []
+    return _gsd_steps(path) if n else []
+
+
+def _gsd_steps(path: Path) -> list[int]:
+    """The steps of a GSD file's frames, each above the one before, every frame of the first's atom count."""
+    import gsd.fl
+
+    steps = []
     with gsd.fl.open(os.fspath(path), "r") as f:
         atoms = _gsd_value(f, 0, "particles/N", 0)
         for frame in range(f.nframes):
             step = _gsd_value(f, frame, "configuration/step", 0)
-            if last is not None and step <= last:
-                raise damaged(path, f"frame {frame}", f"its step {step} follows step {last}", "frame")
+            if steps and step <= steps[-1]:
+                raise damaged(path, f"frame {frame}", f"its step {step} follows step {steps[-1]}", "frame")
             if _gsd_value(f, frame, "particles/N", atoms) != atoms:
                 raise damaged(path, f"frame {frame}", f"it holds {_gsd_value(f, frame, 'particles/N', atoms)} "
                               f"atoms, the first frame {atoms}", "frame")
-            last = step
             steps.append(step)
     return steps
 
