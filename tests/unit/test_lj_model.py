@@ -205,14 +205,15 @@ def test_the_scan_lanes_follow_the_cpu_numba_compiles_for(name, features, lanes,
     assert lists_cpu._vector_lanes() == lanes
 
 
-def test_engine_kernels_do_the_numpy_operations():
+@pytest.mark.parametrize("edges", [(7.3, 7.3, 7.3), (7.3, 6.1, 9.7)])
+def test_engine_kernels_do_the_numpy_operations(edges):
     """The serial kernels of the one-thread engine against the NumPy (or parallel) code they replace,
     bit for bit: kick + drift + displacement, the fold, the sort by (cell, id), a rebuild's packing and sort, a
-    migration split."""
+    migration split; in a cube and in an orthogonal box of three edges."""
     rng = np.random.default_rng(5)
-    n, box = 300, 7.3
-    x = rng.uniform(-1.0, box + 1.0, (n, 3))
-    x[0] = [-1e-300, box, 3.5]
+    n, box = 300, np.array(edges)
+    x = rng.uniform(-1.0, 1.0, (n, 3)) + rng.uniform(0.0, 1.0, (n, 3)) * box
+    x[0] = [-1e-300, box[1], 3.5]
     v, f, x0 = rng.normal(size=(n, 3)), rng.normal(size=(n, 3)), x + rng.normal(scale=0.1, size=(n, 3))
     v1, x1 = v.copy(), x.copy()
     d2 = kc.kick_drift(v1, f, x1, x0, 0.0025, 0.005, n)
@@ -251,12 +252,12 @@ def test_engine_kernels_do_the_numpy_operations():
     rows = np.column_stack([folded, v, ids.astype(np.float64)])
     keep = rows.copy()
     down, up = np.empty_like(rows), np.empty_like(rows)
-    stay, nd, nu = kc.leaving_rows(keep, n, 3 / box, 3, 1, 0, down, up)
+    stay, nd, nu = kc.leaving_rows(keep, n, 3 / box[0], 3, 1, 0, down, up)
     c = owner_coords(folded, box, (3, 1, 1))[:, 0]
     assert stay == np.sum(c == 1) and nd == np.sum(c == 0) and nu == np.sum(c == 2)
     assert keep[:stay].tobytes() == rows[c == 1].tobytes()
     assert down[:nd].tobytes() == rows[c == 0].tobytes() and up[:nu].tobytes() == rows[c == 2].tobytes()
-    assert kc.leaving_rows(rows.copy(), n, 4 / box, 4, 1, 0, down, up)[0] == -1  # some atom two bricks away
+    assert kc.leaving_rows(rows.copy(), n, 4 / box[0], 4, 1, 0, down, up)[0] == -1  # some atom two bricks away
 
 
 @pytest.mark.parametrize("half_shell", [False, True])

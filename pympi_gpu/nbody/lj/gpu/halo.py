@@ -138,6 +138,8 @@ class DeviceHalo:
         self.brick = brick
         self.cut = cutneigh
         self.dev = dev
+        #: the box's three edges, on the device: what the migration folds the positions into
+        self.box = dev.from_host(np.array(brick.box), np.float64)
         self.transport = transport
         self.half_shell = bool(half_shell)
         self.build = build
@@ -180,9 +182,9 @@ class DeviceHalo:
                     bounds[0, j], bounds[1, j] = b.lo[d] + self.cut, b.hi[d] - self.cut
                     low, high = np.zeros(3), np.zeros(3)
                     if b.coords[d] == 0:
-                        low[d] = shifts[0, j] = b.box
+                        low[d] = shifts[0, j] = b.box[d]
                     if b.coords[d] == b.dims[d] - 1:
-                        high[d] = shifts[1, j] = -b.box
+                        high[d] = shifts[1, j] = -b.box[d]
                     steps.append((low, high))
                 held = tuple(self.dev.from_host(a) for a in (dims, bounds, shifts))
                 view = self.dev.view
@@ -250,7 +252,7 @@ class DeviceHalo:
             chunks = grid(n)
             p, coord = (1, 0) if d is None else (b.dims[d], b.coords[d])  # none travels: every atom stays
             dev.launch(rk.migrate_count, strided_grid(n, dev.most_blocks), BLOCK, *(view(a) for a in src[:3]), n,
-                       fold, b.box, d or 0, p / b.box, p, coord, view(build.faces), view(build.ccount), chunks,
+                       fold, view(self.box), d or 0, p / b.box[d or 0], p, coord, view(build.faces), view(build.ccount), chunks,
                        view(build.meta))
             with dev.ops(1):
                 xp.cumsum(build.ccount[:4 * chunks], out=build.cstart[1:4 * chunks + 1])
