@@ -389,8 +389,7 @@ def _scan_gsd(path: Path) -> int | None:
         head = np.frombuffer(fh.read(_GSD_HEADER.itemsize).ljust(_GSD_HEADER.itemsize, b"\0"), _GSD_HEADER)[0]
         if int(head["magic"]) != _GSD_MAGIC or int(head["gsd_version"]) >> 16 != 2:
             raise ValueError(f"{os.fspath(path)!r} is not a GSD file of version 2")  # another kind of file
-        where, count = int(head["index_location"]), int(head["index_allocated"])
-        names = int(head["namelist_allocated"])
+        where, count, names = (int(head[k]) for k in ("index_location", "index_allocated", "namelist_allocated"))
         if where + count * _GSD_ENTRY.itemsize > size or int(head["namelist_location"]) + names * _GSD_NAME > size:
             raise damaged(path, "its header", "its index or its list of names runs past the end of the file",
                           "frame")

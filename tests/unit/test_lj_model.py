@@ -57,6 +57,39 @@ def test_bricks_tile_the_box():
     assert np.array_equal(wrap(np.array([[-1e-300, 10.0, 3.5]]), box), [[0.0, 0.0, 3.5]])
 
 
+def test_bricks_tile_an_orthogonal_box():
+    """Three edges: each axis cut by its own edge, folded by it, and each checked against cutoff + skin."""
+    box, dims = (10.0, 6.0, 30.0), (2, 1, 3)
+    x = np.random.default_rng(1).random((3000, 3)) * box
+    owners = owner_coords(x, box, dims)
+    for c in np.ndindex(*dims):
+        b = brick_of(box, dims, c)
+        assert b.box == box and b.hi == tuple(e * (k + 1) / d for e, k, d in zip(box, c, dims))
+        inside = np.all((x >= b.lo) & (x < b.hi), axis=1)
+        assert np.array_equal(inside, np.all(owners == c, axis=1))
+    assert grid_problem(box, dims, 2.8) is None
+    assert grid_problem(box, (1, 3, 1), 2.8) == (
+        "the box (10 x 6 x 30 sigma) cut into a 1x3x1 rank grid makes bricks 2 sigma thick along y, thinner than "
+        "the cutoff + skin (2.8); use fewer ranks or more atoms")
+    assert grid_problem(box, (1, 1, 10), 2.8) is None  # 3 sigma along z
+    assert np.array_equal(wrap(np.array([[-1e-300, 6.0, 31.5], [10.0, -0.5, 29.0]]), box),
+                          [[0.0, 0.0, 1.5], [0.0, 5.5, 29.0]])
+    cube = brick_of(7.5, (2, 1, 1), (1, 0, 0))
+    assert cube.box == (7.5, 7.5, 7.5) and cube == brick_of((7.5, 7.5, 7.5), (2, 1, 1), (1, 0, 0))
+
+
+def test_the_volume_of_a_cube_is_its_edge_cubed():
+    """A cubic box's volume (the pressure's) is ``L ** 3``, as before the box had three edges: ``L * L * L``
+    differs from it in the last bit for some edges."""
+    from pympi_gpu.nbody.lj.box import edges, text, volume
+
+    config = LjConfig(cells=10)
+    assert config.volume == config.box[0] ** 3 == (10 * (4.0 / 0.8442) ** (1.0 / 3.0)) ** 3
+    assert volume((2.0, 3.0, 5.0)) == 30.0 and edges(4) == (4.0, 4.0, 4.0)
+    assert any(volume(e) != e * e * e for e in np.random.default_rng(0).uniform(5, 50, 200))
+    assert text((10.0, 6.0, 30.0)) == "10 x 6 x 30" and text(config.box) == "16.796"
+
+
 def _random_system(n=300, box=7.0, seed=3, cut=2.8, half_shell=False):
     """Atoms in [0, box)^3 kept 0.8 sigma apart, sorted by cell (as a rebuild leaves them),
     plus all 26 periodic images as ghosts (``half_shell``: the 13 whose offset's first nonzero entry

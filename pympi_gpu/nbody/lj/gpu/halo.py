@@ -252,8 +252,8 @@ class DeviceHalo:
             chunks = grid(n)
             p, coord = (1, 0) if d is None else (b.dims[d], b.coords[d])  # none travels: every atom stays
             dev.launch(rk.migrate_count, strided_grid(n, dev.most_blocks), BLOCK, *(view(a) for a in src[:3]), n,
-                       fold, view(self.box), d or 0, p / b.box[d or 0], p, coord, view(build.faces), view(build.ccount), chunks,
-                       view(build.meta))
+                       fold, view(self.box), d or 0, p / b.box[d or 0], p, coord, view(build.faces),
+                       view(build.ccount), chunks, view(build.meta))
             with dev.ops(1):
                 xp.cumsum(build.ccount[:4 * chunks], out=build.cstart[1:4 * chunks + 1])
             leaving = xp.empty((n, 10), np.float64)  # those leaving down, then those leaving up
