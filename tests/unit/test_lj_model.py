@@ -464,3 +464,16 @@ def test_a_failed_mpi_call_from_a_kernel_raises_its_own_code(call):
     finally:
         system.close()
         cart.Free()
+
+
+def test_a_checkpoints_box_is_three_edges_or_one():
+    """A checkpoint of a file's run records its box as three edges; one written before the box had three
+    holds one number, a cube's edge, and is read so; anything else is no box."""
+    from pympi_gpu.nbody.lj.checkpoint import box_of, recorded_box
+
+    assert recorded_box([10.0, 6.0, 30.0]) == (10.0, 6.0, 30.0)
+    assert recorded_box(16.5) == recorded_box([16.5] * 3) == (16.5, 16.5, 16.5)
+    for bad in (None, True, [1.0, 2.0], [1.0, "2", 3.0], [1.0, float("inf"), 3.0], [1.0, 0.0, 3.0], "10"):
+        assert recorded_box(bad) is None, bad
+    assert box_of({"init": {}, "box": [10.0, 6.0, 30.0]}) == (10.0, 6.0, 30.0)
+    assert box_of({"cells": 10, "density": 0.8442}) == LjConfig(cells=10).box
