@@ -138,8 +138,8 @@ class DeviceHalo:
         self.brick = brick
         self.cut = cutneigh
         self.dev = dev
-        #: the box's three edges, on the device: what the migration folds the positions into
-        self.box = dev.from_host(np.array(brick.box), np.float64)
+        #: the box's three edges, on the device (what the migration folds the positions into), once it migrates
+        self._box = None
         self.transport = transport
         self.half_shell = bool(half_shell)
         self.build = build
@@ -168,6 +168,12 @@ class DeviceHalo:
         self.comm_time = 0.0
         #: the rank's communication and waiting time and traffic (the driver adds its collectives)
         self.clock = PhaseClock()
+
+    def _edges(self):
+        """The box's three edges on the device, uploaded by the first migration."""
+        if self._box is None:
+            self._box = self.dev.from_host(np.array(self.brick.box), np.float64)
+        return self._box
 
     # -- the plan's segments ----------------------------------------------
     def layout(self) -> list[Segment]:
@@ -252,7 +258,7 @@ class DeviceHalo:
             chunks = grid(n)
             p, coord = (1, 0) if d is None else (b.dims[d], b.coords[d])  # none travels: every atom stays
             dev.launch(rk.migrate_count, strided_grid(n, dev.most_blocks), BLOCK, *(view(a) for a in src[:3]), n,
-                       fold, view(self.box), d or 0, p / b.box[d or 0], p, coord, view(build.faces),
+                       fold, view(self._edges()), d or 0, p / b.box[d or 0], p, coord, view(build.faces),
                        view(build.ccount), chunks, view(build.meta))
             with dev.ops(1):
                 xp.cumsum(build.ccount[:4 * chunks], out=build.cstart[1:4 * chunks + 1])
