@@ -102,8 +102,8 @@ _f64 = float64[::1]
 _rows = float64[:, ::1]
 _nbr = int32[::1, :]
 #: the types the kernels are launched with (CuPy arrays through ``__cuda_array_interface__``)
-FOLD_SIGNATURE = void(_rows, _rows, int64, float64)
-BIN_SIGNATURE = void(_rows, _rows, _rows, _i64, int64, boolean, boolean, float64, _rows, _rows, _rows, _i64, _f64, _f64,
+FOLD_SIGNATURE = void(_rows, _rows, int64, _f64)
+BIN_SIGNATURE = void(_rows, _rows, _rows, _i64, int64, boolean, boolean, _f64, _rows, _rows, _rows, _i64, _f64, _f64,
                      _i64, _i64, _i32, int64, _i64, _i64, _f64, _f64, int64, int64, int64)
 ORDER_SIGNATURE = void(_i64, _i32, int64, _i64, _rows, _rows, _rows, _i64, _rows, _rows, _rows, _i64, _rows, _i64,
                        _i64, _f64, _f64, int64, int64, _i64, _rows, _i32, _i64, int64, int64)
@@ -116,7 +116,7 @@ GHOST_ORDER_SIGNATURE = void(_i64, _i32, int64, int64, _i64)
 GATHER_IMAGES_SIGNATURE = void(_f64, _i64, _f64, int64, int64, _i64, int64)
 BUILD_SIGNATURE = void(_rows, int64, _i64, _i64, _i64, _i32, int64, _i64, int64, float64, float64, boolean, _i64,
                        _nbr, _i64, _nbr, _i64)
-MIGRATE_COUNT_SIGNATURE = void(_rows, _rows, _rows, int64, boolean, float64, int64, float64, int64, int64, _i32,
+MIGRATE_COUNT_SIGNATURE = void(_rows, _rows, _rows, int64, boolean, _f64, int64, float64, int64, int64, _i32,
                                _i64, int64, _i64)
 MIGRATE_WRITE_SIGNATURE = void(_rows, _rows, _rows, _i64, int64, _i32, _i64, _i64, int64, _rows, _rows, _rows, _i64,
                                _rows, _i64)
