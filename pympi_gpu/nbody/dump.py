@@ -86,9 +86,10 @@ def format_of(path: str | os.PathLike) -> str:
     return FORMATS[suffix]
 
 
-def open_dump(path: str | os.PathLike, box: float | None, identity: RunIdentity | None = None,
+def open_dump(path: str | os.PathLike, box, identity: RunIdentity | None = None,
               mode: str | None = None, through: int | None = None):
-    """A writer for ``path`` (format by suffix); ``box`` is the periodic cube's edge, or None (open space).
+    """A writer for ``path`` (format by suffix); ``box`` is the periodic orthogonal box from the origin, its
+    three edges (or a cube's one), or None (open space).
 
     ``identity`` names the run in every frame; ``mode``: ``NEW`` (start the
     file afresh), ``APPEND`` (continue it) or None (continue a file that
@@ -153,12 +154,22 @@ def _inspect_gsd(path: Path) -> Found:
         return Found("foreign", detail="a GSD trajectory")
 
 
+def _edges(box) -> tuple[float, float, float] | None:
+    """The three edges of a periodic box given as one number (a cube) or three; None: open space."""
+    if box is None:
+        return None
+    if isinstance(box, (int, float)):
+        return (float(box),) * 3
+    lx, ly, lz = (float(e) for e in box)
+    return lx, ly, lz
+
+
 class ExtxyzDump:
     """Extended XYZ frames appended to ``path`` (see :func:`open_dump`)."""
 
-    def __init__(self, path: str | os.PathLike, box: float | None, identity: RunIdentity | None = None,
+    def __init__(self, path: str | os.PathLike, box, identity: RunIdentity | None = None,
                  mode: str | None = None, through: Cadence | int | None = None):
-        self.path, self.box = Path(path), box
+        self.path, self.box = Path(path), _edges(box)
         self.identity = "" if identity is None else " " + identity.text()
         if mode is None:
             mode = APPEND if self.path.is_file() and self.path.stat().st_size else NEW
@@ -201,8 +212,8 @@ class ExtxyzDump:
             cell = ""
             pbc = 'pbc="F F F"'
         else:
-            b = self.box
-            cell = f'Lattice="{b!r} 0.0 0.0 0.0 {b!r} 0.0 0.0 0.0 {b!r}" '
+            lx, ly, lz = self.box
+            cell = f'Lattice="{lx!r} 0.0 0.0 0.0 {ly!r} 0.0 0.0 0.0 {lz!r}" '
             pbc = 'pbc="T T T"'
         head = (f"{n}\n{cell}Properties=species:S:1:id:I:1:pos:R:3:velo:R:3 step={step} time={time!r} {pbc}"
                 f"{self.identity}\n")
@@ -295,11 +306,11 @@ def _field(header: str, key: str) -> str:
 class GsdDump:
     """GSD frames (HOOMD-blue's schema) appended to ``path`` (see :func:`open_dump`)."""
 
-    def __init__(self, path: str | os.PathLike, box: float | None, identity: RunIdentity | None = None,
+    def __init__(self, path: str | os.PathLike, box, identity: RunIdentity | None = None,
                  mode: str | None = None, through: Cadence | int | None = None):
         import gsd.hoomd
 
-        self.path, self.box = Path(path), box
+        self.path, self.box = Path(path), _edges(box)
         self.identity = None if identity is None else np.frombuffer(identity.text().encode("utf-8"), np.uint8)
         if mode is None:
             mode = APPEND if self.path.is_file() and self.path.stat().st_size else NEW
@@ -323,13 +334,13 @@ class GsdDump:
         frame = gsd.hoomd.Frame()
         frame.configuration.step = step
         # open space: a cube that holds every body (GSD needs a box), marked in the log
-        edge = self.box if self.box is not None else max(1.0, 2.02 * float(np.abs(x).max(initial=0.0)))
-        frame.configuration.box = [edge, edge, edge, 0, 0, 0]
+        box = self.box if self.box is not None else (max(1.0, 2.02 * float(np.abs(x).max(initial=0.0))),) * 3
+        frame.configuration.box = [*box, 0, 0, 0]
         frame.particles.N = len(ids)
         frame.particles.types = ["A"]
         frame.particles.typeid = np.zeros(len(ids), np.uint32)
         # HOOMD's box runs from -L/2 to L/2; the periodic models keep theirs from 0 to L
-        shift = 0.5 * self.box if self.box is not None else 0.0
+        shift = 0.5 * np.array(self.box) if self.box is not None else 0.0
         frame.particles.position = np.asarray(x, np.float32) - np.float32(shift)
         frame.particles.velocity = np.asarray(v, np.float32)
         frame.log["particles/id"] = np.asarray(ids, np.int64)
@@ -376,8 +387,7 @@ def _scan_gsd(path: Path) -> list[int]:
         head = np.frombuffer(fh.read(_GSD_HEADER.itemsize).ljust(_GSD_HEADER.itemsize, b"\0"), _GSD_HEADER)[0]
         if int(head["magic"]) != _GSD_MAGIC or int(head["gsd_version"]) >> 16 != 2:
             raise ValueError(f"{os.fspath(path)!r} is not a GSD file of version 2")  # another kind of file
-        where, count = int(head["index_location"]), int(head["index_allocated"])
-        names = int(head["namelist_allocated"])
+        where, count, names = (int(head[k]) for k in ("index_location", "index_allocated", "namelist_allocated"))
         if where + count * _GSD_ENTRY.itemsize > size or int(head["namelist_location"]) + names * _GSD_NAME > size:
             raise damaged(path, "its header", "its index or its list of names runs past the end of the file",
                           "frame")
@@ -449,7 +459,8 @@ def _gsd_value(f, frame: int, name: str, default: int) -> int:
 
 
 def read_frame(path: str | os.PathLike, index: int = -1) -> dict:
-    """One frame of a trajectory this module wrote: ``step``, ``id``, ``x``, ``v``, ``box`` (None: open space).
+    """One frame of a trajectory this module wrote: ``step``, ``id``, ``x``, ``v``, ``box`` (the periodic box's three
+    edges; None: open space).
 
     ``index`` counts frames from 0 (negative from the end).  ValueError, with
     a message for people, if there is no such frame or the file cannot be
@@ -488,10 +499,10 @@ def _read_gsd_frame(path, index: int) -> dict:
     with gsd.hoomd.open(os.fspath(path)) as f:
         fr = f[_pick(path, len(f), index)]
         periodic = bool(fr.log["periodic"][0]) if "periodic" in fr.log else True
-        edge = float(fr.configuration.box[0])
-        x = fr.particles.position.astype(np.float64) + (0.5 * edge if periodic else 0.0)
+        box = _edges(fr.configuration.box[:3])
+        x = fr.particles.position.astype(np.float64) + (0.5 * np.array(box) if periodic else 0.0)
         return {"step": int(fr.configuration.step), "id": np.asarray(fr.log["particles/id"]), "x": x,
-                "v": fr.particles.velocity.astype(np.float64), "box": edge if periodic else None}
+                "v": fr.particles.velocity.astype(np.float64), "box": box if periodic else None}
 
 
 def _read_extxyz_frame(path, index: int) -> dict:
@@ -509,6 +520,7 @@ def _read_extxyz_frame(path, index: int) -> dict:
     table = np.loadtxt(lines[start + 2:start + 2 + n], usecols=range(1, 8), ndmin=2)
     box = None
     if 'pbc="T T T"' in header and 'Lattice="' in header:
-        box = float(header.split('Lattice="', 1)[1].split()[0])
+        cell = header.split('Lattice="', 1)[1].split('"', 1)[0].split()
+        box = (float(cell[0]), float(cell[4]), float(cell[8]))
     return {"step": int(_field(header, "step")), "id": table[:, 0].astype(np.int64), "x": table[:, 1:4],
             "v": table[:, 4:7], "box": box}

@@ -116,8 +116,9 @@ class RunIdentity:
     fields: tuple[tuple[str, str], ...]
 
     @classmethod
-    def of(cls, model: str, n: int, box: float | None, seed: int, **params) -> RunIdentity:
-        """The identity of a ``model`` run of ``n`` atoms or bodies in a cube of edge ``box`` (None: open space)."""
+    def of(cls, model: str, n: int, box: float | str | None, seed: int, **params) -> RunIdentity:
+        """The identity of a ``model`` run of ``n`` atoms or bodies in a cube of edge ``box`` (None: open space;
+        a string: an orthogonal box's edges, ``Lx,Ly,Lz``)."""
         pairs = [("model", model), ("n", n), ("box", box), ("seed", seed), *params.items()]
         return cls(tuple((k, _text(v)) for k, v in pairs))
 

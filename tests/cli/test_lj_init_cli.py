@@ -5,7 +5,9 @@ without velocities gets the lattice start's; a run started from a file restarts 
 a ``--dump`` (extended XYZ, GSD) starts a run whose first row is the dumped step's, to the file's precision;
 states written by ASE and by the ``gsd`` package run as written; a data file LAMMPS writes itself runs 100 NVE
 steps in both codes to the same thermo (1e-10); bad files are refused in one message, exit 2, at 1, 2 and 3
-ranks, no rank left waiting.  The readers themselves: tests/unit/test_lj_readers.py.
+ranks, no rank left waiting.  An orthogonal box of three edges: LAMMPS's 100 NVE steps from its own file
+(1e-10), the state the same at 1, 2 and 3 ranks, a restart bit for bit, --dump's frames read back, an axis
+too thin refused along it.  The readers themselves: tests/unit/test_lj_readers.py.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def test_a_data_file_runs_as_the_lattice_it_holds(runs):
     """The file holds bench/in.lj's state: the run is the lattice's, row for row, bit for bit, at 3 ranks."""
     assert rows(runs["file"]) == rows(runs["lattice"])
     assert runs["file"]["init"] == {"spec": str(runs["dir"] / "x.data"), "kind": "lammps", "velocities": True}
-    assert runs["file"]["atoms"] == 864 and runs["file"]["box"] == CONFIG.box and runs["lattice"]["init"] is None
+    assert runs["file"]["atoms"] == 864 and runs["file"]["box"] == list(CONFIG.box) and runs["lattice"]["init"] is None
 
 
 def test_a_run_from_a_file_restarts_bit_for_bit(runs):
@@ -110,7 +112,7 @@ def test_states_written_by_ase_and_by_gsd_run_as_written(tmp_path):
 
     from pympi_gpu.nbody.lj.lattice import fcc_positions, velocities
 
-    x, v, box = fcc_positions(6, 0.8442), velocities(864, 1.0, 3), CONFIG.box
+    x, v, box = fcc_positions(6, 0.8442), velocities(864, 1.0, 3), CONFIG.box[0]
     atoms = ase.Atoms(["X"] * 864, positions=x, cell=[box] * 3, pbc=True)
     atoms.set_velocities(v)
     ase.io.write(tmp_path / "ase.extxyz", atoms)
@@ -192,6 +194,117 @@ def test_a_bad_file_is_refused_once_exit_2_no_rank_waiting(tmp_path, ranks, make
     if "1x1x1" in words and ranks == 3:
         words = words.replace("1x1x1", "3x1x1").replace("bricks 1.68", "bricks 0.5599")
     refused(lj(ranks, *make(tmp_path), "--steps", 1, timeout=120), words.format(t=tmp_path))
+
+
+# -- an orthogonal box of three edges -----------------------------------------------------------------------
+
+#: fcc cells along x, y and z: 768 atoms in 13.4 x 6.72 x 10.1 sigma, bricks 4.48 sigma thick along x at 3 ranks
+SLAB_CELLS = (8, 4, 6)
+
+
+@pytest.fixture(scope="module")
+def slab(tmp_path_factory):
+    """LAMMPS makes 768 atoms its own way in an 8 x 4 x 6-cell box (its velocities, atoms moved up to 0.1 sigma,
+    the box from -L_d/2 along each axis) and writes them with write_data; its 100 NVE steps from that file; and
+    pympi's at 3 ranks: 20 steps dumped (extended XYZ, GSD) at step 20, the same with a checkpoint at 10 and a
+    restart from it."""
+    lmp = lammps_executable()
+    d = tmp_path_factory.mktemp("slab")
+    run_lammps(lmp, d, data_script(CONFIG, d / "s.data", displace=0.1, cells=SLAB_CELLS), name="make.lj")
+    out = {"dir": d, "data": d / "s.data", "lammps": read_log(run_lammps(lmp, d, input_script(CONFIG, d / "s.data",
+                                                                                                100)))[0]}
+    common = ("--init", d / "s.data", "--thermo", 10, "--json", "-q")
+    out["straight"] = doc(lj(3, *common, "--steps", 20, "--dump", d / "s.extxyz", "--dump-every", 20))
+    out["gsd"] = doc(lj(3, *common, "--steps", 20, "--dump", d / "s.gsd", "--dump-every", 20))
+    doc(lj(3, *common, "--steps", 10, "--checkpoint", d / "c.npz"))
+    out["restarted"] = doc(lj(3, *common, "--steps", 20, "--restart", d / "c.npz"))
+    return out
+
+
+def _edges(cells) -> list[float]:
+    a = (4.0 / CONFIG.density) ** (1.0 / 3.0)
+    return [c * a for c in cells]
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_nve_in_an_orthogonal_box_agrees_with_lammps(slab, ranks):
+    """Three edges that differ (the data file's xlo xhi, ylo yhi, zlo zhi): 100 NVE steps, the thermo at step 100
+    within 1e-10 relative of LAMMPS's (the pressure over the volume Lx Ly Lz)."""
+    ours = doc(lj(ranks, "--init", slab["data"], "--steps", 100, "--thermo", 100, "--json", "-q"))
+    assert ours["box"] == pytest.approx(_edges(SLAB_CELLS), rel=1e-12) and len(set(ours["box"])) == 3
+    assert ours["atoms"] == 768 and ours["density"] == pytest.approx(0.8442, rel=1e-12)
+    theirs = slab["lammps"]
+    assert [r["step"] for r in ours["thermo"]] == [r["step"] for r in theirs] == [0, 100]
+    for a, b in zip(ours["thermo"], theirs):
+        for k in ROW:
+            assert a[k] == pytest.approx(b[k], rel=1e-10), (a["step"], k)
+
+
+def test_an_orthogonal_box_is_read_the_same_at_1_2_and_3_ranks(slab, tmp_path):
+    """The state read (dumped at step 0, in id order) is the same bytes at 1, 2 and 3 ranks; 20 steps agree to
+    round-off."""
+    frames = []
+    for ranks in (1, 2, 3):
+        out = doc(lj(ranks, "--init", slab["data"], "--steps", 20, "--thermo", 20, "--dump", tmp_path / f"{ranks}.extxyz",
+                     "--dump-every", 20, "--json", "-q"))
+        text = (tmp_path / f"{ranks}.extxyz").read_text()
+        frames.append(text)
+        assert out["grid"] == {1: [1, 1, 1], 2: [2, 1, 1], 3: [3, 1, 1]}[ranks]
+        for k in ROW:
+            assert out["thermo"][-1][k] == pytest.approx(slab["straight"]["thermo"][-1][k], rel=1e-11), k
+    step0 = [f.split("\n")[:2 + 768] for f in frames]  # the first frame: the count, the header, the atoms
+    assert "step=0 " in step0[0][1] and step0[0] == step0[1] == step0[2]
+    lx, ly, lz = slab["straight"]["box"]
+    assert f'Lattice="{lx!r} 0.0 0.0 0.0 {ly!r} 0.0 0.0 0.0 {lz!r}"' in frames[0].split("\n")[1]
+
+
+def test_a_run_in_an_orthogonal_box_restarts_bit_for_bit(slab):
+    assert rows(slab["restarted"]) == rows(slab["straight"])[1:]
+    assert slab["restarted"]["first_step"] == 10 and slab["restarted"]["box"] == slab["straight"]["box"]
+
+
+@pytest.mark.parametrize("dumped, precision", [("s.extxyz", 1e-13), ("s.gsd", 2e-6)])
+def test_a_dump_of_an_orthogonal_box_starts_its_steps_row(slab, dumped, precision):
+    """``--dump``'s last frame of three edges (extended XYZ's Lattice, GSD's box) read back by --init: its
+    step's row, to the file's precision, in the same box."""
+    source = slab["straight"] if dumped.endswith("extxyz") else slab["gsd"]
+    got = doc(lj(2, "--init", slab["dir"] / dumped, "--steps", 0, "--json", "-q"))
+    assert got["box"] == pytest.approx(source["box"], rel=precision)
+    want, got = source["thermo"][-1], got["thermo"][0]
+    for k in ("temp", "e_pair", "ke", "etotal"):
+        assert got[k] == pytest.approx(want[k], rel=precision, abs=0), k
+    assert got["press"] == pytest.approx(want["press"], abs=100 * precision * abs(want["e_pair"])), "press"
+
+
+def _slab_data(path, cells, density=0.8442) -> str:
+    """A data file of the fcc lattice of ``cells`` = (nx, ny, nz) cells (no velocities), written with numpy."""
+    a = (4.0 / density) ** (1.0 / 3.0)
+    corners = np.stack(np.meshgrid(*[np.arange(c, dtype=np.float64) for c in cells], indexing="ij"), -1)
+    basis = np.array([[0.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.5, 0.0, 0.5], [0.0, 0.5, 0.5]])
+    x = (corners.reshape(-1, 1, 3) + basis[None]).reshape(-1, 3) * a
+    n = len(x)
+    head = f"slab\n\n{n} atoms\n1 atom types\n\n" + "".join(f"0.0 {c * a!r} {d}lo {d}hi\n"
+                                                             for c, d in zip(cells, "xyz"))
+    rows = "\n".join(f"{i + 1} 1 {p!r} {q!r} {r!r}" for i, (p, q, r) in enumerate(x.tolist()))
+    path.write_text(head + "\nMasses\n\n1 1.0\n\nAtoms # atomic\n\n" + rows + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_an_axis_too_thin_is_refused_along_that_axis(tmp_path, ranks):
+    """Bricks thinner than cutoff + skin along any one axis are refused, per axis: 4 x 6 x 6 cells (6.72 x 10.1 x
+    10.1 sigma) run at 1 rank and are refused at 3 (bricks 2.24 sigma along x); 6 x 6 x 1 cells at both (z)."""
+    thin_x = _slab_data(tmp_path / "x.data", (4, 6, 6))
+    if ranks == 1:
+        assert doc(lj(1, "--init", thin_x, "--steps", 0, "--json", "-q"))["box"] == pytest.approx(_edges((4, 6, 6)))
+    else:
+        refused(lj(3, "--init", thin_x, "--steps", 1, timeout=120),
+                "the box (6.718 x 10.08 x 10.08 sigma) cut into a 3x1x1 rank grid makes bricks 2.239 sigma thick "
+                "along x, thinner than the cutoff + skin (2.8); use fewer ranks")
+    thin_z = _slab_data(tmp_path / "z.data", (6, 6, 1))
+    refused(lj(ranks, "--init", thin_z, "--steps", 1, timeout=120),
+            f"the box (10.08 x 10.08 x 1.68 sigma) cut into a {ranks}x1x1 rank grid makes bricks 1.68 sigma thick "
+            "along z, thinner than the cutoff + skin (2.8); use fewer ranks")
 
 
 def test_init_is_gravitys_choice_there_and_needs_bodies_without_it(tmp_path):

@@ -184,7 +184,7 @@ during = {k: system.dev.copies[k] - before[k] for k in before}
 owned = system.owned()
 start = dict(zip(ids.tolist(), x))
 # an atom folded back into the box crossed the periodic boundary; one not owned at the start crossed bricks
-folded = sum(bool(np.any(np.abs(p - start[i]) > config.box / 2)) for i, p in zip(owned["id"].tolist(), owned["x"])
+folded = sum(bool(np.any(np.abs(p - start[i]) > config.box[0] / 2)) for i, p in zip(owned["id"].tolist(), owned["x"])
              if i in start)
 arrived = sum(i not in start for i in owned["id"].tolist())
 out = {"during": during, "after_owned": system.dev.copies["atoms"] - before["atoms"],

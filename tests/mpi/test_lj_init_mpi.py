@@ -51,7 +51,7 @@ def _files(d):
     ids = np.arange(1, config.atoms + 1)
 
     def data(path):
-        lo = -config.box / 2
+        lo = -config.box[0] / 2
         with open(path, "w") as fh:
             fh.write(f"moved\n\n{config.atoms} atoms\n1 atom types\n\n"
                      + "".join(f"{lo!r} {-lo!r} {a}lo {a}hi\n" for a in "xyz") + "\nMasses\n\n1 1\n\nAtoms\n\n")
@@ -103,7 +103,7 @@ def test_a_refusal_some_ranks_see_is_every_ranks(agree, shared_dir, row, words):
     from pympi_gpu.nbody.lj.lattice import fcc_positions
 
     config = LjConfig(cells=6)
-    lo = -config.box / 2
+    lo = -config.box[0] / 2
 
     def data(path):
         x = fcc_positions(6, config.density) + lo

@@ -60,6 +60,7 @@ def test_a_file_start_is_priced_with_its_reading(tmp_path):
     from mpi4py import MPI
 
     from pympi_gpu.nbody.lj import start
+    from pympi_gpu.nbody.lj.box import volume
     from pympi_gpu.nbody.lj.config import FileStart
     from pympi_gpu.nbody.lj.lammps import write_data
     from pympi_gpu.nbody.lj.memory import READ
@@ -67,7 +68,7 @@ def test_a_file_start_is_priced_with_its_reading(tmp_path):
     write_data(tmp_path / "x.data", LjConfig(cells=20))  # 32,000 atoms
     header = start.read_header(MPI.COMM_SELF, str(tmp_path / "x.data"))
     config = LjConfig(cells=0, start=FileStart("x.data", "lammps", header.atoms, header.box, True),
-                      density=header.atoms / header.box ** 3)
+                      density=header.atoms / volume(header.box))
     reading = start.read_bytes(header, 1)
     assert 32_000 * 100 < reading < 32_000 * 1000  # a round (here the whole file) as text, parts and rows
     run = need(config, (1, 1, 1)).bytes

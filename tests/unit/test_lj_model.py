@@ -57,6 +57,39 @@ def test_bricks_tile_the_box():
     assert np.array_equal(wrap(np.array([[-1e-300, 10.0, 3.5]]), box), [[0.0, 0.0, 3.5]])
 
 
+def test_bricks_tile_an_orthogonal_box():
+    """Three edges: each axis cut by its own edge, folded by it, and each checked against cutoff + skin."""
+    box, dims = (10.0, 6.0, 30.0), (2, 1, 3)
+    x = np.random.default_rng(1).random((3000, 3)) * box
+    owners = owner_coords(x, box, dims)
+    for c in np.ndindex(*dims):
+        b = brick_of(box, dims, c)
+        assert b.box == box and b.hi == tuple(e * (k + 1) / d for e, k, d in zip(box, c, dims))
+        inside = np.all((x >= b.lo) & (x < b.hi), axis=1)
+        assert np.array_equal(inside, np.all(owners == c, axis=1))
+    assert grid_problem(box, dims, 2.8) is None
+    assert grid_problem(box, (1, 3, 1), 2.8) == (
+        "the box (10 x 6 x 30 sigma) cut into a 1x3x1 rank grid makes bricks 2 sigma thick along y, thinner than "
+        "the cutoff + skin (2.8); use fewer ranks or more atoms")
+    assert grid_problem(box, (1, 1, 10), 2.8) is None  # 3 sigma along z
+    assert np.array_equal(wrap(np.array([[-1e-300, 6.0, 31.5], [10.0, -0.5, 29.0]]), box),
+                          [[0.0, 0.0, 1.5], [0.0, 5.5, 29.0]])
+    cube = brick_of(7.5, (2, 1, 1), (1, 0, 0))
+    assert cube.box == (7.5, 7.5, 7.5) and cube == brick_of((7.5, 7.5, 7.5), (2, 1, 1), (1, 0, 0))
+
+
+def test_the_volume_of_a_cube_is_its_edge_cubed():
+    """A cubic box's volume (the pressure's) is ``L ** 3``, as before the box had three edges: ``L * L * L``
+    differs from it in the last bit for some edges."""
+    from pympi_gpu.nbody.lj.box import edges, text, volume
+
+    config = LjConfig(cells=10)
+    assert config.volume == config.box[0] ** 3 == (10 * (4.0 / 0.8442) ** (1.0 / 3.0)) ** 3
+    assert volume((2.0, 3.0, 5.0)) == 30.0 and edges(4) == (4.0, 4.0, 4.0)
+    assert any(volume(e) != e * e * e for e in np.random.default_rng(0).uniform(5, 50, 200))
+    assert text((10.0, 6.0, 30.0)) == "10 x 6 x 30" and text(config.box) == "16.796"
+
+
 def _random_system(n=300, box=7.0, seed=3, cut=2.8, half_shell=False):
     """Atoms in [0, box)^3 kept 0.8 sigma apart, sorted by cell (as a rebuild leaves them),
     plus all 26 periodic images as ghosts (``half_shell``: the 13 whose offset's first nonzero entry
@@ -205,14 +238,15 @@ def test_the_scan_lanes_follow_the_cpu_numba_compiles_for(name, features, lanes,
     assert lists_cpu._vector_lanes() == lanes
 
 
-def test_engine_kernels_do_the_numpy_operations():
+@pytest.mark.parametrize("edges", [(7.3, 7.3, 7.3), (7.3, 6.1, 9.7)])
+def test_engine_kernels_do_the_numpy_operations(edges):
     """The serial kernels of the one-thread engine against the NumPy (or parallel) code they replace,
     bit for bit: kick + drift + displacement, the fold, the sort by (cell, id), a rebuild's packing and sort, a
-    migration split."""
+    migration split; in a cube and in an orthogonal box of three edges."""
     rng = np.random.default_rng(5)
-    n, box = 300, 7.3
-    x = rng.uniform(-1.0, box + 1.0, (n, 3))
-    x[0] = [-1e-300, box, 3.5]
+    n, box = 300, np.array(edges)
+    x = rng.uniform(-1.0, 1.0, (n, 3)) + rng.uniform(0.0, 1.0, (n, 3)) * box
+    x[0] = [-1e-300, box[1], 3.5]
     v, f, x0 = rng.normal(size=(n, 3)), rng.normal(size=(n, 3)), x + rng.normal(scale=0.1, size=(n, 3))
     v1, x1 = v.copy(), x.copy()
     d2 = kc.kick_drift(v1, f, x1, x0, 0.0025, 0.005, n)
@@ -251,12 +285,12 @@ def test_engine_kernels_do_the_numpy_operations():
     rows = np.column_stack([folded, v, ids.astype(np.float64)])
     keep = rows.copy()
     down, up = np.empty_like(rows), np.empty_like(rows)
-    stay, nd, nu = kc.leaving_rows(keep, n, 3 / box, 3, 1, 0, down, up)
+    stay, nd, nu = kc.leaving_rows(keep, n, 3 / box[0], 3, 1, 0, down, up)
     c = owner_coords(folded, box, (3, 1, 1))[:, 0]
     assert stay == np.sum(c == 1) and nd == np.sum(c == 0) and nu == np.sum(c == 2)
     assert keep[:stay].tobytes() == rows[c == 1].tobytes()
     assert down[:nd].tobytes() == rows[c == 0].tobytes() and up[:nu].tobytes() == rows[c == 2].tobytes()
-    assert kc.leaving_rows(rows.copy(), n, 4 / box, 4, 1, 0, down, up)[0] == -1  # some atom two bricks away
+    assert kc.leaving_rows(rows.copy(), n, 4 / box[0], 4, 1, 0, down, up)[0] == -1  # some atom two bricks away
 
 
 @pytest.mark.parametrize("half_shell", [False, True])
@@ -430,3 +464,16 @@ def test_a_failed_mpi_call_from_a_kernel_raises_its_own_code(call):
     finally:
         system.close()
         cart.Free()
+
+
+def test_a_checkpoints_box_is_three_edges_or_one():
+    """A checkpoint of a file's run records its box as three edges; one written before the box had three
+    holds one number, a cube's edge, and is read so; anything else is no box."""
+    from pympi_gpu.nbody.lj.checkpoint import box_of, recorded_box
+
+    assert recorded_box([10.0, 6.0, 30.0]) == (10.0, 6.0, 30.0)
+    assert recorded_box(16.5) == recorded_box([16.5] * 3) == (16.5, 16.5, 16.5)
+    for bad in (None, True, [1.0, 2.0], [1.0, "2", 3.0], [1.0, float("inf"), 3.0], [1.0, 0.0, 3.0], "10"):
+        assert recorded_box(bad) is None, bad
+    assert box_of({"init": {}, "box": [10.0, 6.0, 30.0]}) == (10.0, 6.0, 30.0)
+    assert box_of({"cells": 10, "density": 0.8442}) == LjConfig(cells=10).box

@@ -44,6 +44,7 @@ def refused(cart, path, *words):
 # -- LAMMPS data files -------------------------------------------------------------------------------------
 
 CONFIG = LjConfig(cells=3)  # 108 atoms
+L = CONFIG.box[0]  # the lattice's cube edge
 
 
 def lammps_file(tmp_path, *, header="", lo=0.0, atoms=None, velocities_=True, masses="1 1.0", style="atomic",
@@ -55,7 +56,7 @@ def lammps_file(tmp_path, *, header="", lo=0.0, atoms=None, velocities_=True, ma
     v = velocities(n, CONFIG.temperature, CONFIG.seed)
     rows = atoms or [f"{i + 1} 1 {a!r} {b!r} {c!r}" + (" 0 0 0" if images else "")
                      for i, (a, b, c) in enumerate(x.tolist())]
-    box = CONFIG.box
+    box = L
     text = (f"LAMMPS data file via write_data, version 22 Jul 2025, timestep = 0, units = lj\n\n{n} atoms\n"
             f"1 atom types\n{header}\n" + "".join(f"{lo!r} {lo + box!r} {a}lo {a}hi\n" for a in "xyz")
             + f"\nMasses\n\n{masses}\n\nPair Coeffs # lj/cut\n\n1 1 1\n{extra_sections}\n"
@@ -87,7 +88,7 @@ def test_a_data_file_is_the_state_it_holds(cart, tmp_path, rows):
 def test_write_datas_layout_image_flags_a_moved_box_and_comments(cart, tmp_path):
     """LAMMPS's own layout: a title, Pair Coeffs (recorded for the command to judge), image flags (dropped),
     a box from -L/2, comments and blank lines between sections, rows in any order; positions moved to [0, L)."""
-    lo = -0.5 * CONFIG.box
+    lo = -0.5 * L
     path = lammps_file(tmp_path, lo=lo, images=True, extra_sections="\nAtom Type Labels\n\n1 Ar\n",
                        edit=lambda t: t.replace("Masses\n", "# the masses\nMasses # of each type\n", 1))
     header = start.read_header(cart, str(path))
@@ -104,12 +105,12 @@ def test_write_datas_layout_image_flags_a_moved_box_and_comments(cart, tmp_path)
 
 def test_atoms_outside_the_box_are_folded_in(cart, tmp_path):
     x = fcc_positions(CONFIG.cells, CONFIG.density)
-    moved = x + np.array([3.0, -2.0, 5.0]) * CONFIG.box  # whole boxes away: folded back onto the lattice
+    moved = x + np.array([3.0, -2.0, 5.0]) * L  # whole boxes away: folded back onto the lattice
     rows = [f"{i + 1} 1 {a!r} {b!r} {c!r}" for i, (a, b, c) in enumerate(moved.tolist())]
     got = load(cart, lammps_file(tmp_path, atoms=rows))
-    assert np.abs(got["x"] - x).max() < 1e-12 * CONFIG.box * 8 or \
-        np.abs(np.abs(got["x"] - x) - CONFIG.box).min() < 1e-9
-    assert (got["x"] >= 0).all() and (got["x"] < CONFIG.box).all()
+    assert np.abs(got["x"] - x).max() < 1e-12 * L * 8 or \
+        np.abs(np.abs(got["x"] - x) - L).min() < 1e-9
+    assert (got["x"] >= 0).all() and (got["x"] < L).all()
 
 
 def test_a_file_without_velocities_has_none(cart, tmp_path):
@@ -150,8 +151,6 @@ def atoms_line(i: int) -> int:
      ["atom_style charge"]),
     (lambda t: lammps_file(t, atoms=[f"{i + 1} 1 0.5 0 0 {i}" for i in range(108)]),
      ["an atom of 6 words", "id type x y z [ix iy iz]"]),
-    (lambda t: lammps_file(t, edit=lambda s: s.replace(f"{CONFIG.box!r} zlo", f"{2 * CONFIG.box!r} zlo")),
-     ["x 10.07", "cubic periodic box (the same edge along x, y and z)"]),
     (lambda t: lammps_file(t, atoms=_rows({10: "11 1 nan 0 0"})), [f"line {atoms_line(10)}", "not a finite position"]),
     (lambda t: lammps_file(t, atoms=_rows({10: "11 1 1e300 0 0"})), ["box edges", "lose its position to rounding"]),
     (lambda t: lammps_file(t, atoms=_rows({10: "11 1 0.1 oops 0"})),
@@ -213,7 +212,7 @@ def _ase_atoms(n=108, species="X", masses=True, seed=3):
     from ase import Atoms
 
     rng = np.random.default_rng(seed)
-    box = CONFIG.box
+    box = L
     a = Atoms([species] * n, positions=rng.random((n, 3)) * box,
               cell=[box, box, box], pbc=True, masses=np.ones(n) if masses else None)
     a.set_velocities(rng.random((n, 3)) - 0.5)
@@ -260,7 +259,6 @@ def _xyz(tmp_path, header, rows, name="b.extxyz", count=None):
     return path
 
 
-L = CONFIG.box
 LATTICE = f'Lattice="{L} 0 0 0 {L} 0 0 0 {L}"'
 TWO = ["X 0.5 0.5 0.5", "X 1.5 1.5 1.5"]
 
@@ -269,7 +267,6 @@ TWO = ["X 0.5 0.5 0.5", "X 1.5 1.5 1.5"]
     (f'Lattice="{L} 0.1 0 0 {L} 0 0 0 {L}"', TWO, ["not orthogonal (a triclinic box)"]),
     (f'{LATTICE} pbc="T T F"', TWO, ["not periodic along every axis"]),
     ("Properties=species:S:1:pos:R:3", TWO, ["no Lattice", "the box is needed"]),
-    (f'Lattice="{L} 0 0 0 {L} 0 0 0 {2 * L}"', TWO, ["cubic periodic box"]),
     (LATTICE, ["X 0.5 0.5 0.5", "Y 1.5 1.5 1.5"], ["line 4: an atom of type Y, where the first is X",
                                                      "several atom types"]),
     (f"{LATTICE} Properties=species:S:1:pos:R:3:masses:R:1", ["X 0.5 0.5 0.5 1", "X 1.5 1.5 1.5 2"],
@@ -377,7 +374,6 @@ def test_a_gsd_frame_without_velocities_has_none(cart, tmp_path):
     ({"bonds": True}, ["1 bonds"]),
     ({"dimensions": 2}, ["a 2-D system"]),
     ({"box": [L, L, L, 0.2, 0, 0]}, ["a triclinic box (tilt factors 0.2 0 0)"]),
-    ({"box": [L, L, 2 * L, 0, 0, 0]}, ["cubic periodic box"]),
 ])
 def test_a_gsd_frame_the_engine_cannot_run_is_refused(cart, tmp_path, particles, words):
     refused(cart, gsd_file(tmp_path, **particles), *words)
@@ -420,3 +416,83 @@ def test_the_rounds_bound_what_the_reading_rank_holds(cart, tmp_path):
     assert len(sizes) == 16 and max(sizes) < 500 * 80  # 8 rounds of atoms, 8 of velocities, each 500 lines
     header = start.read_header(cart, str(tmp_path / "x.data"))
     assert 4000 * 100 < start.read_bytes(header, 1) < 4000 * 1000  # a few rows' worth an atom, at this size
+
+
+# -- orthogonal boxes of three edges -----------------------------------------------------------------------
+
+SLAB = (L, 1.5 * L, 2.0 * L)  # three edges that differ
+
+
+def _slab_state():
+    """CONFIG's lattice spread through SLAB (each axis scaled to its edge), with velocities."""
+    x = fcc_positions(CONFIG.cells, CONFIG.density) * (np.array(SLAB) / L)
+    return x, velocities(CONFIG.atoms, CONFIG.temperature, CONFIG.seed)
+
+
+def test_a_data_file_of_an_orthogonal_box_is_read_with_its_three_edges(cart, tmp_path):
+    """A box ``xlo xhi``, ``ylo yhi``, ``zlo zhi`` of three edges: the header has them, the positions are folded
+    along each axis into its own edge (an atom one box up along z lands where it was, not a cube's edge away)."""
+    x, v = _slab_state()
+    lo = np.array([-1.0, 2.0, -0.5 * SLAB[2]])
+    moved = x + lo
+    moved[5] += [0.0, 0.0, SLAB[2]]  # one box up along z
+    moved[6] -= [SLAB[0], 0.0, 0.0]  # one box down along x
+    rows = [f"{i + 1} 1 {a!r} {b!r} {c!r}" for i, (a, b, c) in enumerate(moved.tolist())]
+    bounds = "".join(f"{l!r} {l + e!r} {a}lo {a}hi\n" for a, l, e in zip("xyz", lo.tolist(), SLAB))
+    path = lammps_file(tmp_path, atoms=rows, edit=lambda t: t.replace(
+        "".join(f"0.0 {L!r} {a}lo {a}hi\n" for a in "xyz"), bounds))
+    header = start.read_header(cart, str(path))
+    assert header.box == SLAB and header.lo == tuple(lo)
+    got = load(cart, path, rows=7)
+    assert np.allclose(got["x"], x, rtol=0, atol=1e-12)
+    assert (got["x"] >= 0).all() and (got["x"] < np.array(SLAB)).all()
+    assert np.array_equal(got["v"], v)
+
+
+def test_edges_a_few_roundings_apart_are_a_cube():
+    assert readers.orthogonal_edges("x", (10.2, 5.1 - -5.1, 10.2)) == (10.2, 10.2, 10.2)
+    assert readers.orthogonal_edges("x", (10.0, 10.0, 30.0)) == (10.0, 10.0, 30.0)
+    with pytest.raises(InitError, match="not finite and > 0"):
+        readers.orthogonal_edges("x", (10.0, 0.0, 30.0))
+
+
+def test_an_extxyz_and_a_gsd_dump_of_an_orthogonal_box_read_back(cart, tmp_path):
+    """``--dump``'s writers with three edges (extended XYZ's Lattice diagonal, GSD's box without tilts) and the
+    readers: the box and the state come back (every digit; float32 in GSD), as pympi-plot's reader reads them."""
+    from pympi_gpu.nbody.dump import open_dump, read_frame
+
+    x, v = _slab_state()
+    ids = np.arange(1, CONFIG.atoms + 1)
+    for name in ("d.extxyz", "d.gsd"):
+        writer = open_dump(tmp_path / name, SLAB, CONFIG.identity())
+        writer.write(3, 0.015, ids, x, v)
+        writer.close()
+        header, frame = start.read_header(cart, str(tmp_path / name)), read_frame(tmp_path / name)
+        got = load(cart, tmp_path / name, rows=10)
+        if name.endswith("extxyz"):
+            assert f'Lattice="{SLAB[0]!r} 0.0 0.0 0.0 {SLAB[1]!r} 0.0 0.0 0.0 {SLAB[2]!r}"' in \
+                (tmp_path / name).read_text()
+            assert header.box == SLAB == frame["box"] and header.lo == (0.0, 0.0, 0.0)
+            assert got["x"].tobytes() == x.tobytes() and got["v"].tobytes() == v.tobytes()
+        else:
+            edges = tuple(float(np.float32(e)) for e in SLAB)
+            assert header.box == edges == frame["box"] and header.lo == tuple(-0.5 * e for e in edges)
+            assert np.array_equal(got["x"], wrap(frame["x"], edges))
+            assert np.abs(got["x"] - x).max() < 1e-5 * SLAB[2]  # float32's precision
+        assert got["id"].tolist() == ids.tolist()
+
+
+def test_a_gsd_frame_of_the_gsd_package_with_three_edges_is_read(cart, tmp_path):
+    path = gsd_file(tmp_path, box=[L, 1.5 * L, 2 * L, 0, 0, 0])
+    header = start.read_header(cart, str(path))
+    assert header.box == tuple(float(np.float32(e)) for e in (L, 1.5 * L, 2 * L))
+
+
+def test_an_orthogonal_box_with_tilts_is_still_refused(cart, tmp_path):
+    """Three edges are run; tilt factors (triclinic) are not, in any format."""
+    refused(cart, gsd_file(tmp_path, box=[L, 1.5 * L, 2 * L, 0, 0.3, 0]), "a triclinic box (tilt factors 0 0.3 0)",
+            "an orthogonal periodic box")
+    refused(cart, _xyz(tmp_path, f'Lattice="{L} 0 0 0.2 {2 * L} 0 0 0 {L}"', TWO), "not orthogonal (a triclinic box)",
+            "an orthogonal periodic box")
+    refused(cart, lammps_file(tmp_path, header="0 0 0.5 xy xz yz", name="t.data"), "triclinic box (tilt factors 0 0 0.5)",
+            "an orthogonal periodic box")

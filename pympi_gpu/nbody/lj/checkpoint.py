@@ -25,6 +25,7 @@ import numpy as np
 from pympi_gpu.mpi.blocks import scatter_rows
 from pympi_gpu.nbody.checkpoint import (BLOCK_ROWS, CheckpointError, NpzRows, check_writable, save_rows,
                                        unusable)
+from pympi_gpu.nbody.lj.box import Edges, edges, finite
 from pympi_gpu.nbody.lj.domain import owner_coords, wrap
 
 __all__ = ["FORMAT", "CheckpointError", "check_writable", "gather", "save", "read_file", "load", "box_of"]
@@ -98,8 +99,8 @@ def _validate_header(f: NpzRows) -> tuple[str, ...]:
         if not (isinstance(init, dict) and isinstance(init.get("spec"), str) and init.get("kind") in
                 ("lammps", "extxyz", "gsd") and isinstance(init.get("velocities"), bool)):
             raise unusable(path, f"meta field 'init' is not a record of the file the run started from: {init!r}")
-        if isinstance(box, bool) or not isinstance(box, (int, float)) or not (math.isfinite(box) and box > 0):
-            raise unusable(path, "meta field 'box' is missing or not a finite number > 0")
+        if recorded_box(box) is None:
+            raise unusable(path, "meta field 'box' is missing or not three finite edges > 0 (or one, a cube's)")
         if meta["cells"] != 0 or n < 1 or meta["step"] < 0:
             raise unusable(path, "meta atoms/cells/step out of range")
     elif meta["cells"] < 1 or n != 4 * meta["cells"] ** 3 or meta["step"] < 0:
@@ -142,7 +143,7 @@ def _validate_rows(path: str, first: int, rows: dict[str, np.ndarray], reach: fl
 def load(comm, path: str, box_of, dims, block: int = BLOCK_ROWS) -> tuple[dict, dict[str, np.ndarray]]:
     """Read ``path`` block by block on rank 0 and give every rank the atoms of its brick; collective over comm.
 
-    ``box_of(meta)`` is the box edge of the file's system, ``dims`` the rank
+    ``box_of(meta)`` is the box of the file's system (its three edges), ``dims`` the rank
     grid and comm a Cartesian communicator whose coordinates name the bricks.
     Each rank gets its atoms in id order, those of its brick at the last
     rebuild (``x0``) where the file says (else at ``x``), so that the ranks
@@ -196,13 +197,28 @@ def load(comm, path: str, box_of, dims, block: int = BLOCK_ROWS) -> tuple[dict, 
     return meta, local
 
 
-def box_of(meta: dict) -> float:
-    """The box edge of a checkpoint's system: a file start's recorded edge, else its lattice's."""
+def box_of(meta: dict) -> Edges:
+    """The box of a checkpoint's system, its three edges: a file start's recorded box, else its lattice's cube."""
     from pympi_gpu.nbody.lj.config import LjConfig
 
     if "init" in meta:
-        return float(meta["box"])
+        return recorded_box(meta["box"])
     return LjConfig(cells=meta["cells"], density=meta["density"]).box
+
+
+def recorded_box(value) -> Edges | None:
+    """The edges of a meta record's ``box``: three finite numbers > 0, or one (a cube's edge, as checkpoints
+    written before the box had three edges hold it); None where it is neither."""
+    if isinstance(value, (list, tuple)) and len(value) == 3:
+        values = list(value)
+    elif isinstance(value, (int, float)):
+        values = [value] * 3
+    else:
+        return None
+    if any(isinstance(e, bool) or not isinstance(e, (int, float)) for e in values):
+        return None
+    box = edges(values)
+    return box if finite(box) else None
 
 
 def _owner(names) -> str:
@@ -210,18 +226,18 @@ def _owner(names) -> str:
     return REFERENCE if REFERENCE in names else "x"
 
 
-def _finite_box(path: str, box_of, meta: dict) -> float:
+def _finite_box(path: str, box_of, meta: dict) -> Edges:
     """The box of a checkpoint's system, refused where its density gives none (an overflow, a zero edge)."""
     try:
-        box = box_of(meta)
+        box = edges(box_of(meta))
     except (OverflowError, ZeroDivisionError):
-        box = math.inf
-    if not (math.isfinite(box) and box > 0):
+        box = (math.inf,) * 3
+    if not finite(box):
         raise unusable(path, f"its density {meta['density']!r} gives no finite box")
     return box
 
 
-def _dest(x: np.ndarray, box: float, dims, ranks_of: np.ndarray) -> np.ndarray:
+def _dest(x: np.ndarray, box, dims, ranks_of: np.ndarray) -> np.ndarray:
     """The rank owning each position (folded into the box first)."""
     c = owner_coords(wrap(x, box), box, dims)
     return ranks_of[c[:, 0], c[:, 1], c[:, 2]]

@@ -11,6 +11,7 @@ import dataclasses
 import re
 
 from pympi_gpu.nbody.lj import pairs, thermostats
+from pympi_gpu.nbody.lj.box import Edges, edges, volume, word
 from pympi_gpu.run.outputs import RunIdentity
 
 __all__ = ["LjConfig", "FileStart", "DEFAULT_SEED", "half_lists"]
@@ -36,14 +37,18 @@ def half_lists(gpu: bool, threads: int) -> bool:
 @dataclasses.dataclass(frozen=True)
 class FileStart:
     """A start from a file (``--init``): ``spec`` as given (``PATH`` or ``PATH@FRAME``), and once its header is
-    read (:mod:`~pympi_gpu.nbody.lj.start`) its ``kind`` (``lammps``, ``extxyz``, ``gsd``), ``atoms``, cubic
-    ``box`` edge and whether it gives the ``velocities`` (else they are drawn at the temperature)."""
+    read (:mod:`~pympi_gpu.nbody.lj.start`) its ``kind`` (``lammps``, ``extxyz``, ``gsd``), ``atoms``, orthogonal
+    ``box`` (its three edges; a number is a cube's edge) and whether it gives the ``velocities`` (else they are
+    drawn at the temperature)."""
 
     spec: str
     kind: str = ""
     atoms: int = 0
-    box: float = 0.0
+    box: Edges = (0.0, 0.0, 0.0)
     velocities: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "box", edges(self.box))
 
     @property
     def read(self) -> bool:
@@ -56,10 +61,10 @@ class FileStart:
 
 @dataclasses.dataclass(frozen=True)
 class LjConfig:
-    """The system: an fcc lattice of ``cells^3`` cells at ``density``, its temperature, the pair cutoff.
+    """The system: an fcc lattice of ``cells^3`` cells at ``density`` (a cube), its temperature, the pair cutoff.
 
-    Or, with ``start``, the atoms of a file (``cells`` 0): their count and box
-    the file's, ``density`` theirs, ``temperature`` and ``seed`` those their
+    Or, with ``start``, the atoms of a file (``cells`` 0): their count and
+    orthogonal box (three edges) the file's, ``density`` theirs, ``temperature`` and ``seed`` those their
     velocities are drawn at where the file gives none.
 
     What to run (steps, outputs) is a :class:`~pympi_gpu.nbody.loop.RunOptions`.
@@ -95,17 +100,23 @@ class LjConfig:
     def from_file(cls, start: FileStart, **params) -> LjConfig:
         """The system of a file whose header is read (``start.read``); ``params`` the other fields."""
         params.pop("density", None)
-        return cls(cells=0, density=start.atoms / start.box ** 3, start=start, **params)
+        return cls(cells=0, density=start.atoms / volume(start.box), start=start, **params)
 
     @property
     def atoms(self) -> int:
         return self.start.atoms if self.start is not None else 4 * self.cells ** 3
 
     @property
-    def box(self) -> float:
+    def box(self) -> Edges:
+        """The periodic box's three edges ``(Lx, Ly, Lz)``: the file's, else the lattice's cube."""
         if self.start is not None:
             return self.start.box
-        return self.cells * (4.0 / self.density) ** (1.0 / 3.0)
+        return edges(self.cells * (4.0 / self.density) ** (1.0 / 3.0))
+
+    @property
+    def volume(self) -> float:
+        """``Lx Ly Lz`` (``L ** 3`` for a cube: :func:`~pympi_gpu.nbody.lj.box.volume`)."""
+        return volume(self.box)
 
     @property
     def cutneigh(self) -> float:
@@ -131,7 +142,7 @@ class LjConfig:
                                                              "neigh_check": "yes" if self.neigh_check else "no"}
         # the file as named (a word: a key=value reader splits the text at spaces)
         init = {} if self.start is None else {"init": re.sub(r"[\s\"'=]", "_", self.start.spec)}
-        return RunIdentity.of("lj", self.atoms, self.box, self.seed, **init, temperature=self.temperature,
+        return RunIdentity.of("lj", self.atoms, word(self.box), self.seed, **init, temperature=self.temperature,
                               dt=self.dt, cutoff=self.cutoff, skin=self.skin, pair=self.pair,
                               **{f"pair_{k}": v for k, v in self.coefficients.items()}, **policy, **self._bath())
 
@@ -161,5 +172,5 @@ class LjConfig:
                 "temperature": self.temperature, "cutoff": self.cutoff, "skin": self.skin, "dt": self.dt,
                 "seed": self.seed, "pair": self.pair, "pair_coeffs": self.coefficients,
                 "neigh_every": self.neigh_every, "neigh_check": "yes" if self.neigh_check else "no",
-                **self._bath(), **({} if self.start is None else {"init": self.start.meta(), "box": self.box}),
+                **self._bath(), **({} if self.start is None else {"init": self.start.meta(), "box": list(self.box)}),
                 "run": self.identity().text()}

@@ -1,9 +1,9 @@
-"""The Cartesian decomposition of the periodic cubic box into bricks.
+"""The Cartesian decomposition of the periodic orthogonal box into bricks.
 
 ``MPI.Compute_dims`` factors the ranks into a ``px x py x pz`` grid (as even
 as it can), ``Create_cart`` makes the periodic Cartesian communicator, and
-rank with grid coordinates ``c`` owns the brick ``[c_d L / p_d, (c_d + 1) L / p_d)``
-in each dimension ``d``.  Ghosts come only from the 26 neighbouring bricks, so
+rank with grid coordinates ``c`` owns the brick ``[c_d L_d / p_d, (c_d + 1) L_d / p_d)``
+in each dimension ``d`` (``L_d`` the box's edge along ``d``).  Ghosts come only from the 26 neighbouring bricks, so
 every brick must be at least the neighbour cutoff (``rc + skin``) thick.
 The brick geometry is pure (no MPI) and tested serially, as is the grid of
 cells a brick and its halo are binned into for the neighbour lists
@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from pympi_gpu.nbody.lj.box import Edges, edges, text
 from pympi_gpu.nbody.lj.config import LjConfig
 
 __all__ = ["Brick", "CellGrid", "brick_of", "grid_problem", "owner_coords", "wrap", "make_cart", "TAG_MIGRATE",
@@ -33,11 +34,11 @@ TAG_REVERSE = 0x4C30
 
 @dataclasses.dataclass(frozen=True)
 class Brick:
-    """One rank's brick of a periodic cube of edge ``box``."""
+    """One rank's brick of a periodic orthogonal box of edges ``box``."""
 
     dims: tuple[int, int, int]
     coords: tuple[int, int, int]
-    box: float
+    box: Edges
     lo: tuple[float, float, float]
     hi: tuple[float, float, float]
 
@@ -75,37 +76,42 @@ class CellGrid:
                    capacity=(width, width))
 
 
-def brick_of(box: float, dims, coords) -> Brick:
-    """The brick at grid ``coords`` of a ``dims`` grid over ``[0, box)^3``."""
+def brick_of(box, dims, coords) -> Brick:
+    """The brick at grid ``coords`` of a ``dims`` grid over the box ``[0, Lx) x [0, Ly) x [0, Lz)`` (``box``: its
+    three edges, or a cube's one)."""
+    box = edges(box)
     dims, coords = tuple(int(d) for d in dims), tuple(int(c) for c in coords)
-    lo = tuple(box * c / d for c, d in zip(coords, dims))
-    hi = tuple(box * (c + 1) / d for c, d in zip(coords, dims))
+    lo = tuple(e * c / d for e, c, d in zip(box, coords, dims))
+    hi = tuple(e * (c + 1) / d for e, c, d in zip(box, coords, dims))
     return Brick(dims=dims, coords=coords, box=box, lo=lo, hi=hi)
 
 
-def grid_problem(box: float, dims, cutneigh: float, remedy: str = "use fewer ranks or more atoms") -> str | None:
-    """Why ``dims`` bricks of a ``box`` cube cannot carry a halo of ``cutneigh`` (None if they can); ``remedy``
-    ends the message."""
-    for axis, d in zip("xyz", dims):
-        width = box / d
+def grid_problem(box, dims, cutneigh: float, remedy: str = "use fewer ranks or more atoms") -> str | None:
+    """Why ``dims`` bricks of the box ``box`` (three edges) cannot carry a halo of ``cutneigh`` (None if they can):
+    a brick thinner than ``cutneigh`` along some axis; ``remedy`` ends the message."""
+    for axis, edge, d in zip("xyz", edges(box), dims):
+        width = edge / d
         if width < cutneigh:
             grid = "x".join(str(int(p)) for p in dims)
-            return (f"the box ({box:.4g} sigma) cut into a {grid} rank grid makes bricks {width:.4g} sigma "
+            return (f"the box ({text(box, '.4g')} sigma) cut into a {grid} rank grid makes bricks {width:.4g} sigma "
                     f"thick along {axis}, thinner than the cutoff + skin ({cutneigh:.4g}); {remedy}")
     return None
 
 
-def wrap(x: np.ndarray, box: float) -> np.ndarray:
-    """Positions folded into ``[0, box)`` (a new array; positions inside are returned unchanged, bit for bit)."""
+def wrap(x: np.ndarray, box) -> np.ndarray:
+    """Positions ``(n, 3)`` folded into the box ``[0, L_d)`` along each axis (a new array; positions inside are
+    returned unchanged, bit for bit); ``box`` its three edges (or a cube's one)."""
+    box = np.asarray(edges(box))
     w = x - box * np.floor(x / box)
-    w[w >= box] = 0.0  # -tiny + box rounds to box
+    over = w >= box  # -tiny + L rounds to L
+    w[over] = 0.0
     return w
 
 
-def owner_coords(x: np.ndarray, box: float, dims) -> np.ndarray:
-    """Grid coordinates ``(n, 3)`` of the bricks that own positions ``x`` (in ``[0, box)``)."""
+def owner_coords(x: np.ndarray, box, dims) -> np.ndarray:
+    """Grid coordinates ``(n, 3)`` of the bricks that own positions ``x`` (in the box, of edges ``box``)."""
     d = np.asarray(dims, dtype=np.int64)
-    return np.minimum((x * (d / box)).astype(np.int64), d - 1)
+    return np.minimum((x * (d / np.asarray(edges(box)))).astype(np.int64), d - 1)
 
 
 def make_cart(comm):

@@ -43,8 +43,8 @@ def write_data(path: str | os.PathLike, config: LjConfig) -> None:
     with open(path, "w") as fh:
         fh.write(f"pympi_gpu LJ initial state, {config.cells}^3 fcc cells, seed {config.seed}\n\n"
                  f"{config.atoms} atoms\n1 atom types\n\n")
-        for a in "xyz":
-            fh.write(f"0.0 {config.box!r} {a}lo {a}hi\n")
+        for a, edge in zip("xyz", config.box):
+            fh.write(f"0.0 {edge!r} {a}lo {a}hi\n")
         fh.write("\nMasses\n\n1 1.0\n\nAtoms # atomic\n\n")
         np.savetxt(fh, np.column_stack([ids, np.ones_like(ids), x]), fmt=["%d", "%d", "%.17g", "%.17g", "%.17g"])
         fh.write("\nVelocities\n\n")
@@ -70,21 +70,24 @@ def input_script(config: LjConfig, data: str | os.PathLike, steps: int, thermo: 
         "thermo_modify norm yes format float %.12g", f"thermo {thermo or steps}", f"run {steps}", ""])
 
 
-def data_script(config: LjConfig, data: str | os.PathLike, *, displace: float = 0.0, seed: int = 4928459) -> str:
+def data_script(config: LjConfig, data: str | os.PathLike, *, displace: float = 0.0, seed: int = 4928459,
+                cells: tuple[int, int, int] | None = None) -> str:
     """A LAMMPS input that makes ``config``'s system its own way and writes it to ``data`` with ``write_data``.
 
     The fcc lattice of ``config.cells``^3 cells at ``config.density`` in a box
-    from ``-L/2`` to ``L/2`` (as ``bench/in.lj`` makes it, but centred),
+    from ``-L/2`` to ``L/2`` (as ``bench/in.lj`` makes it, but centred), or of
+    ``cells`` = ``(nx, ny, nz)`` cells along the three axes (an orthogonal box,
+    ``-n_d a/2`` to ``n_d a/2`` along each),
     LAMMPS's own velocities (``velocity all create T seed loop geom``: the same
     at any count of processes), each atom moved by up to ``displace`` sigma
     along each axis (``displace_atoms random``, folded back into the box with
     image flags), and the pair style's coefficients (``write_data`` writes them
     as ``Pair Coeffs``).
     """
-    half = config.cells / 2
+    halves = [c / 2 for c in (cells or (config.cells,) * 3)]
     style, coeff = config.style.lammps(config.coefficients, config.cutoff)
     lines = ["units lj", "atom_style atomic", f"lattice fcc {config.density!r}",
-             f"region box block {-half} {half} {-half} {half} {-half} {half}", "create_box 1 box",
+             "region box block " + " ".join(f"{-h} {h}" for h in halves), "create_box 1 box",
              "create_atoms 1 box", "mass 1 1.0", f"velocity all create {config.temperature!r} {seed} loop geom"]
     if displace:
         lines.append(f"displace_atoms all random {displace!r} {displace!r} {displace!r} {seed + 1} units box")

@@ -27,6 +27,8 @@ import math
 
 import numpy as np
 
+from pympi_gpu.nbody.lj.box import edges
+
 __all__ = ["FCC_BASIS", "cells_for", "cell_edge", "fcc_positions", "velocities", "temperature", "dof",
            "cell_range", "brick_lattice", "draws", "momentum_sum", "square_sum_leaves", "square_sum_leaf",
            "square_sum", "scale_velocities", "BLOCK"]
@@ -107,15 +109,16 @@ def _axis(cells: int, a: float, box: float, parts: int, part: int):
     return lo, values, owner == part
 
 
-def brick_lattice(cells: int, density: float, box: float, dims, coords) -> tuple[np.ndarray, np.ndarray]:
-    """The atoms of :func:`fcc_positions` that the brick at ``coords`` of a ``dims`` grid owns: ``(x, ids)``.
+def brick_lattice(cells: int, density: float, box, dims, coords) -> tuple[np.ndarray, np.ndarray]:
+    """The atoms of :func:`fcc_positions` that the brick at ``coords`` of a ``dims`` grid owns: ``(x, ids)``;
+    ``box`` the lattice's cube (its edge, or its three equal edges).
 
     Positions bit for bit as :func:`fcc_positions` gives them, ids (1-based)
     ascending; only the cells near the brick are looked at, a slab of cells
     at a time, so the memory is the brick's share.
     """
     a = cell_edge(density)
-    axes = [_axis(cells, a, box, int(p), int(c)) for p, c in zip(dims, coords)]
+    axes = [_axis(cells, a, e, int(p), int(c)) for e, p, c in zip(edges(box), dims, coords)]
     (lox, vx, ox), (loy, vy, oy), (loz, vz, oz) = axes
     per_b = [ox[hx][:, None, None] & oy[hy][None, :, None] & oz[hz][None, None, :] for hx, hy, hz in _HALF]
     n = sum(int(m.sum()) for m in per_b)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from pympi_gpu.nbody.lj.box import text
 from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.lj.domain import CellGrid, brick_of
 from pympi_gpu.nbody.memory import available_bytes, human_bytes
@@ -73,7 +74,7 @@ def need(config: LjConfig, dims, gpu: bool = False) -> Need:
     ranks = math.prod(int(d) for d in dims)
     owned = config.atoms / ranks
     reach = config.cutneigh
-    widths = [config.box / int(d) for d in dims]
+    widths = [e / int(d) for e, d in zip(config.box, dims)]
     ghosts = config.density * (math.prod(w + 2 * reach for w in widths) - math.prod(widths))
     cells = math.prod(max(1, math.floor(2 * (w + 2 * reach) / reach)) for w in widths)
     cap = int(0.75 * 4.0 / 3.0 * math.pi * reach ** 3 * config.density) + 16
@@ -105,7 +106,7 @@ def too_large(config: LjConfig, dims, ranks_on_node: int, gpu: bool = False,
     atoms, grid = config.atoms, "x".join(str(int(d)) for d in dims)
     if CELL * n.cells > n.bytes / 2:  # the search grid dominates: say what makes it so fine
         why = (f"{n.cells:.3g} cells of the neighbour search per rank: cutoff + skin {config.cutneigh:g} sigma "
-               f"in a box of {config.box:.4g} sigma; raise --cutoff/--skin or --density")
+               f"in a box of {text(config.box, '.4g')} sigma; raise --cutoff/--skin or --density")
     elif gpu:
         why = f"{GPU_HOST} bytes an atom on the host" + (" and its rows while the file is read" if reading else "")
     else:

@@ -80,7 +80,7 @@ class LjRun:
 
     atoms: int
     cells: int
-    box: float
+    box: list[float]
     density: float
     temperature: float
     pair: str

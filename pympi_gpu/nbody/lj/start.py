@@ -152,7 +152,7 @@ class _Directory:
 
 def load(cart, text: str, header: Header, *, rows: int | None = None) -> dict[str, np.ndarray]:
     """This rank's atoms of ``--init text``: ``{"x", "v", "id"}`` in id order, positions folded into
-    ``[0, box)``, ``v`` None where the file gives none; collective over the Cartesian communicator ``cart``,
+    the box (``[0, L_d)`` along each axis ``d``), ``v`` None where the file gives none; collective over the Cartesian communicator ``cart``,
     whose coordinates name the bricks.
 
     ``header`` is :func:`read_header`'s; ``rows`` the rows read in one round (default

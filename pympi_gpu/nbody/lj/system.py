@@ -395,7 +395,7 @@ class LjSystem:
         self.settle()
         coupling = self.bath.coupling(self.atoms.bath_state()) if self.bath.style.couples else None
         with clock.phase("waiting"):
-            row = thermo(self.cart, self.timestep, self.atoms.local_sums(), self.config.atoms, self.config.box ** 3,
+            row = thermo(self.cart, self.timestep, self.atoms.local_sums(), self.config.atoms, self.config.volume,
                          coupling)
         clock.sent(6 * 8)
         if not all(math.isfinite(v) for v in (row.temp, row.e_pair, row.etotal, row.press, *row.momentum)):
@@ -454,7 +454,7 @@ class LjSystem:
         steps = result.steps
         calls = None if self._calls0 is None else self.atoms.calls_per_step(comm, self._calls0, steps)
         return LjRun(
-            atoms=config.atoms, cells=config.cells, box=config.box, density=config.density,
+            atoms=config.atoms, cells=config.cells, box=list(config.box), density=config.density,
             temperature=config.temperature, pair=config.pair, pair_coeffs=config.coefficients, cutoff=config.cutoff,
             skin=config.skin, dt=config.dt, seed=config.seed,
             ranks=comm.Get_size(), grid=tuple(self.brick.dims), backend=labels.backend,

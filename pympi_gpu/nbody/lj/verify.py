@@ -16,6 +16,7 @@ import functools
 
 import numpy as np
 
+from pympi_gpu.nbody.lj.box import edges
 from pympi_gpu.nbody.lj.checkpoint import gather
 from pympi_gpu.nbody.record import Verification
 
@@ -29,18 +30,19 @@ DRIFT_BOUND = 1e-2
 SAMPLE = 64
 
 
-def reference_forces(x: np.ndarray, box: float, cutoff: float, which: np.ndarray,
+def reference_forces(x: np.ndarray, box, cutoff: float, which: np.ndarray,
                      pair=None) -> tuple[np.ndarray, np.ndarray]:
     """Direct-sum forces on atoms ``which`` of ``x`` ``(N, 3)``: ``(forces, sum of |f_ij|)``.
 
     ``pair`` is the pair term (``LjConfig.pair_term``; default LJ 12-6 at
     epsilon = sigma = 1), summed over every atom and its 27 nearest periodic
-    images, in float64: no cells, no ghosts, no lists.
+    images, in float64: no cells, no ghosts, no lists.  ``box``: the periodic box's three edges (or a cube's one).
     """
     if pair is None:
         from pympi_gpu.nbody.lj.config import LjConfig
 
         pair = LjConfig(cells=1).pair_term
+    box = np.asarray(edges(box))
     xw = x - box * np.floor(x / box)
     out = np.zeros((which.size, 3))
     mag = np.zeros(which.size)
@@ -65,9 +67,9 @@ def _direct_sum(pair):
                 for sy in range(-1, 2):
                     for sz in range(-1, 2):
                         for j in range(xw.shape[0]):
-                            dx = xw[i, 0] - xw[j, 0] - sx * box
-                            dy = xw[i, 1] - xw[j, 1] - sy * box
-                            dz = xw[i, 2] - xw[j, 2] - sz * box
+                            dx = xw[i, 0] - xw[j, 0] - sx * box[0]
+                            dy = xw[i, 1] - xw[j, 1] - sy * box[1]
+                            dz = xw[i, 2] - xw[j, 2] - sz * box[2]
                             r2 = dx * dx + dy * dy + dz * dz
                             if 0.0 < r2 < rc2:
                                 fpair, _ = pair(r2)
@@ -79,7 +81,7 @@ def _direct_sum(pair):
     return direct
 
 
-def verify(comm, owned: dict, box: float, cutoff: float, energy_drift: float | None,
+def verify(comm, owned: dict, box, cutoff: float, energy_drift: float | None,
            momentum_change: float | None, tolerance: float, pair=None) -> Verification:
     """Check forces, momentum and energy; collective over comm, same verdict on every rank.
 

@@ -207,7 +207,7 @@ class HostAtoms:
         t0 = time.perf_counter()
         n = self.nlocal
         rows = self._buffer("rows", (n, 10))
-        finite = kc.pack_migrants(self.pos, self.v, self.f, self.ids, n, rows, self.config.box)
+        finite = kc.pack_migrants(self.pos, self.v, self.f, self.ids, n, rows, np.array(self.config.box))
         rows = self.halo.migrate_rows(rows, n, wrapped=True)
         n = rows.shape[0]
         if not checked:
@@ -282,8 +282,8 @@ class HostAtoms:
             mpi = records.make(records.Mpi, reqs=halo.requests, req_at=halo.request_at, agree=system.agreement,
                                total=system.total, top=system.top, status=self._status, tally=self._tally, **halo.kernel_handles())
             grid = records.make(records.Grid, lo=grid.lo, inv=grid.inv, ncell=grid.ncell, reach=grid.reach,
-                                box=config.box, cut2=config.cutneigh ** 2, rc2=config.cutoff ** 2, dt=config.dt,
-                                half=config.newton, simd=lists_cpu.SIMD, block=lists_cpu.BLOCK)
+                                box=np.array(config.box), cut2=config.cutneigh ** 2, rc2=config.cutoff ** 2,
+                                dt=config.dt, half=config.newton, simd=lists_cpu.SIMD, block=lists_cpu.BLOCK)
             work = records.make(records.Work, sums=self._sums, times=self._times, held=self._held,
                                 seconds=self._rebuild_clock, state=self._rebuild_state, tally=self._rebuild_tally)
             self._bound, self._bound_to = (lists, build, halo.plan(), mpi, grid, work), key

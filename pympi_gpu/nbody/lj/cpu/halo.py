@@ -251,9 +251,9 @@ class Halo:
         self.pshift = np.zeros((6, 3))
         for d in range(3):
             if brick.coords[d] == 0:
-                self.pshift[2 * d, d] = brick.box
+                self.pshift[2 * d, d] = brick.box[d]
             if brick.coords[d] == brick.dims[d] - 1:
-                self.pshift[2 * d + 1, d] = -brick.box
+                self.pshift[2 * d + 1, d] = -brick.box[d]
         self.pidx = np.zeros(0, np.int64)
         self.poff, self.pstart = np.zeros(7, np.int64), np.zeros(6, np.int64)
         #: ghost rows of each entry
@@ -319,7 +319,7 @@ class Halo:
         if rows.base is not None:  # a view: the arrivals go to a buffer of its own
             rows = rows[:n].copy()
         if not wrapped:
-            kc.wrap_rows(rows, n, self.brick.box)
+            kc.wrap_rows(rows, n, np.asarray(self.brick.box))
         for d in range(3):
             if self.remote[d]:
                 rows, n = self._migrate_dim(d, rows, n)
@@ -333,7 +333,7 @@ class Halo:
         that came after the ones staying (in ``rows`` while they fit); ``(buffer, rows held)``."""
         b = self.brick
         out = self._leaving = _rows_for(self._leaving, 2 * n + 1, rows.shape[1])
-        stay, nd, nu = kc.leaving_rows(rows, n, b.dims[d] / b.box, b.dims[d], b.coords[d], d, out[:n], out[n:])
+        stay, nd, nu = kc.leaving_rows(rows, n, b.dims[d] / b.box[d], b.dims[d], b.coords[d], d, out[:n], out[n:])
         if stay < 0:
             raise RuntimeError(LOST)
         if nu:  # the rows going up after those going down

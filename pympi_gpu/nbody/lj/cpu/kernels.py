@@ -604,12 +604,12 @@ def _fold(x, box):
 @njit(nogil=True, cache=True)
 def pack_migrants(pos, v, f, ids, n, rows, box):
     """``rows[:n] = [x v f id]`` of the owned atoms (ids exact in float64), what a migration moves, the
-    positions folded into ``[0, box)`` (:func:`_fold`); returns whether every velocity and force was
-    finite."""
+    positions folded into the box, ``[0, box[e])`` along each axis ``e`` (:func:`_fold`); returns whether
+    every velocity and force was finite."""
     ok = True
     for i in range(n):
         for e in range(3):
-            rows[i, e] = _fold(pos[i, e], box)
+            rows[i, e] = _fold(pos[i, e], box[e])
             rows[i, 3 + e] = v[i, e]
             rows[i, 6 + e] = f[i, e]
             ok &= np.isfinite(v[i, e]) & np.isfinite(f[i, e])
@@ -619,10 +619,11 @@ def pack_migrants(pos, v, f, ids, n, rows, box):
 
 @njit(nogil=True, cache=True)
 def wrap_rows(x, n, box):
-    """Fold the first n rows into ``[0, box)`` in place, as :func:`~pympi_gpu.nbody.lj.domain.wrap` does."""
+    """Fold the first n rows into the box (``box``: its three edges) in place, as
+    :func:`~pympi_gpu.nbody.lj.domain.wrap` does."""
     for i in range(n):
         for d in range(3):
-            x[i, d] = _fold(x[i, d], box)
+            x[i, d] = _fold(x[i, d], box[d])
 
 
 @njit(nogil=True, cache=True)
@@ -976,8 +977,8 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
     rows = np.zeros((8, 10))
     copy_rows(pos, 0, n, x)
     put_rows(x, np.int64(0), n, pos)
-    pack_migrants(x, v, f, gid, n, rows, 3.0)
-    wrap_rows(rows, n, 3.0)
+    pack_migrants(x, v, f, gid, n, rows, np.full(3, 3.0))
+    wrap_rows(rows, n, np.full(3, 3.0))
     leaving_rows(rows, n, 1.0, 2, 0, 0, rows.copy(), rows.copy())
     order, cell, start = np.zeros(8, np.int64), np.zeros(8, np.int64), np.zeros(64, np.int64)
     sort_migrants(rows, n, lo, inv, ncell, order, cell, start, x.copy(), v.copy(), f.copy(), gid.copy(), x.copy())

@@ -100,7 +100,7 @@ def _migrate(st, got, tally, rows, leaving, box, dims, coords, remote, nbrs, tag
             if leaving.shape[0] < 2 * n + 1:
                 st[ST_NEED] = 2 * n + 1
                 return GROW_LEAVING
-            stay, nd, nu = kc.leaving_rows(rows, n, dims[d] / box, dims[d], coords[d], d, leaving[:n], leaving[n:])
+            stay, nd, nu = kc.leaving_rows(rows, n, dims[d] / box[d], dims[d], coords[d], d, leaving[:n], leaving[n:])
             if stay < 0:
                 return LOST
             for k in range(nu):  # the rows going up after those going down

@@ -150,7 +150,7 @@ class Mpi(structref.StructRefProxy):
 
 
 class Grid(structref.StructRefProxy):
-    """What stays for a run: the cell grid (``lo``, ``inv``, ``ncell``, ``reach``), the box edge, the
+    """What stays for a run: the cell grid (``lo``, ``inv``, ``ncell``, ``reach``), the box's three edges, the
     squared list radius and cutoff (``cut2``, ``rc2``), ``dt``, ``half`` (half lists, Newton's third
     law), and the list build's vector lanes and block (``simd``, ``block``)."""
 
@@ -271,7 +271,7 @@ def idle(st: np.ndarray) -> tuple:
                status=numba_calls.statuses(4), tally=np.zeros(6), comm=0, double=0,
                requests=np.zeros(2 * numba_calls.request_size(), np.uint8), rsize=numba_calls.request_size(),
                rstatus=numba_calls.statuses(2), got=np.zeros(3, np.int64))
-    grid = make(Grid, lo=np.zeros(3), inv=np.ones(3), ncell=np.zeros(3, np.int64), reach=2, box=1.0, cut2=1.0,
+    grid = make(Grid, lo=np.zeros(3), inv=np.ones(3), ncell=np.zeros(3, np.int64), reach=2, box=np.ones(3), cut2=1.0,
                 rc2=1.0, dt=0.005, half=True, simd=lists_cpu.SIMD, block=lists_cpu.BLOCK)
     work = make(Work, sums=np.zeros(4), times=np.zeros(1), held=np.zeros(3, np.int64), seconds=np.zeros(1),
                 state=st, tally=np.zeros(3))

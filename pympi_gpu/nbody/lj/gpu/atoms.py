@@ -143,6 +143,7 @@ class DeviceAtoms:
         self.redone = 0
         #: the largest squared displacement of a step, two slots used in turn (see :meth:`step`)
         self._dmax = dev.from_host(np.zeros(2), np.float64)
+        self._box = dev.from_host(np.array(self.config.box), np.float64)  # the three edges (wrap)
         self._d2 = dev.pinned(1)  # the step's, on the host after the first travelling stage's wait
         self._slot = self._step_slot = 0
         self._make_atoms()
@@ -807,7 +808,7 @@ class DeviceAtoms:
         n, view = self.nlocal, self.dev.view
         self._folded = True
         self.dev.launch(rk.fold_owned, kg.strided_grid(n, self.dev.most_blocks), kg.BLOCK, view(self._pos),
-                        view(self._x0), n, self.config.box)
+                        view(self._x0), n, view(self._box))
 
     def steps(self, most: int) -> list[float]:
         """Up to ``most`` steps without energy sums, ``system.timestep`` moved on by those taken; collective.

@@ -138,6 +138,8 @@ class DeviceHalo:
         self.brick = brick
         self.cut = cutneigh
         self.dev = dev
+        #: the box's three edges, on the device (what the migration folds the positions into), once it migrates
+        self._box = None
         self.transport = transport
         self.half_shell = bool(half_shell)
         self.build = build
@@ -167,6 +169,12 @@ class DeviceHalo:
         #: the rank's communication and waiting time and traffic (the driver adds its collectives)
         self.clock = PhaseClock()
 
+    def _edges(self):
+        """The box's three edges on the device, uploaded by the first migration."""
+        if self._box is None:
+            self._box = self.dev.from_host(np.array(self.brick.box), np.float64)
+        return self._box
+
     # -- the plan's segments ----------------------------------------------
     def layout(self) -> list[Segment]:
         """The plan's :class:`Segment` s, their constants uploaded once (the first rebuild's)."""
@@ -180,9 +188,9 @@ class DeviceHalo:
                     bounds[0, j], bounds[1, j] = b.lo[d] + self.cut, b.hi[d] - self.cut
                     low, high = np.zeros(3), np.zeros(3)
                     if b.coords[d] == 0:
-                        low[d] = shifts[0, j] = b.box
+                        low[d] = shifts[0, j] = b.box[d]
                     if b.coords[d] == b.dims[d] - 1:
-                        high[d] = shifts[1, j] = -b.box
+                        high[d] = shifts[1, j] = -b.box[d]
                     steps.append((low, high))
                 held = tuple(self.dev.from_host(a) for a in (dims, bounds, shifts))
                 view = self.dev.view
@@ -250,8 +258,8 @@ class DeviceHalo:
             chunks = grid(n)
             p, coord = (1, 0) if d is None else (b.dims[d], b.coords[d])  # none travels: every atom stays
             dev.launch(rk.migrate_count, strided_grid(n, dev.most_blocks), BLOCK, *(view(a) for a in src[:3]), n,
-                       fold, b.box, d or 0, p / b.box, p, coord, view(build.faces), view(build.ccount), chunks,
-                       view(build.meta))
+                       fold, view(self._edges()), d or 0, p / b.box[d or 0], p, coord, view(build.faces),
+                       view(build.ccount), chunks, view(build.meta))
             with dev.ops(1):
                 xp.cumsum(build.ccount[:4 * chunks], out=build.cstart[1:4 * chunks + 1])
             leaving = xp.empty((n, 10), np.float64)  # those leaving down, then those leaving up

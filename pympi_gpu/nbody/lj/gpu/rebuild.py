@@ -60,6 +60,7 @@ class DeviceBuild:
         self.lo = dev.from_host(grid_.lo, np.float64)
         self.inv = dev.from_host(grid_.inv, np.float64)
         self.nc = dev.from_host(grid_.ncell, np.int64)
+        self.box = dev.from_host(np.array(self.config.box), np.float64)  # the three edges the positions fold into
         every, check = self.config.neigh_policy
         #: the lists' policy the device decides by (rebuild_kernels.P_*)
         self.policy = dev.from_host(np.array([every, 1.0 if check else 0.0, system.rebuild_distance2,
@@ -174,7 +175,7 @@ class DeviceBuild:
         a = [v(t) for t in atoms]
         b = [v(t) for t in scratch]
         src = a if copy else b
-        self._strided(rk.bin_owned, n, *src, n, fold, copy, self.config.box, *b, v(self.lo), v(self.inv), v(self.nc),
+        self._strided(rk.bin_owned, n, *src, n, fold, copy, v(self.box), *b, v(self.lo), v(self.inv), v(self.nc),
                       v(self.count), v(self.bucket), cap.cell, v(self.gcount), v(self.meta), v(dmax), v(self.policy),
                       slot, step, force)
         with dev.ops(1):

@@ -102,8 +102,8 @@ _f64 = float64[::1]
 _rows = float64[:, ::1]
 _nbr = int32[::1, :]
 #: the types the kernels are launched with (CuPy arrays through ``__cuda_array_interface__``)
-FOLD_SIGNATURE = void(_rows, _rows, int64, float64)
-BIN_SIGNATURE = void(_rows, _rows, _rows, _i64, int64, boolean, boolean, float64, _rows, _rows, _rows, _i64, _f64, _f64,
+FOLD_SIGNATURE = void(_rows, _rows, int64, _f64)
+BIN_SIGNATURE = void(_rows, _rows, _rows, _i64, int64, boolean, boolean, _f64, _rows, _rows, _rows, _i64, _f64, _f64,
                      _i64, _i64, _i32, int64, _i64, _i64, _f64, _f64, int64, int64, int64)
 ORDER_SIGNATURE = void(_i64, _i32, int64, _i64, _rows, _rows, _rows, _i64, _rows, _rows, _rows, _i64, _rows, _i64,
                        _i64, _f64, _f64, int64, int64, _i64, _rows, _i32, _i64, int64, int64)
@@ -116,7 +116,7 @@ GHOST_ORDER_SIGNATURE = void(_i64, _i32, int64, int64, _i64)
 GATHER_IMAGES_SIGNATURE = void(_f64, _i64, _f64, int64, int64, _i64, int64)
 BUILD_SIGNATURE = void(_rows, int64, _i64, _i64, _i64, _i32, int64, _i64, int64, float64, float64, boolean, _i64,
                        _nbr, _i64, _nbr, _i64)
-MIGRATE_COUNT_SIGNATURE = void(_rows, _rows, _rows, int64, boolean, float64, int64, float64, int64, int64, _i32,
+MIGRATE_COUNT_SIGNATURE = void(_rows, _rows, _rows, int64, boolean, _f64, int64, float64, int64, int64, _i32,
                                _i64, int64, _i64)
 MIGRATE_WRITE_SIGNATURE = void(_rows, _rows, _rows, _i64, int64, _i32, _i64, _i64, int64, _rows, _rows, _rows, _i64,
                                _rows, _i64)
@@ -287,12 +287,13 @@ def _sort_rows(bucket, a, k):
 
 @cuda.jit
 def fold_owned(x, x0, n, box):
-    """Fold the owned positions [0, n) into ``[0, box)`` in place, as ``domain.wrap`` folds them, and move the
+    """Fold the owned positions [0, n) into the box (``box``: its three edges) in place, as ``domain.wrap`` folds
+    them, and move the
     reference positions ``x0`` with them (``x0 += folded - x``): a fold is not a displacement.  Grid-stride."""
     i, stride = _first(0)
     while i < n:
         for q in range(3):
-            w = _fold(x[i, q], box)
+            w = _fold(x[i, q], box[q])
             x0[i, q] = x0[i, q] + (w - x[i, q])
             x[i, q] = w
         i += stride
@@ -312,7 +313,7 @@ def bin_owned(x, v, f, gid, n, fold, copy, box, xb, vb, fb, gb, lo, inv, nc, cou
 
     Then, where it rebuilds: each atom of ``x v f gid`` copied to the same row of
     ``xb vb fb gb`` if ``copy`` (else they are the same arrays), its position folded
-    into ``[0, box)`` there if ``fold`` (where no migration folded them); the atom into
+    into the box (``box``: its three edges) there if ``fold`` (where no migration folded them); the atom into
     bucket ``bucket[c capc:]`` of its cell c (``count``: zero before, :func:`order_cells`
     leaves them so); the velocities and forces tested (``meta[M_NONFINITE]``); the
     ghost cells' counts ``gcount`` zeroed for the ghost writers; ``meta[M_N]`` set.
@@ -335,7 +336,7 @@ def bin_owned(x, v, f, gid, n, fold, copy, box, xb, vb, fb, gb, lo, inv, nc, cou
         gcount[c] = 0
     while i < n:
         for q in range(3):
-            w = _fold(x[i, q], box) if fold else x[i, q]
+            w = _fold(x[i, q], box[q]) if fold else x[i, q]
             if copy or fold:
                 xb[i, q] = w
             if copy:
@@ -728,7 +729,7 @@ def migrate_count(x, v, f, n, fold, box, d, scale, p, coord, cls, ccount, nchunk
     ``owner_coords``): each one's class ``cls`` (0 staying, 1 leaving down, 2 leaving up, 3 owned by neither
     neighbour: it moved more than a brick) counted per chunk of :data:`BLOCK` rows into ``ccount`` (class-major
     over ``nchunks``; zero before, :func:`migrate_write` leaves them so).  ``fold``: the positions folded into
-    ``[0, box)`` in place first and the velocities and forces tested (``meta[M_NONFINITE]``): the migration's
+    the box (``box``: its three edges) in place first and the velocities and forces tested (``meta[M_NONFINITE]``): the migration's
     first stage.  Grid-stride."""
     i, stride = _first(0)
     lower = (coord - 1) % p
@@ -736,7 +737,7 @@ def migrate_count(x, v, f, n, fold, box, d, scale, p, coord, cls, ccount, nchunk
     while i < n:
         if fold:
             for q in range(3):
-                x[i, q] = _fold(x[i, q], box)
+                x[i, q] = _fold(x[i, q], box[q])
             if not (_finite3(v, i) and _finite3(f, i)):
                 meta[M_NONFINITE] = 1
         c = min(int64(x[i, d] * scale), p - 1)

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 __all__ = ["MODULES", "InitError", "Spec", "Header", "Block", "Reader", "parse_spec", "kind_of", "open_file",
-           "parse", "ROUND_ROWS", "RUNS", "FOLD_LIMIT", "check_rows", "cubic_edge"]
+           "parse", "ROUND_ROWS", "RUNS", "FOLD_LIMIT", "check_rows", "orthogonal_edges"]
 
 #: the formats by kind: a new one is a module and a line here
 MODULES = {
@@ -38,8 +38,8 @@ MODULES = {
 #: the atoms' rows read in one round, over all parts: what bounds the reading rank's buffers
 ROUND_ROWS = 1 << 18
 #: what the engine runs, said where a file asks for something else
-RUNS = ("this engine runs one atom type of mass 1 (LJ units) without charges or molecules, in a cubic periodic "
-        "box")
+RUNS = ("this engine runs one atom type of mass 1 (LJ units) without charges or molecules, in an orthogonal "
+        "periodic box")
 #: positions farther than this many box edges from the box are refused: folding them in would lose them to rounding
 FOLD_LIMIT = 1e6
 #: bytes of a file read to tell its kind
@@ -75,7 +75,8 @@ class Header:
     """What a file holds, read and checked on the reading rank and handed to every rank.
 
     ``atoms``: how many; ``lo``: the box's low corner (positions are moved by
-    ``-lo``, so the box is ``[0, box)^3``); ``box``: its edge; ``velocities``,
+    ``-lo``, so the box is ``[0, Lx) x [0, Ly) x [0, Lz)``); ``box``: its three
+    edges ``(Lx, Ly, Lz)``; ``velocities``,
     ``ids``: whether the file gives them (else they are drawn at the
     temperature, and numbered 1..N in the file's order); ``where``: which
     frame, for messages (``frame 3 of 4, step 300``), or ``""``; ``pair``:
@@ -88,7 +89,7 @@ class Header:
     path: str
     atoms: int
     lo: tuple[float, float, float]
-    box: float
+    box: tuple[float, float, float]
     velocities: bool
     ids: bool
     where: str = ""
@@ -172,12 +173,13 @@ def check_rows(header: Header, block: Block) -> None:
             i = int(np.flatnonzero(bad)[0])
             raise InitError(f"--init {header.name}: {block.label(i)}: atom {int(block.ids[i])} is at "
                             f"{_triple(block.x[i])}, not a finite position")
-        lo = np.asarray(header.lo)
-        far = np.abs(block.x - (lo + 0.5 * header.box)) > (FOLD_LIMIT + 0.5) * header.box
+        lo, box = np.asarray(header.lo), np.asarray(header.box)
+        far = np.abs(block.x - (lo + 0.5 * box)) > (FOLD_LIMIT + 0.5) * box
         if far.any():
             i = int(np.flatnonzero(far.any(axis=1))[0])
+            edges = " x ".join(f"{e:.6g}" for e in header.box) if len(set(header.box)) > 1 else f"{box[0]:.6g}"
             raise InitError(f"--init {header.name}: {block.label(i)}: atom {int(block.ids[i])} is at "
-                            f"{_triple(block.x[i])}, more than {FOLD_LIMIT:g} box edges ({header.box:.6g}) outside "
+                            f"{_triple(block.x[i])}, more than {FOLD_LIMIT:g} box edges ({edges}) outside "
                             "the box: folding it in would lose its position to rounding")
     if block.v is not None:
         bad = ~np.isfinite(block.v).all(axis=1)
@@ -197,13 +199,16 @@ def _triple(v) -> str:
     return "(" + ", ".join(f"{float(c):.17g}" for c in v) + ")"
 
 
-def cubic_edge(name: str, edges, what: str = "box") -> float:
-    """The edge of a cubic box from its three ``edges``, or :class:`InitError` (a box of other edges, none, or not
-    finite); edges a few rounding errors apart (``-5.1 5.1`` against ``0 10.2``) count as equal."""
+def orthogonal_edges(name: str, edges, what: str = "box") -> tuple[float, float, float]:
+    """The three edges ``(Lx, Ly, Lz)`` of an orthogonal box, or :class:`InitError` (an edge not finite and > 0).
+
+    Edges a few rounding errors apart (``-5.1 5.1`` against ``0 10.2``) are a
+    cube's, ``(Lx, Lx, Lx)``: a cube read from a file runs as the cube it was
+    meant to be (its volume ``Lx ** 3``, as a cubic box always had).
+    """
     lx, ly, lz = (float(e) for e in edges)
     if not all(math.isfinite(e) and e > 0 for e in (lx, ly, lz)):
         raise InitError(f"--init {name}: the {what} edges {lx:g} x {ly:g} x {lz:g} are not finite and > 0")
-    if max(abs(ly - lx), abs(lz - lx)) > 4 * np.finfo(np.float64).eps * lx:
-        raise InitError(f"--init {name}: the {what} is {lx:.10g} x {ly:.10g} x {lz:.10g} sigma: {RUNS} (the same "
-                        "edge along x, y and z)")
-    return lx
+    if max(abs(ly - lx), abs(lz - lx)) <= 4 * np.finfo(np.float64).eps * lx:
+        return lx, lx, lx
+    return lx, ly, lz

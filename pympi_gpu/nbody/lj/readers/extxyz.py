@@ -3,7 +3,7 @@
 A frame is an atom count, a line of ``key=value`` fields, and a row per atom
 whose columns ``Properties`` names (``species:S:1:pos:R:3:momenta:R:3``;
 without it ASE's ``species:S:1:pos:R:3``).  Read here: ``Lattice`` (the box:
-orthogonal and cubic), ``pbc`` (periodic along x, y and z; with a
+orthogonal, its three edges on the diagonal), ``pbc`` (periodic along x, y and z; with a
 ``Lattice`` and no ``pbc``, periodic, as ASE reads it), ``Origin`` (the box's
 corner, OVITO's; else 0), and the columns ``pos`` (positions), ``id`` (ids;
 else 1..N in the frame's order), ``velo`` or ``velocities`` (velocities;
@@ -20,7 +20,7 @@ import dataclasses
 
 import numpy as np
 
-from pympi_gpu.nbody.lj.readers import ROUND_ROWS, RUNS, Block, Header, InitError, Spec, cubic_edge
+from pympi_gpu.nbody.lj.readers import ROUND_ROWS, RUNS, Block, Header, InitError, Spec, orthogonal_edges
 from pympi_gpu.nbody.lj.readers.lines import Lines, deal, first_words, numbers
 
 __all__ = ["KIND", "sniff", "open_file", "parse"]
@@ -146,7 +146,7 @@ class _Reader:
             raise self._fail(line, f"pbc=\"{' '.join(periodic)}\": the box is not periodic along every axis: {RUNS}")
         lo = tuple(self._numbers(line, "Origin", fields["origin"], 3)) if "origin" in fields else (0.0, 0.0, 0.0)
         name = repr(self.path) + (f" ({where})" if where else "")
-        box = cubic_edge(name, np.diag(cell))
+        box = orthogonal_edges(name, np.diag(cell))
         layout = self._columns(line, first, offset, fields.get("properties", "species:S:1:pos:R:3"))
         return Header(kind=KIND, path=self.path, atoms=n, lo=tuple(float(c) for c in lo), box=box,
                       velocities=layout.velocity is not None, ids=layout.ident is not None, where=where,

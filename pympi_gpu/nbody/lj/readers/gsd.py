@@ -10,10 +10,10 @@ chunk whole.  As in HOOMD-blue, a chunk a frame leaves out is frame 0's, else
 the schema's default (no velocities: drawn at ``--temperature``; masses 1,
 charges 0, bodies -1).
 
-HOOMD's box is centred on the origin (``[-L/2, L/2)``); ``--dump`` writes
+HOOMD's box is centred on the origin (``[-L/2, L/2)`` along each axis, of its own edge ``L``); ``--dump`` writes
 positions so and the ids in ``log/particles/id`` (else 1..N in the frame's
 order).  Refused: a file the package cannot read (damaged, or cut short), a
-frame with tilt factors (triclinic), a 2-D one, a box of other edges, several
+frame with tilt factors (triclinic), a 2-D one, several
 particle types, masses other than 1, charges, rigid bodies, bonds and the
 other topology, an open-space trajectory (gravity's ``--dump``).  The frame is
 the last unless ``PATH@FRAME`` says which.
@@ -27,7 +27,7 @@ import struct
 
 import numpy as np
 
-from pympi_gpu.nbody.lj.readers import ROUND_ROWS, RUNS, Block, Header, InitError, Spec, cubic_edge
+from pympi_gpu.nbody.lj.readers import ROUND_ROWS, RUNS, Block, Header, InitError, Spec, orthogonal_edges
 
 __all__ = ["KIND", "sniff", "open_file", "parse", "MAGIC"]
 
@@ -133,7 +133,7 @@ class _Reader:
             raise fail(f"configuration/box holds {box.size} values, not 6")
         if np.count_nonzero(box[3:]):
             raise fail(f"a triclinic box (tilt factors {box[3]:g} {box[4]:g} {box[5]:g}): {RUNS}")
-        edge = cubic_edge(name, box[:3])
+        edges = orthogonal_edges(name, box[:3])
         n = int(self._small("particles/N", np.array([0]))[0])
         if n < 1:
             raise fail("the frame holds no particles")
@@ -145,7 +145,7 @@ class _Reader:
         if "particles/position" not in chunks:
             raise fail("no particles/position: the positions are needed")
         first_type = int(self._rows(chunks, "particles/typeid", 0, 1, fail)[0]) if "particles/typeid" in chunks else 0
-        return Header(kind=KIND, path=self.path, atoms=n, lo=(-0.5 * edge,) * 3, box=edge,
+        return Header(kind=KIND, path=self.path, atoms=n, lo=tuple(-0.5 * e for e in edges), box=edges,
                       velocities="particles/velocity" in chunks, ids="log/particles/id" in chunks, where=where,
                       layout=Layout(chunks=chunks, first_type=first_type))
 

@@ -9,7 +9,8 @@ atoms are folded into the box), ``Velocities`` (``id vx vy vz``), and the
 line holds against its ``--pair-coeff``.  Comments (``#``) and blank lines
 between sections are skipped, as LAMMPS skips them.
 
-Refused, naming the line: a box with tilt factors (triclinic, or LAMMPS's
+The box is orthogonal (``xlo xhi``, ``ylo yhi``, ``zlo zhi``, three edges that may
+differ).  Refused, naming the line: a box with tilt factors (triclinic, or LAMMPS's
 general triclinic ``avec``...), several atom types or a mass other than 1,
 bonds and the other sections of molecules, another atom style (``# charge``,
 ``# full``...), a section cut short (a truncated file), a row of other words.
@@ -28,7 +29,7 @@ import re
 
 import numpy as np
 
-from pympi_gpu.nbody.lj.readers import ROUND_ROWS, RUNS, Block, Header, InitError, Spec, cubic_edge
+from pympi_gpu.nbody.lj.readers import ROUND_ROWS, RUNS, Block, Header, InitError, Spec, orthogonal_edges
 from pympi_gpu.nbody.lj.readers.lines import Lines, deal, numbers, strip_comment
 
 __all__ = ["KIND", "sniff", "open_file", "parse"]
@@ -117,7 +118,7 @@ class _Reader:
                 raise InitError(f"--init {self.path!r}: no '{axis}lo {axis}hi' line in the header: the box is "
                                 "needed")
         lo = tuple(bounds[a][0] for a in "xyz")
-        box = cubic_edge(repr(self.path), [bounds[a][1] - bounds[a][0] for a in "xyz"])
+        box = orthogonal_edges(repr(self.path), [bounds[a][1] - bounds[a][0] for a in "xyz"])
         layout, pair = self._sections(lines, section, n, counts)
         first, offset, columns = layout["atoms"]
         vfirst, voffset = layout.get("velocities", (None, None))
