@@ -71,7 +71,7 @@ class Model(Protocol):
     defaults: Mapping[str, Any]
 
     def config(self, args) -> Any: ...                                    # before MPI
-    def communicator(self, world) -> Any: ...                             # the model's comm
+    def communicator(self, world, config, args) -> Any: ...               # the model's comm; collective
     def check(self, comm, config, args) -> None: ...                      # collective
     def restart(self, ctx, comm, args, config) -> Restart | None: ...     # collective (a file's start too)
     def fits(self, comm, config, args) -> None: ...                       # collective
@@ -184,7 +184,7 @@ def run(ctx, args, simd_note: str) -> None:
     early = select_gpu_early(args.backend)
     world = mpi_world()
     stop = Stop("pympi-nbody", TWICE, steps=True).install()
-    comm = m.communicator(world)
+    comm = m.communicator(world, config, args)
     system = None
     try:
         m.check(comm, config, args)

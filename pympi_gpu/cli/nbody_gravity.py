@@ -198,7 +198,7 @@ class Gravity:
     def config(self, args) -> NbodyConfig:
         return _config(args)
 
-    def communicator(self, world):
+    def communicator(self, world, config, args):
         return world
 
     def check(self, comm, config: NbodyConfig, args) -> None:

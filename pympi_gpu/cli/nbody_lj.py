@@ -432,6 +432,32 @@ def _restart_policy(ctx, path: str, meta: dict, config: LjConfig) -> dict:
     return {"neigh_every": values["neigh_every"], "neigh_check": values["neigh_check"] == "yes"}
 
 
+def _box_to_split(world, config: LjConfig, args):
+    """The box the rank grid is shaped for (:func:`~pympi_gpu.nbody.lj.domain.grid_dims`): a checkpoint's, a file's,
+    or the lattice's; read by rank 0 before anything else and agreed (None where it cannot be read: the restart
+    or the reading refuses the file after, in its own words); collective over world."""
+    if not (args.restart or config.start is not None):
+        return config.box
+    box = None
+    if world.Get_rank() == 0:
+        try:
+            if args.restart:
+                from pympi_gpu.nbody.checkpoint import NpzRows
+                from pympi_gpu.nbody.lj import checkpoint as ckpt
+
+                with NpzRows(args.restart) as f:
+                    box = ckpt.recorded_box(f.meta.get("box"))
+            else:
+                from pympi_gpu.nbody.lj import readers
+
+                reader = readers.open_file(readers.parse_spec(config.start.spec))
+                box = reader.header.box
+                reader.close()
+        except Exception:  # noqa: BLE001 (read again and refused in one message by the restart or the reading)
+            box = None
+    return world.bcast(box, root=0)
+
+
 def _check_grid(cart, config: LjConfig, bodies: int) -> None:
     from pympi_gpu.nbody.lj.domain import grid_problem
 
@@ -548,10 +574,10 @@ class Lj:
     def config(self, args) -> LjConfig:
         return _config(args)
 
-    def communicator(self, world):
+    def communicator(self, world, config: LjConfig, args):
         from pympi_gpu.nbody.lj.domain import make_cart
 
-        return make_cart(world)
+        return make_cart(world, _box_to_split(world, config, args), config.cutneigh)
 
     def check(self, cart, config: LjConfig, args) -> None:
         _check(cart, config, args)

@@ -292,14 +292,21 @@ def _slab_data(path, cells, density=0.8442) -> str:
 
 @pytest.mark.parametrize("ranks", [1, 3])
 def test_an_axis_too_thin_is_refused_along_that_axis(tmp_path, ranks):
-    """Bricks thinner than cutoff + skin along any one axis are refused, per axis: 4 x 6 x 6 cells (6.72 x 10.1 x
-    10.1 sigma) run at 1 rank and are refused at 3 (bricks 2.24 sigma along x); 6 x 6 x 1 cells at both (z)."""
+    """Bricks thinner than cutoff + skin along any one axis are refused, per axis; the rank grid is shaped for the
+    box (domain.grid_dims): 4 x 6 x 6 cells (6.72 x 10.1 x 10.1 sigma) run at 1 rank and at 3 on a 1x1x3 grid (MPI's
+    3x1x1 would make bricks 2.24 sigma thick along x: refused before the grid followed the box), to the same
+    thermo; 4 x 4 x 4 cells (6.72 sigma every way) are refused at 3, every grid too thin; 6 x 6 x 1 cells at both
+    (z)."""
     thin_x = _slab_data(tmp_path / "x.data", (4, 6, 6))
-    if ranks == 1:
-        assert doc(lj(1, "--init", thin_x, "--steps", 0, "--json", "-q"))["box"] == pytest.approx(_edges((4, 6, 6)))
-    else:
-        refused(lj(3, "--init", thin_x, "--steps", 1, timeout=120),
-                "the box (6.718 x 10.08 x 10.08 sigma) cut into a 3x1x1 rank grid makes bricks 2.239 sigma thick "
+    one = doc(lj(1, "--init", thin_x, "--steps", 20, "--thermo", 20, "--json", "-q"))
+    assert one["box"] == pytest.approx(_edges((4, 6, 6)))
+    if ranks == 3:
+        three = doc(lj(3, "--init", thin_x, "--steps", 20, "--thermo", 20, "--json", "-q"))
+        assert three["grid"] == [1, 1, 3]
+        for k in ("temp", "e_pair", "etotal", "press"):
+            assert three["thermo"][-1][k] == pytest.approx(one["thermo"][-1][k], rel=1e-12), k
+        refused(lj(3, "--init", _slab_data(tmp_path / "c.data", (4, 4, 4)), "--steps", 1, timeout=120),
+                "the box (6.718 sigma) cut into a 3x1x1 rank grid makes bricks 2.239 sigma thick "
                 "along x, thinner than the cutoff + skin (2.8); use fewer ranks")
     thin_z = _slab_data(tmp_path / "z.data", (6, 6, 1))
     refused(lj(ranks, "--init", thin_z, "--steps", 1, timeout=120),

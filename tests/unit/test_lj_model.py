@@ -57,6 +57,25 @@ def test_bricks_tile_the_box():
     assert np.array_equal(wrap(np.array([[-1e-300, 10.0, 3.5]]), box), [[0.0, 0.0, 3.5]])
 
 
+def test_the_rank_grid_is_mpis_for_a_cube_and_the_least_brick_surface_for_other_boxes():
+    """A cube as MPI_Dims_create splits it (every count to 64); a slab along its long axis; a box too thin along
+    an axis for MPI's grid split where it can carry the halo; ties to MPI's grid."""
+    from mpi4py import MPI
+
+    from pympi_gpu.nbody.lj.domain import grid_dims
+
+    for ranks in range(1, 65):
+        assert grid_dims(ranks, (7.5, 7.5, 7.5), 2.8) == tuple(MPI.Compute_dims(ranks, 3)) == grid_dims(ranks)
+    assert grid_dims(3, (10.0, 10.0, 30.0)) == (1, 1, 3)
+    assert grid_dims(4, (10.0, 10.0, 30.0)) == (1, 1, 4)     # bricks 10 x 10 x 7.5: less surface than 2x1x2
+    assert grid_dims(8, (40.0, 20.0, 10.0)) == (4, 2, 1)
+    assert grid_dims(3, (6.72, 10.08, 10.08), 2.8) == (1, 1, 3)  # MPI's 3x1x1: bricks 2.24 thick along x
+    assert grid_dims(6, (20.0, 20.0, 20.0 + 1e-9)) == (3, 2, 1)  # a near-cube: MPI's grid, the tie's
+    for ranks, box in ((6, (9.0, 30.0, 12.0)), (12, (3.0, 40.0, 40.0))):
+        dims = grid_dims(ranks, box, 2.8)
+        assert math.prod(dims) == ranks and grid_problem(box, dims, 2.8) is None
+
+
 def test_bricks_tile_an_orthogonal_box():
     """Three edges: each axis cut by its own edge, folded by it, and each checked against cutoff + skin."""
     box, dims = (10.0, 6.0, 30.0), (2, 1, 3)

@@ -1,7 +1,8 @@
 """The Cartesian decomposition of the periodic orthogonal box into bricks.
 
 ``MPI.Compute_dims`` factors the ranks into a ``px x py x pz`` grid (as even
-as it can), ``Create_cart`` makes the periodic Cartesian communicator, and
+as it can; a box whose edges differ by the least brick surface, :func:`grid_dims`),
+``Create_cart`` makes the periodic Cartesian communicator, and
 rank with grid coordinates ``c`` owns the brick ``[c_d L_d / p_d, (c_d + 1) L_d / p_d)``
 in each dimension ``d`` (``L_d`` the box's edge along ``d``).  Ghosts come only from the 26 neighbouring bricks, so
 every brick must be at least the neighbour cutoff (``rc + skin``) thick.
@@ -21,8 +22,8 @@ import numpy as np
 from pympi_gpu.nbody.lj.box import Edges, edges, text
 from pympi_gpu.nbody.lj.config import LjConfig
 
-__all__ = ["Brick", "CellGrid", "brick_of", "grid_problem", "owner_coords", "wrap", "make_cart", "TAG_MIGRATE",
-           "TAG_BORDER", "TAG_FORWARD", "TAG_REVERSE"]
+__all__ = ["Brick", "CellGrid", "brick_of", "grid_problem", "owner_coords", "wrap", "grid_dims", "make_cart",
+           "TAG_MIGRATE", "TAG_BORDER", "TAG_FORWARD", "TAG_REVERSE"]
 
 #: the tags of the halo's messages between bricks (each plus an offset of its dimension and side), on
 #: either engine: the migration, the ghosts' borders, the forward (positions) and reverse (forces) halo
@@ -114,12 +115,40 @@ def owner_coords(x: np.ndarray, box, dims) -> np.ndarray:
     return np.minimum((x * (d / np.asarray(edges(box)))).astype(np.int64), d - 1)
 
 
-def make_cart(comm):
-    """A periodic 3-D Cartesian communicator over comm's ranks; collective over comm.
+def grid_dims(ranks: int, box=None, cutneigh: float | None = None) -> tuple[int, int, int]:
+    """The rank grid that splits the box ``box`` (three edges, a cube's one, or None: a cube) among ``ranks``.
 
-    The caller frees it (``Free()``) when done.
+    A cube is split as ``MPI_Dims_create`` splits it (as even as it can be).  A box whose edges differ is
+    split as LAMMPS's ``processors * * *`` splits it: of every way to factor the ranks into three, the one
+    whose bricks have the least surface (the least halo to exchange), among those whose bricks are at least
+    ``cutneigh`` thick along each axis where there are any; a tie goes to MPI's grid, then to the grid that
+    splits the later axes.  The same on every rank (the box is agreed).
     """
     from mpi4py import MPI
 
-    dims = MPI.Compute_dims(comm.Get_size(), 3)
-    return comm.Create_cart(dims, periods=[True, True, True], reorder=False)
+    dims = tuple(MPI.Compute_dims(ranks, 3))
+    if box is None or len(set(edges(box))) == 1:
+        return dims
+    length = edges(box)
+
+    faces = length[0] * length[1] + length[1] * length[2] + length[0] * length[2]
+
+    def cost(d):
+        b = [length[k] / d[k] for k in range(3)]
+        thin = cutneigh is not None and min(b) < cutneigh
+        surface = round((b[0] * b[1] + b[1] * b[2] + b[0] * b[2]) / faces, 9)  # equal to 1e-9: a tie
+        return thin, surface, d != dims, d
+
+    grids = [(p, q, ranks // p // q) for p in range(1, ranks + 1) if ranks % p == 0
+             for q in range(1, ranks // p + 1) if (ranks // p) % q == 0]
+    return min(grids, key=cost)
+
+
+def make_cart(comm, box=None, cutneigh: float | None = None):
+    """A periodic 3-D Cartesian communicator over comm's ranks, its grid :func:`grid_dims`'s for the box ``box``;
+    collective over comm.
+
+    The caller frees it (``Free()``) when done.
+    """
+    dims = grid_dims(comm.Get_size(), box, cutneigh)
+    return comm.Create_cart(list(dims), periods=[True, True, True], reorder=False)
