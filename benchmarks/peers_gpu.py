@@ -29,8 +29,9 @@ each chunk (pympi's ``--thermo``), after a warm-up that is not timed (the
 compilation, the start's forces and ``warmup`` steps); pympi's own ``rate`` is
 read the same way by its run loop.
 
-    python benchmarks/peers_gpu.py energies --out FILE          # here: OpenMM Reference and CPU, gamdpy's
-                                                                # simulator, against pympi, 500 atoms
+    python benchmarks/peers_gpu.py energies --out FILE          # here: OpenMM Reference and CPU against
+                                                                # pympi, 500 atoms, steps 0 and 100
+    NUMBA_ENABLE_CUDASIM=1 python benchmarks/peers_gpu.py energies --gamdpy-steps 10   # and gamdpy, simulated
     python benchmarks/peers_gpu.py run openmm 32000 --platform CUDA --steps 1000   # one code, one size: JSON
     python benchmarks/peers_gpu.py run gamdpy 32000 --steps 1000
 
@@ -66,6 +67,10 @@ OPENMM_VERSION, GAMDPY_VERSION = "8.6.1", "0.8.3"
 COLUMNS = ("e_pair", "ke", "etotal")
 #: the offline check: atoms (5^3 cells x 4) and steps
 CHECK_ATOMS, CHECK_STEPS = 500, 100
+#: how gamdpy is run under numba's CUDA simulator (:func:`_simulator_python`, :func:`run_gamdpy`)
+SIMULATOR_NOTE = ("numba.njit left as Python while gamdpy builds its kernels (its njit device functions cannot "
+                  "type the simulator's arrays); pb a divisor of the atoms, tp 1, no grid sync (its list build "
+                  "reads my_num_nbs, which a thread past the last atom never assigns)")
 #: gamdpy's neighbour slots per atom: about 78 atoms lie within 2.8 sigma at density 0.8442
 GAMDPY_MAX_NBS = 256
 
@@ -273,6 +278,25 @@ def _script_name():
         sys.argv[0] = saved
 
 
+@contextlib.contextmanager
+def _simulator_python():
+    """``numba.njit`` made the identity while gamdpy builds its kernels, under numba's CUDA simulator.
+
+    gamdpy compiles its device functions (the box's distances, the pair function, the list's checks) with
+    ``numba.njit`` and calls them from its ``cuda.jit`` kernels; the simulator runs the kernels as Python
+    and hands them its own array objects, which an ``njit`` function cannot type (the first launch,
+    ``nblist_check``, stops there: "Cannot determine Numba type of FakeWithinKernelCUDAArray").  Left as
+    Python, they run under the simulator with the kernels."""
+    import numba
+
+    saved = numba.njit
+    numba.njit = lambda f=None, **kw: f if f is not None else (lambda g: g)
+    try:
+        yield
+    finally:
+        numba.njit = saved
+
+
 def run_gamdpy(state: State, steps: int, thermo: int = 100, warmup: int = 0, skin: float | None = None,
                compute_plan: dict | None = None) -> PeerRun:
     """``steps`` steps of ``state`` in gamdpy (float32), timed as the module says.
@@ -295,9 +319,12 @@ def run_gamdpy(state: State, steps: int, thermo: int = 100, warmup: int = 0, ski
     conf.simbox = gp.Orthorhombic(3, [box, box, box])
     plan = gp.get_default_compute_plan(conf)
     plan["skin"] = np.float32(state.config.skin if skin is None else skin)
+    simulated = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+    if simulated:  # every simulated thread a real atom: gamdpy's list build reads a name only those assign
+        plan.update(pb=max(d for d in range(1, 129) if n % d == 0), tp=1, gridsync=False)
     plan.update(compute_plan or {})
     pair = gp.PairPotential(lj_cut, params=[1.0, 1.0, state.config.cutoff], max_num_nbs=GAMDPY_MAX_NBS)
-    with _script_name():
+    with _script_name(), (_simulator_python() if simulated else contextlib.nullcontext()):
         sim = gp.Simulation(conf, [pair], gp.integrators.NVE(dt=dt), [], num_timeblocks=1,
                             steps_per_timeblock=max(thermo, 1), storage="memory", compute_plan=plan, timing=False)
     # the start's forces (zero steps: the interactions only), then v(-dt/2) (module docstring)
@@ -333,10 +360,10 @@ def run_gamdpy(state: State, steps: int, thermo: int = 100, warmup: int = 0, ski
         advance(k)
         rows.append(energies(warmup + done))
     wall = time.perf_counter() - t1
-    simulated = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
     return PeerRun("gamdpy", gp.__version__, "numba CUDA simulator" if simulated else "CUDA", "single", n, steps,
                    tuple(rows), wall, steps * n / wall if wall > 0 else 0.0, setup, warmup,
-                   json.dumps({k: (v.item() if hasattr(v, "item") else v) for k, v in plan.items()}))
+                   json.dumps({"compute_plan": {k: (v.item() if hasattr(v, "item") else v) for k, v in plan.items()},
+                               "max_num_nbs": GAMDPY_MAX_NBS, **({"simulator": SIMULATOR_NOTE} if simulated else {})}))
 
 
 def _with_column(conf, array: np.ndarray, name: str, values: np.ndarray) -> np.ndarray:
@@ -374,11 +401,14 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def energies(atoms: int = CHECK_ATOMS, steps: int = CHECK_STEPS, gamdpy: bool = True, log=print) -> dict:
-    """The offline check: pympi (numba, one thread) against OpenMM Reference and CPU (both forces) and gamdpy
-    (in the simulator where ``NUMBA_ENABLE_CUDASIM=1``, else on a GPU if one answers) at step 0 and ``steps``."""
-    doc = pympi_doc = run_pympi(atoms, steps, thermo=steps, extra=("--threads", "1"))
-    ours = pympi_doc["thermo"]
+def energies(atoms: int = CHECK_ATOMS, steps: int = CHECK_STEPS, gamdpy_steps: int | None = None, log=print) -> dict:
+    """The offline check: pympi (numba, one thread) against OpenMM Reference and CPU (both forces) at step 0 and
+    ``steps``, and gamdpy (in the simulator where ``NUMBA_ENABLE_CUDASIM=1``, else on a GPU if one answers) at
+    step 0 and ``gamdpy_steps`` (a divisor of ``steps``; ``None``: no gamdpy; its simulated steps are slow)."""
+    if gamdpy_steps is not None and (gamdpy_steps < 1 or steps % gamdpy_steps):
+        raise ValueError(f"gamdpy's steps ({gamdpy_steps}) must divide {steps}")
+    doc = run_pympi(atoms, steps, thermo=gamdpy_steps or steps, extra=("--threads", "1"))
+    ours = doc["thermo"]
     out = {"schema": "pympi_gpu.peers/1", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
         timespec="seconds"), "cpu": cpu_model(), "cores": os.cpu_count(), "host": platform.node(),
            "atoms": atoms, "steps": steps, "fluid": {k: doc[k] for k in ("density", "temperature", "cutoff", "skin",
@@ -391,12 +421,12 @@ def energies(atoms: int = CHECK_ATOMS, steps: int = CHECK_STEPS, gamdpy: bool = 
             ("openmm", dict(platform_name="Reference", force="custom")),
             ("openmm", dict(platform_name="CPU", force="nonbonded", properties={"Threads": "1"})),
             ("openmm", dict(platform_name="CPU", force="custom", properties={"Threads": "1"}))]
-    if gamdpy:
+    if gamdpy_steps:
         runs.append(("gamdpy", {}))
     for code, kw in runs:
         try:
             run = (run_openmm(state, steps, thermo=steps, **kw) if code == "openmm"
-                   else run_gamdpy(state, steps, thermo=steps))
+                   else run_gamdpy(state, gamdpy_steps, thermo=gamdpy_steps))
         except Exception as exc:  # noqa: BLE001 (a peer that fails is recorded, with where and why)
             entry = {"code": code, "platform": f"{kw.get('platform_name', 'CUDA')} ({kw.get('force', '')})",
                      "failed": f"{type(exc).__name__}: {exc}"}
@@ -417,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("energies", help="OpenMM (Reference, CPU) and gamdpy against pympi at step 0 and STEPS")
     e.add_argument("--atoms", type=int, default=CHECK_ATOMS)
     e.add_argument("--steps", type=int, default=CHECK_STEPS)
-    e.add_argument("--no-gamdpy", action="store_true", help="OpenMM only")
+    e.add_argument("--gamdpy-steps", type=int, default=None, metavar="K",
+                   help="also gamdpy, K steps (a divisor of STEPS; slow in the simulator) [none: OpenMM only]")
     e.add_argument("--out", type=Path, default=None, help="write the JSON there")
     e.add_argument("--max-reference", type=float, default=None, metavar="RTOL",
                    help="exit 1 unless OpenMM Reference agrees with pympi within RTOL at every compared step")
@@ -432,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--skin", type=float, default=None, help="gamdpy's skin [in.lj's 0.3]")
     args = ap.parse_args(argv)
     if args.cmd == "energies":
-        doc = energies(args.atoms, args.steps, gamdpy=not args.no_gamdpy, log=lambda s: print(s, file=sys.stderr))
+        doc = energies(args.atoms, args.steps, args.gamdpy_steps, log=lambda s: print(s, file=sys.stderr))
         text = json.dumps(doc, indent=2) + "\n"
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
