@@ -8,9 +8,10 @@
     python benchmarks/gpu_acceptance.py run CARRY --dry-run        # the plan, part by part, nothing run
 
 ``prepare`` fills CARRY (kept out of git) with what the GPU machine lacks and cannot download
-(:func:`prepare`; about 30 MB, under the 64 MiB a device call carries): the wheels its Python
+(:func:`prepare`; about 60 MB, under the 64 MiB a device call carries): the wheels its Python
 does not have (Cython >= 3 and setuptools to build mpi4py offline, click and rich for the
-package, pytest and its plugins), the mpi4py sdist, the CUDA 12 runtime wheel (``cuda.h`` for
+package, pytest and its plugins; OpenMM, its CUDA 13 platform and gamdpy without their
+dependencies, for the race of issue 59: :data:`PEER_WHEELS`), the mpi4py sdist, the CUDA 12 runtime wheel (``cuda.h`` for
 Open MPI 4.1), the Open MPI source of Debian's ``openmpi`` source package, the GL, GLUT, GLEW
 and X11 packages cuda-samples' ``nbody`` links against (Debian 12's, unpacked with
 ``dpkg -x``), and a copy of cuda-samples' ``nbody`` from ``../shared/cuda-samples`` (never
@@ -31,7 +32,9 @@ from the carry folder alone with the network cut (``unshare -n``) and ssh hidden
 made by an image-like Python, every carried wheel installed with ``--no-index``, the package
 installed, mpi4py built from its sdist offline, ``mpiexec`` started as root through the
 environments the tests and benchmarks give their child runs, cuda-samples' ``nbody`` built
-and linked against the carried libraries only, and the collection of the ``gpu``-marked tests.
+and linked against the carried libraries only, the collection of the ``gpu``-marked tests, and the
+race's offline part: the peers' wheels installed, OpenMM's Reference platform against pympi at 500
+atoms, steps 0 and 100 (benchmarks/peers_gpu.py).
 ``--full`` also builds the CUDA-aware Open MPI 4.1 from the carried source (several minutes
 on 2 cores) and starts its ``mpiexec`` as root without ssh; without it mpi4py is built on the
 MPICH of this environment.
