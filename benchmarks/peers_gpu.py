@@ -151,10 +151,12 @@ def preload_cuda_libraries() -> list[str]:
     The plugin looks for them beside its own install (RUNPATH ``$ORIGIN/../../../nvidia/cu13/lib``); on the GPU
     machine OpenMM is installed in the acceptance's venv while the NVIDIA wheels are the image's, in another
     site-packages: loaded first, by soname, they are found there.  Returns the paths loaded."""
+    toolkit = [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "lib64")]
     loaded = []
     for name in ("libnvrtc.so.13", "libcufft.so.12"):
-        for folder in sys.path:
-            hits = sorted(glob.glob(os.path.join(folder, "nvidia", "cu13", "lib", name)))
+        for folder in sys.path + toolkit:  # the wheels' layouts (cu13/lib; cuda_nvrtc/lib, cufft/lib), a toolkit
+            hits = sorted(glob.glob(os.path.join(folder, "nvidia", "*", "lib", name))) + sorted(
+                glob.glob(os.path.join(folder, name)))
             if hits:
                 ctypes.CDLL(hits[0], mode=ctypes.RTLD_GLOBAL)
                 loaded.append(hits[0])
@@ -206,13 +208,17 @@ def run_openmm(state: State, steps: int, platform_name: str = "Reference", therm
                force: str = "nonbonded", properties: dict | None = None) -> PeerRun:
     """``steps`` steps of ``state`` in OpenMM on ``platform_name``, timed as the module says.
 
-    ``warmup`` steps are run first and not timed (then the timed run starts from where they ended: its
-    thermo rows are only comparable with pympi's where ``warmup`` is 0)."""
+    ``warmup`` steps are run after the start and not timed (the rows then hold step 0, step ``warmup``
+    and the timed loop's from there: comparable with pympi's at step 0, and later where ``warmup`` is 0)."""
     t0 = time.perf_counter()
-    if platform_name in ("CUDA", "OpenCL"):
-        preload_cuda_libraries()
+    loaded = preload_cuda_libraries() if platform_name in ("CUDA", "OpenCL") else []
     mm = _openmm()
-    platform = mm.Platform.getPlatformByName(platform_name)
+    try:
+        platform = mm.Platform.getPlatformByName(platform_name)
+    except Exception as exc:  # say why its plugin did not load (a library not found, a driver too old)
+        raise RuntimeError(f"OpenMM has no {platform_name} platform ({exc}); plugins that failed to load: "
+                           f"{list(mm.Platform.getPluginLoadFailures())}; CUDA libraries loaded first: "
+                           f"{loaded}") from None
     props = dict(properties or {})
     if platform_name == "CPU":
         props.setdefault("Threads", str(os.cpu_count()))
@@ -232,7 +238,7 @@ def run_openmm(state: State, steps: int, platform_name: str = "Reference", therm
     rows = [energies(0)]
     if warmup:
         integrator.step(warmup)
-        rows = [energies(warmup)]
+        rows.append(energies(warmup))
     used = {k: platform.getPropertyValue(context, k) for k in platform.getPropertyNames()}
     setup = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -352,7 +358,7 @@ def run_gamdpy(state: State, steps: int, thermo: int = 100, warmup: int = 0, ski
     rows = [energies(0)]
     if warmup:
         advance(warmup)
-        rows = [energies(warmup)]
+        rows.append(energies(warmup))
     cuda.synchronize()
     setup = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -457,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("atoms", type=int)
     r.add_argument("--steps", type=int, default=1000)
     r.add_argument("--thermo", type=int, default=100)
-    r.add_argument("--warmup", type=int, default=100, help="untimed steps first [100]")
+    r.add_argument("--warmup", type=int, default=0, help="untimed steps after the start [0]")
     r.add_argument("--platform", default="CUDA", help="OpenMM's platform [CUDA]")
     r.add_argument("--force", choices=("nonbonded", "custom"), default="nonbonded")
     r.add_argument("--skin", type=float, default=None, help="gamdpy's skin [in.lj's 0.3]")
