@@ -84,6 +84,9 @@ CARRY_REQUIREMENTS = ("cython>=3.0", "setuptools>=64", "wheel", "click>=8.1", "r
 PEER_WHEELS = ("openmm==8.6.1", "openmm-cuda-13==8.6.1", "gamdpy==0.8.3")
 #: OpenMM's wheels are built for glibc 2.34 and newer
 PEER_PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+#: the rehearsal's own OpenMM wheels, for this Python where it is not the GPU image's (14 MiB more would take
+#: the carry over the 64 MiB a device call carries): kept outside the carry and the checkout, by ``prepare``
+REHEARSAL_WHEELS = Path(os.environ.get("PYMPI_REHEARSAL_WHEELS", "/var/tmp/pympi-acceptance-rehearsal-wheels"))
 #: issue 59, item 1: LJ at these sizes in pympi, OpenMM (CUDA platform) and gamdpy, one after the other
 PEER_SIZES = (32000, 256000, LJ_BENCH_ATOMS)
 #: steps of each code's timed loop in the race (thermo every 100, as pympi's --thermo 100)
@@ -981,10 +984,12 @@ def prepare(carry: Path, samples: Path | None = None, pythons: tuple[str, ...] |
                                          "--platform", "manylinux_2_28_x86_64"]
         _pip_download(wheels, "--only-binary=:all:", *target, *CARRY_REQUIREMENTS)
         _pip_download(wheels, "--no-deps", "--only-binary=:all:", *target, *WHEEL_MPI)
-    for pyv in dict.fromkeys(pythons or (here, DEVICE_PYTHON)):  # the peers: this Python's for the rehearsal
+    for pyv in dict.fromkeys((DEVICE_PYTHON, here)):  # the peers: the image's; this Python's for the rehearsal
         target = ["--python-version", pyv, "--implementation", "cp"] + [a for p in PEER_PLATFORMS
                                                                        for a in ("--platform", p)]
-        _pip_download(wheels, "--no-deps", "--only-binary=:all:", *target, *PEER_WHEELS)
+        dest = wheels if pyv == DEVICE_PYTHON else REHEARSAL_WHEELS
+        dest.mkdir(parents=True, exist_ok=True)
+        _pip_download(dest, "--no-deps", "--only-binary=:all:", *target, *PEER_WHEELS)
     _pip_download(wheels, "--no-deps", "--no-binary", ":all:", MPI4PY_SDIST)
     _pip_download(wheels, "--no-deps", "--only-binary=:all:", CUDA_HEADERS_WHEEL)
     apt = carry / ".apt"
@@ -1036,6 +1041,15 @@ def write_manifest(carry: Path) -> int:
     size = sum(e["bytes"] for e in entries)
     _write_json(carry / "MANIFEST.json", {"bytes": size, "files": entries})
     return size
+
+
+def rehearsal_missing() -> list[str]:
+    """What the rehearsal needs outside the carry and lacks: OpenMM's wheel for this Python, where it is not the
+    image's (:data:`REHEARSAL_WHEELS`)."""
+    here = f"{sys.version_info.major}{sys.version_info.minor}"
+    if here == DEVICE_PYTHON.replace(".", "") or list(REHEARSAL_WHEELS.glob(f"openmm-*-cp{here}-*.whl")):
+        return []
+    return [f"OpenMM's wheel for Python {sys.version_info.major}.{sys.version_info.minor} in {REHEARSAL_WHEELS}"]
 
 
 def carry_missing(carry: Path) -> list[str]:
@@ -1295,7 +1309,14 @@ def rehearsal_steps(carry: Path, work: Path, full: bool, arch: str) -> list[Step
     # platform (double precision) from pympi's state agrees with pympi at steps 0 and 100
     (wheels,) = peer_steps(carry, venv, env, sizes=())
     wheels.part = "rehearsal"
-    steps += [wheels, Step(f"OpenMM Reference against pympi, {PEER_CHECK_ATOMS} atoms, steps 0 and 100",
+    wheels.argv[wheels.argv.index("--no-deps"):wheels.argv.index("--no-deps")] = ["--find-links", str(REHEARSAL_WHEELS)]
+    image = [a for p in PEER_PLATFORMS for a in ("--platform", p)]
+    steps += [Step("the peers' wheels resolve for the GPU image's Python from the carry",
+                   [vpy, "-m", "pip", "install", "--dry-run", "--no-index", "--find-links", str(carry / "wheels"),
+                    "--no-deps", "--only-binary=:all:", "--python-version", DEVICE_PYTHON, "--implementation", "cp",
+                    *image, "--target", str(work / "peers-target"), *PEER_WHEELS],
+                   env={**env, **wheels.env}, part="rehearsal", est=10, timeout=300),
+              wheels, Step(f"OpenMM Reference against pympi, {PEER_CHECK_ATOMS} atoms, steps 0 and 100",
                            [vpy, str(ROOT / "benchmarks" / "peers_gpu.py"), "energies", "--max-reference",
                             str(PEER_REFERENCE_RTOL), "--out", str(work / "peers-energies.json")],
                            env=env, part="rehearsal", est=120, timeout=900)]
@@ -1339,7 +1360,7 @@ def rehearse(carry: Path, work: Path, out: Path, full: bool, arch: str) -> int:
     if why:
         print("rehearsal skipped: " + "; ".join(why))
         return SKIPPED
-    missing = carry_missing(carry)
+    missing = carry_missing(carry) + rehearsal_missing()
     if missing:
         print(f"rehearsal: {carry} lacks {', '.join(missing)} (run: gpu_acceptance.py prepare {carry})",
               file=sys.stderr)

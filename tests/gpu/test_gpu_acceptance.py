@@ -340,7 +340,7 @@ def _carry() -> Path:
     key = hashlib.sha256(json.dumps([acc.CARRY_REQUIREMENTS, acc.PEER_WHEELS, acc.GL_PACKAGES, acc.MPI4PY_SDIST,
                                      acc.CUDA_HEADERS_WHEEL, acc.DEVICE_PYTHON]).encode()).hexdigest()[:12]
     carry = CARRY_CACHE / key
-    if not acc.carry_missing(carry):
+    if not acc.carry_missing(carry) and not acc.rehearsal_missing():
         return carry
     out = run([sys.executable, str(ROOT / "benchmarks" / "gpu_acceptance.py"), "prepare", str(carry)], timeout=900)
     if out.returncode != 0:
