@@ -420,7 +420,8 @@ def energies(atoms: int = CHECK_ATOMS, steps: int = CHECK_STEPS, gamdpy_steps: i
            "atoms": atoms, "steps": steps, "fluid": {k: doc[k] for k in ("density", "temperature", "cutoff", "skin",
                                                                           "dt", "seed", "pair", "box")},
            "pympi": {"backend": doc["backend"], "thermo": ours, "rate": doc["rate"],
-                     "version": doc.get("provenance", {}).get("package_version")},
+                     "version": doc.get("provenance", {}).get("package"),
+                     "numba": doc.get("provenance", {}).get("numba")},
            "peers": []}
     state = initial_state(atoms)
     runs = [("openmm", dict(platform_name="Reference", force="nonbonded")),
