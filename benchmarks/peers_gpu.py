@@ -345,15 +345,19 @@ def run_gamdpy(state: State, steps: int, thermo: int = 100, warmup: int = 0, ski
         sim.integrate_self(np.float32(at[0] * dt), k)
         at[0] += k
 
+    vi, fi, ui = conf.vectors.indices["v"], conf.vectors.indices["f"], conf.sid["U"]
+    xp = _device_arrays(simulated)
+
     def energies(step):
         cuda.synchronize()
-        vec = conf.d_vectors.copy_to_host()
-        sc = conf.d_scalars.copy_to_host()
-        vhalf = vec[conf.vectors.indices["v"]].astype(np.float64)
-        f = vec[conf.vectors.indices["f"]].astype(np.float64)
-        v = vhalf + 0.5 * dt * f  # on the step: the forces are the positions' (the kernel's last evaluation)
-        u = float(np.sum(sc[:, conf.sid["U"]].astype(np.float64)))
-        return _row(step, u, 0.5 * float(np.sum(v * v)), n)
+        if xp is not None:  # summed where they are, as pympi's thermo is (no atom arrays to the host)
+            vec, sc = xp.asarray(conf.d_vectors), xp.asarray(conf.d_scalars)
+        else:
+            vec, sc = conf.d_vectors.copy_to_host(), conf.d_scalars.copy_to_host()
+        # on the step: v(t - dt/2) and the forces of the positions (the kernel's last evaluation)
+        v = vec[vi].astype(np.float64) + 0.5 * dt * vec[fi].astype(np.float64)
+        u = float(sc[:, ui].astype(np.float64).sum())
+        return _row(step, u, 0.5 * float((v * v).sum()), n)
 
     rows = [energies(0)]
     if warmup:
@@ -369,7 +373,20 @@ def run_gamdpy(state: State, steps: int, thermo: int = 100, warmup: int = 0, ski
     return PeerRun("gamdpy", gp.__version__, "numba CUDA simulator" if simulated else "CUDA", "single", n, steps,
                    tuple(rows), wall, steps * n / wall if wall > 0 else 0.0, setup, warmup,
                    json.dumps({"compute_plan": {k: (v.item() if hasattr(v, "item") else v) for k, v in plan.items()},
-                               "max_num_nbs": GAMDPY_MAX_NBS, **({"simulator": SIMULATOR_NOTE} if simulated else {})}))
+                               "max_num_nbs": GAMDPY_MAX_NBS, "sums": "host" if xp is None else "cupy",
+                               **({"simulator": SIMULATOR_NOTE} if simulated else {})}))
+
+
+def _device_arrays(simulated: bool):
+    """CuPy, to sum gamdpy's device arrays in place through ``__cuda_array_interface__`` (on a GPU where it is
+    installed: the GPU image has it); else None, and the arrays are copied to the host."""
+    if simulated:
+        return None
+    try:
+        import cupy
+    except ImportError:
+        return None
+    return cupy
 
 
 def _with_column(conf, array: np.ndarray, name: str, values: np.ndarray) -> np.ndarray:
