@@ -93,7 +93,8 @@ class State:
 
     @property
     def box(self) -> float:
-        return self.config.box
+        """The cube's edge: ``cells`` fcc cells of edge ``(4 / density)^(1/3)``, as ``LjConfig.box`` makes it."""
+        return self.config.cells * (4.0 / self.config.density) ** (1.0 / 3.0)
 
 
 @dataclasses.dataclass(frozen=True)
