@@ -433,29 +433,21 @@ def _restart_policy(ctx, path: str, meta: dict, config: LjConfig) -> dict:
 
 
 def _box_to_split(world, config: LjConfig, args):
-    """The box the rank grid is shaped for (:func:`~pympi_gpu.nbody.lj.domain.grid_dims`): a checkpoint's, a file's,
-    or the lattice's; read by rank 0 before anything else and agreed (None where it cannot be read: the restart
-    or the reading refuses the file after, in its own words); collective over world."""
-    if not (args.restart or config.start is not None):
-        return config.box
-    box = None
-    if world.Get_rank() == 0:
+    """The box the rank grid is shaped for (:func:`~pympi_gpu.nbody.lj.domain.grid_dims`): the checkpoint's run's
+    (:func:`_recorded_size`: a file's box; a lattice's is a cube), the ``--init`` file's (its header,
+    :func:`~pympi_gpu.nbody.lj.start.read_header`), or the lattice's; None where the file cannot be read (the
+    restart or the reading refuses it after, in its own words); collective over world."""
+    from pympi_gpu.nbody.lj import start
+
+    if args.restart:
+        recorded = _recorded_size(world, args.restart)
+        return recorded[1] if recorded is not None else config.box
+    if config.start is not None:
         try:
-            if args.restart:
-                from pympi_gpu.nbody.checkpoint import NpzRows
-                from pympi_gpu.nbody.lj import checkpoint as ckpt
-
-                with NpzRows(args.restart) as f:
-                    box = ckpt.recorded_box(f.meta.get("box"))
-            else:
-                from pympi_gpu.nbody.lj import readers
-
-                reader = readers.open_file(readers.parse_spec(config.start.spec))
-                box = reader.header.box
-                reader.close()
-        except Exception:  # noqa: BLE001 (read again and refused in one message by the restart or the reading)
-            box = None
-    return world.bcast(box, root=0)
+            return start.read_header(world, config.start.spec).box
+        except start.InitError:
+            return None
+    return config.box
 
 
 def _check_grid(cart, config: LjConfig, bodies: int) -> None:

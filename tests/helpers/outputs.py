@@ -14,6 +14,17 @@ from pympi_gpu.nbody.dump import format_of
 from pympi_gpu.run import thermolog
 
 
+#: steps of a log or trajectory past a checkpoint at step 10 that a restart refuses, with the restart's cadence:
+#: off its every 5 steps, with a gap, past its --steps, or where it writes none between (tests/unit/test_dump_files.py,
+#: test_thermo_log.py)
+def refused_past_checkpoint():
+    from pympi_gpu.run.outputs import Cadence
+
+    return [((0, 5, 10, 17), Cadence(10, 5, 100)), ((0, 5, 10, 999), Cadence(10, 5, 2000)),
+            ((0, 5, 10, 20), Cadence(10, 5, 100)), ((0, 5, 10, 15, 20), Cadence(10, 5, 15)),
+            ((0, 5, 10, 15), Cadence(10, 0, 100))]
+
+
 def steps_of(path):
     """The steps of the frames of a ``.gsd`` or ``.extxyz`` trajectory, or the rows of a thermo log."""
     if path.suffix == ".gsd":

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from helpers.outputs import frames
+from helpers.outputs import frames, refused_past_checkpoint
 from pympi_gpu.nbody.dump import ExtxyzDump
 
 
@@ -129,8 +129,7 @@ def test_the_frames_a_killed_run_wrote_after_its_checkpoint_are_cut_and_written_
     from pympi_gpu.run.outputs import APPEND, Cadence, OutputRefused
 
     path = tmp_path / f"t{suffix}"
-    for steps, cadence in ((0, 5, 10, 17), Cadence(10, 5, 100)), ((0, 5, 10, 20), Cadence(10, 5, 100)), \
-                          ((0, 5, 10, 15, 20), Cadence(10, 5, 15)), ((0, 5, 10, 15), Cadence(10, 0, 100)):
+    for steps, cadence in refused_past_checkpoint():
         path.unlink(missing_ok=True)
         before = _trajectory(path, steps=steps)
         with pytest.raises(OutputRefused, match=f"holds frames up to step {steps[-1]}, beyond step 10"):

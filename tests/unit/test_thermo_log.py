@@ -8,6 +8,7 @@ import re
 import pytest
 import yaml
 
+from helpers.outputs import refused_past_checkpoint
 from pympi_gpu.run.thermolog import ThermoLog, format_of, last_step
 
 
@@ -125,8 +126,7 @@ def test_the_rows_a_killed_run_wrote_after_its_checkpoint_are_cut_and_written_ag
     from pympi_gpu.run.outputs import APPEND, Cadence, OutputRefused
 
     path = tmp_path / f"t{suffix}"
-    for rows, cadence in ((0, 5, 10, 999), Cadence(10, 5, 2000)), ((0, 5, 10, 20), Cadence(10, 5, 100)), \
-                         ((0, 5, 10, 15, 20), Cadence(10, 5, 15)), ((0, 5, 10, 15), Cadence(10, 0, 100)):
+    for rows, cadence in refused_past_checkpoint():
         path.unlink(missing_ok=True)
         before = _log(path, rows=rows)
         with pytest.raises(OutputRefused, match=f"holds rows up to step {rows[-1]}, beyond step 10"):
