@@ -192,12 +192,12 @@ class ExtxyzDump:
             return None
         data = self.path.read_bytes()
         good, frames = _scan_extxyz(self.path, data)
+        if (cadence := Cadence.of(through)) is not None:
+            past = [(step, at) for step, at in frames if step > cadence.through]
+            self.note = past_checkpoint(self.path, [step for step, _ in past], cadence, "frames")
+            if past:  # cut where the first of them begins
+                good, frames = past[0][1], frames[:len(frames) - len(past)]
         last = frames[-1][0] if frames else None
-        if through is not None:
-            past = [(step, at) for step, at in frames if step > int(getattr(through, "through", through))]
-            self.note = past_checkpoint(self.path, [step for step, _ in past], through, "frames")
-            if past:
-                good, last = past[0][1], frames[len(frames) - len(past) - 1][0] if len(frames) > len(past) else None
         if good < len(data):
             with open(self.path, "r+b") as fh:
                 fh.truncate(good)
@@ -317,9 +317,9 @@ class GsdDump:
         self.after, self.note = None, None
         if mode == APPEND:  # checked whole before GSD writes a byte: it would append after the frames it finds
             steps = _scan_gsd(self.path)
-            if through is not None:
-                past = [step for step in steps if step > int(getattr(through, "through", through))]
-                self.note = past_checkpoint(self.path, past, through, "frames")
+            if (cadence := Cadence.of(through)) is not None:
+                past = [step for step in steps if step > cadence.through]
+                self.note = past_checkpoint(self.path, past, cadence, "frames")
                 if past:
                     steps = steps[:len(steps) - len(past)]
                     _cut_gsd(self.path, len(steps))

@@ -73,6 +73,11 @@ class Cadence:
     every: int = 0
     until: int | None = None
 
+    @classmethod
+    def of(cls, through: Cadence | int | None) -> Cadence | None:
+        """``through`` as a cadence: a bare step is one past which nothing is written again (None: no restart)."""
+        return through if through is None or isinstance(through, Cadence) else cls(int(through))
+
     def rewrites(self, steps: list[int]) -> bool:
         """Whether ``steps`` (past ``through``) are those the restart writes next, every one of them: what the
         run that wrote the checkpoint wrote after it before it was killed (SIGKILL, a node lost)."""
@@ -82,7 +87,7 @@ class Cadence:
         return steps == list(range(first, first + self.every * len(steps), self.every))
 
 
-def past_checkpoint(path, steps: list[int], cadence: Cadence | int, units: str) -> str | None:
+def past_checkpoint(path, steps: list[int], cadence: Cadence, units: str) -> str | None:
     """The verdict on ``units`` (``rows``) of a continued file at ``steps`` past the restart's checkpoint.
 
     None where there are none; a note where they are the ones the restart writes again, bit for bit
@@ -92,8 +97,6 @@ def past_checkpoint(path, steps: list[int], cadence: Cadence | int, units: str) 
     """
     if not steps:
         return None
-    if not isinstance(cadence, Cadence):  # a bare step: nothing past it is rewritten
-        cadence = Cadence(int(cadence))
     if not cadence.rewrites(steps):
         raise beyond(path, steps[-1], cadence.through, units)
     return (f"{str(path)!r}: its {len(steps)} {units[:-1] if len(steps) == 1 else units} after step "

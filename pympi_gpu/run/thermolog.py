@@ -120,7 +120,7 @@ def check(path: str | os.PathLike, through: Cadence | int | None = None) -> tupl
     writes again are left out of the bytes to keep (and said in the note),
     others refused.
     """
-    fmt = format_of(path)
+    fmt, cadence = format_of(path), Cadence.of(through)
     data = Path(path).read_bytes()
     whole = data.rfind(b"\n") + 1
     width, last, past, offset, keep, document, rows = None, None, [], 0, whole, 0, 0
@@ -157,12 +157,12 @@ def check(path: str | os.PathLike, through: Cadence | int | None = None) -> tupl
                           "row") from None
         if last is not None and step <= last:
             raise damaged(path, f"line {number}", f"a row at step {step} follows the row at step {last}", "row")
-        if through is not None and step > int(getattr(through, "through", through)):
+        if cadence is not None and step > cadence.through:
             if not past:  # cut here, or before a document that would be left without a row
                 keep, kept = (document if fmt == "yaml" and not rows else at), last
             past.append(step)
         last, rows = step, rows + 1
-    note = past_checkpoint(path, past, through, "rows")
+    note = past_checkpoint(path, past, cadence, "rows")
     return (keep, kept, note) if past else (whole, last, None)
 
 
