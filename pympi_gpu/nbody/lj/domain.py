@@ -130,12 +130,11 @@ def grid_dims(ranks: int, box=None, cutneigh: float | None = None) -> tuple[int,
     if box is None or len(set(edges(box))) == 1:
         return dims
     length = edges(box)
-
     faces = length[0] * length[1] + length[1] * length[2] + length[0] * length[2]
 
     def cost(d):
         b = [length[k] / d[k] for k in range(3)]
-        thin = cutneigh is not None and min(b) < cutneigh
+        thin = cutneigh is not None and grid_problem(length, d, cutneigh) is not None
         surface = round((b[0] * b[1] + b[1] * b[2] + b[0] * b[2]) / faces, 9)  # equal to 1e-9: a tie
         return thin, surface, d != dims, d
 
