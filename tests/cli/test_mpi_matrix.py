@@ -31,9 +31,7 @@ def _run(argv, venv: MPIVenv, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=venv.env(), cwd=ROOT)
 
 
-# at 3 ranks, the odd split: MPICH runs the tier at 2 and 3 (tests/cli/test_mpi_suite.py), and what another MPI
-# changes (its library under mpi4py, its launcher, the numba-compiled calls into it) is taken at either count
-@pytest.mark.parametrize("ranks", [3])
+@pytest.mark.parametrize("ranks", [2, 3])
 def test_mpi_suite_under(mpi_venv, ranks):
     # rank 0 prints for all: the ranks' own lines may interleave mid-line under some launchers
     probe = ("from mpi4py import MPI; import pympi_gpu; c = MPI.COMM_WORLD; "
