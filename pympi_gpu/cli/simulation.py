@@ -525,15 +525,21 @@ class OutputsKept(Writer):
     def next_due(self, step: int, last_step: int) -> int:
         return min((w.next_due(step, last_step) for w in self.watched), default=last_step)
 
+    def lost(self) -> str | None:
+        """Rank 0's verdict on the claimed files, broadcast; where the checkpoint's was lost, the state's
+        last save goes to a name of its own (collective)."""
+        why, options = self.claim.lost() if self.claim is not None else (None, [])
+        why, lost_checkpoint = self.comm.bcast((why, "--checkpoint" in options), root=0)
+        if why and lost_checkpoint and self.checkpoints is not None:
+            self.checkpoints.lose_path()
+        return why
+
     def write(self, run) -> None:
         from pympi_gpu.nbody.loop import save_and_raise
         from pympi_gpu.run.outputs import OutputError
 
-        why, options = self.claim.lost() if self.claim is not None else (None, [])
-        why, lost_checkpoint = self.comm.bcast((why, "--checkpoint" in options), root=0)
+        why = self.lost()
         if why:
-            if lost_checkpoint and self.checkpoints is not None:
-                self.checkpoints.lose_path()
             save_and_raise(run, OutputError(why))
 
     def finish(self, run, stopped: bool) -> None:

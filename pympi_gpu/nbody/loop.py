@@ -51,7 +51,7 @@ from pympi_gpu.nbody.blowup import BlowUp
 from pympi_gpu.run.phases import PhaseClock, Phases, Traffic, summarise
 
 __all__ = ["RunOptions", "Labels", "System", "Writer", "ThermoRows", "Frames", "Checkpoints", "Progress", "agree",
-           "LoopResult", "run", "simulate", "standard_writers", "save_and_raise", "save_new", "STATE_SUFFIXES"]
+           "LoopResult", "run", "simulate", "standard_writers", "save_and_raise", "files_lost", "save_new", "STATE_SUFFIXES"]
 
 
 #: the longest a batch of quiet steps may take (seconds, as the last step took): as long a stop request waits
@@ -158,6 +158,11 @@ class Writer:
     def finish(self, run: Run, stopped: bool) -> None:
         pass
 
+    def lost(self) -> str | None:
+        """Why the run's files are no longer its own (agreed by every rank), None where they are; a writer
+        that watches them says so (collective).  Asked by :func:`save_and_raise` before it saves."""
+        return None
+
 
 class ThermoRows(Writer):
     """Thermo rows at the first step, every ``every`` steps and the last, handed to ``sinks`` as they come.
@@ -221,6 +226,17 @@ class Frames(Writer):
             save_and_raise(run, exc)
 
 
+def files_lost(run: Run) -> str | None:
+    """Why the run's files are no longer its own, from the writers that watch them (:meth:`Writer.lost`),
+    None where they are; asking one that lost the checkpoint's file sends the last state to a name of its
+    own.  Collective.
+
+    For a write that fails between a watcher's last look and the write (a
+    directory removed in between): the removal is the cause to tell.
+    """
+    return next((why for why in (w.lost() for w in run.writers) if why), None)
+
+
 def save_and_raise(run: Run, exc: Exception):
     """After an output that failed on every rank (a full disk): save the state, then raise ``exc`` with where.
 
@@ -231,6 +247,11 @@ def save_and_raise(run: Run, exc: Exception):
     ckpt = next((w for w in run.writers if isinstance(w, Checkpoints)), None)
     if not run.step_times or not (ckpt and (ckpt.path or ckpt.on_stop)):  # nothing computed yet: the start
         raise exc
+    why = files_lost(run)  # a write that failed because its files were taken from the run: the cause to tell
+    if why and str(exc) != why:
+        from pympi_gpu.run.outputs import OutputError
+
+        exc = OutputError(why)
     from pympi_gpu.nbody.checkpoint import CheckpointError
 
     step = run.system.timestep
@@ -261,8 +282,15 @@ class Checkpoints(Writer):
         return super().due(step, last_step) and step < last_step
 
     def write(self, run: Run, path: str | None = None) -> None:
-        with run.clock.phase("io"):
-            run.system.save(path or self.path, run.initial)
+        from pympi_gpu.nbody.checkpoint import CheckpointError
+
+        try:
+            with run.clock.phase("io"):
+                run.system.save(path or self.path, run.initial)
+        except CheckpointError as exc:  # on every rank alike
+            if path is None and files_lost(run):  # a checkpoint on the way, its directory taken since the last look
+                save_and_raise(run, exc)
+            raise
         self.written += 1
 
     def finish(self, run: Run, stopped: bool) -> None:
