@@ -50,6 +50,36 @@ index, which grew by one per run.  :func:`keyed_by_code` keys such a kernel by
 what numba compiles from the kernels in its cells, their code, cells and
 options, the same in every process.
 
+Two faults of numba's cache, guarded
+------------------------------------
+:func:`guard_cache` mends two faults of numba's cache (0.68) that end a run
+in a segmentation fault.  Every module that compiles with ``cache=True``
+calls it once numba is imported (a test holds them to it).
+
+*Entries saved by several processes at once.*  numba's index of a kernel's
+entries maps each key (its signature, the CPU it was compiled for) to a data
+file numbered by the first number the index did not hold when it was read.
+Ranks that compile different entries of one kernel at once (an MPMD launch
+where one rank's CPU features differ; ranks of two runs on one cache) read
+the same index, pick the same number, and the index left names one entry's
+file for another's key (numba issues 4807 and 10128).  Guarded, each save is
+one step under a lock file in the cache directory (``.pympi-numba.lock``):
+the index read afresh under it, the data file written before the index
+names it.
+
+*A kernel loaded before numba's thread pool exists.*  A kernel that calls a
+``parallel=True`` kernel, compiled in a process that loaded that callee from
+the cache, is saved without the note that its code needs numba's thread
+pool; a later process that loads it and calls it before anything launched
+the pool jumps to a null pointer (numba issue 9938).  The LJ step program
+(``run_ops``, around the threaded pair kernel) is such a kernel, compiled
+again wherever its key changes (another MPI library, a thermostat module
+edited) while its callees still load; the command line launches the pool
+when it sets the threads, but a script or the MPI test tier need not.
+Guarded, the pool is launched before any kernel is loaded from the cache (the
+code loaded is linked to the pool's entry points as it loads: after, is too
+late).
+
 numba also keys an entry by the stamp of the kernel's own source file only: a
 kernel that calls kernels of other modules would be loaded as it was compiled
 when only those changed.  :func:`sources` is a key part for such a kernel
@@ -59,16 +89,18 @@ of the modules it calls.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import io
+import itertools
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["configure", "cache_dir_writable", "installed", "user_cache_dir", "tune_cpu", "host_cpu", "keyed_by_code",
+__all__ = ["configure", "guard_cache", "cache_dir_writable", "installed", "user_cache_dir", "tune_cpu", "host_cpu", "keyed_by_code",
            "sources"]
 
 
@@ -220,6 +252,60 @@ def configure(seed: str | None = None, wide: bool = True) -> str:
     elif installed() and not os.environ.get("NUMBA_CACHE_DIR"):  # never beside an installed copy (see above)
         os.environ["NUMBA_CACHE_DIR"] = where
     return where
+
+
+#: the lock file that makes a cache entry's save one step (see module docs), in the cache directory
+SAVE_LOCK = ".pympi-numba.lock"
+
+
+@functools.cache
+def guard_cache() -> bool:
+    """Mend the two faults of numba's cache the module docs name: saves by processes at once, kernels
+    loaded before the thread pool exists; once per process, after numba is importable.  Returns whether
+    the saves could be guarded (a numba whose cache file lacks the parts it builds on is left as it is)."""
+    import numba
+    from numba.core.caching import Cache, IndexDataCacheFile
+
+    load = Cache.load_overload
+
+    def load_launched(self, sig, target_context):
+        numba.get_num_threads()  # launches the pool where it is not yet: before the code is linked
+        return load(self, sig, target_context)
+
+    Cache.load_overload = load_launched
+
+    needed = ("_load_index", "_save_index", "_save_data", "_data_name", "_cache_path")
+    probe = IndexDataCacheFile.__new__(IndexDataCacheFile)
+    probe._cache_path = ""
+    if not all(hasattr(probe, name) for name in needed):
+        return False
+    unguarded = IndexDataCacheFile.save
+
+    def save(self, key, data):
+        try:
+            fd = os.open(os.path.join(self._cache_path, SAVE_LOCK), os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            return unguarded(self, key, data)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # a filesystem without locks: numba's own save
+                return unguarded(self, key, data)
+            overloads = self._load_index()  # afresh, under the lock
+            name = overloads.get(key)
+            if name is None:
+                taken = set(overloads.values())
+                name = next(n for n in map(self._data_name, itertools.count(1)) if n not in taken)
+            self._save_data(name, data)  # before the index names it: a reader finds it whole or not at all
+            if overloads.get(key) != name:
+                overloads[key] = name
+                self._save_index(overloads)
+        finally:
+            os.close(fd)
+
+    save.unguarded = unguarded
+    IndexDataCacheFile.save = save
+    return True
 
 
 def keyed_by_code(kernel, *more):

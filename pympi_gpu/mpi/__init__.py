@@ -10,5 +10,6 @@
 ``cuda_aware``     whether the MPI takes device buffers, agreed by all ranks; the transport
 
 May import: the standard library, NumPy, mpi4py (inside functions: importing
-``mpi4py.MPI`` starts MPI); of pympi_gpu, only this package and ``launchers``.
+``mpi4py.MPI`` starts MPI); of pympi_gpu, only this package, ``launchers`` and
+``device.jitcache`` (``numba_calls`` compiles cached kernels: their saves guarded).
 """

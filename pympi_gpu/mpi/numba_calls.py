@@ -43,6 +43,10 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, register_jitable
 
+from pympi_gpu.device.jitcache import guard_cache
+
+guard_cache()  # this module's kernels are cached: numba's cache mended first (see jitcache)
+
 __all__ = ["link", "handles", "request_size", "statuses", "calls", "failure", "persistent_collectives",
            "start_all", "wait_all", "wtime", "handle_width", "handle", "keyed_by_handles", "exchange_rows",
            "SYMBOLS", "NOT_LINKED", "EXCHANGED", "NEED_ROOM", "EXCHANGE_FAILED"]

@@ -16,10 +16,12 @@ from numba.core import types
 from numba.extending import intrinsic, register_jitable
 
 from pympi_gpu import rng
-from pympi_gpu.device.jitcache import keyed_by_code, sources
+from pympi_gpu.device.jitcache import guard_cache, keyed_by_code, sources
 from pympi_gpu.pi import grid, mc_simd
 from pympi_gpu.pi.kernels_numpy import NumpyKernels
 from pympi_gpu.rng import BLOCK, block_hits, count_hits
+
+guard_cache()  # this module's kernels are cached: numba's cache mended first (see jitcache)
 
 rng.register_numba()
 

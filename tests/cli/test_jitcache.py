@@ -127,3 +127,52 @@ def test_a_kernel_calling_another_modules_kernel_sees_it_change(tmp_path, keyed)
         assert proc.returncode == 0, proc.stderr
         outs.append(proc.stdout.split())
     assert outs == ([["3"], ["4"]] if keyed else [["3"], ["3"]])
+
+
+THREADED = """
+import sys
+import numpy as np
+if sys.argv[2] == "guarded":
+    from pympi_gpu.device.jitcache import guard_cache
+    guard_cache()
+from numba import njit, prange
+
+
+@njit(parallel=True, cache=True)
+def inner(x):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += x[i]
+    return s
+
+
+@njit(cache=True)
+def outer(x):
+    return inner(x) + 1.0
+
+
+print(inner(np.arange(1000.0)) if sys.argv[1] == "inner" else outer(np.arange(1000.0)))
+"""
+
+
+def test_a_kernel_around_a_threaded_one_loads_where_no_pool_was_launched(tmp_path):
+    """A kernel calling a ``parallel=True`` kernel, compiled in a process that loaded that callee from the
+    cache, then loaded by a third process that has not launched numba's thread pool: a jump to a null
+    pointer (numba issue 9938; the LJ step program around the threaded pair kernel, in the MPI test tier
+    and in a script).  ``jitcache.guard_cache`` launches the pool before a kernel loads.  The same three
+    processes without it show the fault is there to mend (numba 0.68: a segmentation fault)."""
+    import sys
+
+    (tmp_path / "threaded.py").write_text(THREADED)
+
+    def three(how):
+        env = clean_env(NUMBA_CACHE_DIR=str(tmp_path / how))
+        return [run([sys.executable, str(tmp_path / "threaded.py"), which, how], env=env, cwd=tmp_path)
+                for which in ("inner", "outer", "outer")]
+
+    guarded = three("guarded")
+    assert [(p.returncode, p.stdout.split()) for p in guarded] == \
+        [(0, ["499500.0"]), (0, ["499501.0"]), (0, ["499501.0"])], [p.stderr[-2000:] for p in guarded]
+    plain = three("plain")
+    assert [p.returncode for p in plain[:2]] == [0, 0]
+    assert plain[2].returncode in (0, -11)  # -11 where numba still has the fault

@@ -21,7 +21,7 @@ ALLOWED = {
     "rng": {"", "rng"},
     "launchers": {"", "launchers"},
     "device": {"", "launchers", "device"},
-    "mpi": {"", "launchers", "mpi"},
+    "mpi": {"", "launchers", "device", "mpi"},  # device: jitcache, for numba_calls' cached kernels
     "run": {"", "mpi", "device", "run"},
     "pi": {"", "rng", "mpi", "device", "run", "pi"},
     "nbody": {"", "rng", "mpi", "device", "run", "nbody"},

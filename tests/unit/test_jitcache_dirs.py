@@ -88,3 +88,49 @@ def test_too_late_once_numba_is_loaded():
 
 
 # -- kernels made around kernels: one compile, then the cache in every new process --------------------------
+
+
+# ---------------------------------------------------------------- saves by several processes at once
+
+def test_entries_saved_at_once_each_keep_their_own_file(tmp_path, monkeypatch):
+    """Two savers of different entries of one kernel that read its index at the same moment (as ranks
+    compiling for different CPU features do): numba's own save gives both the first free number, and the
+    index left names one entry's file for the other's key (numba issues 4807, 10128: a segmentation fault
+    in the next run that loads it).  Guarded, each entry loads as saved."""
+    import threading
+
+    from numba.core.caching import IndexDataCacheFile
+
+    assert jitcache.guard_cache()
+    together = threading.Barrier(2, timeout=2)
+    load_index = IndexDataCacheFile._load_index
+
+    def read_then_wait(self):  # both read the index, then go on together (unguarded: the race made certain)
+        overloads = load_index(self)
+        try:
+            together.wait()
+        except threading.BrokenBarrierError:  # the other waits for the lock: it cannot come
+            pass
+        return overloads
+
+    monkeypatch.setattr(IndexDataCacheFile, "_load_index", read_then_wait)
+    entries = {("sig-a", "znver4"): ("code", "A"), ("sig-b", "znver4 -prefer-256-bit"): ("code", "B")}
+    savers = [threading.Thread(target=IndexDataCacheFile(str(tmp_path), "kernel-10.py311", "stamp").save,
+                               args=entry) for entry in entries.items()]
+    for t in savers:
+        t.start()
+    for t in savers:
+        t.join()
+    together.abort()
+    reader = IndexDataCacheFile(str(tmp_path), "kernel-10.py311", "stamp")
+    assert {key: reader.load(key) for key in entries} == entries
+    assert sorted(p.name for p in tmp_path.glob("*.nbc")) == ["kernel-10.py311.1.nbc", "kernel-10.py311.2.nbc"]
+
+
+def test_every_module_that_caches_kernels_mends_numbas_cache_first():
+    """A module compiling with ``cache=True`` calls :func:`jitcache.guard_cache` (which numba's import
+    alone does not): the guard must be on before its first load or save, in every process, CLI or not."""
+    package = Path(jitcache.__file__).resolve().parent.parent
+    caching = [p for p in package.rglob("*.py") if "cache=True" in p.read_text() and p.name != "jitcache.py"]
+    assert len(caching) >= 9
+    assert [str(p.relative_to(package)) for p in caching if "guard_cache()" not in p.read_text()] == []

@@ -16,7 +16,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from pympi_gpu.device.jitcache import keyed_by_code
+from pympi_gpu.device.jitcache import guard_cache, keyed_by_code
+
+guard_cache()  # this module's kernels are cached: numba's cache mended first (see jitcache)
 
 __all__ = ["NumbaKernels", "NumpyKernels", "direct_sum_fp64", "FLOPS_PER_INTERACTION", "R2_MIN"]
 

@@ -55,8 +55,10 @@ def _direct_sum(pair):
     """The direct sum of :func:`reference_forces`, compiled around ``pair``."""
     from numba import njit
 
+    from pympi_gpu.device.jitcache import guard_cache
     from pympi_gpu.nbody.lj.pairs import compiled
 
+    guard_cache()  # cached below: numba's cache mended first (see jitcache)
     pair = compiled(pair)
 
     @njit(cache=True)

@@ -36,13 +36,15 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
-from pympi_gpu.device.jitcache import keyed_by_code, sources
+from pympi_gpu.device.jitcache import guard_cache, keyed_by_code, sources
 from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj import thermostats
 from pympi_gpu.nbody.lj.cpu.lists import build as build_lists
 from pympi_gpu.nbody.lj.cpu.lists import cell_index as _cell_index
 from pympi_gpu.nbody.lj.cpu import records
 from pympi_gpu.nbody.lj.pairs import compiled
+
+guard_cache()  # this module's kernels are cached: numba's cache mended first (see jitcache)
 
 __all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "make_row", "kick", "drift",
            "max_displacement2", "scale_rows", "square_sum", "kinetic_sums", "pack_rows", "add_rows", "warmup", "kick_drift", "kick_serial",

@@ -64,6 +64,10 @@ from numba import uint64 as u64
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from pympi_gpu.device.jitcache import guard_cache
+
+guard_cache()  # this module's kernels are cached: numba's cache mended first (see jitcache)
+
 __all__ = ["VerletLists", "build", "build_rows", "cell_index"]
 
 

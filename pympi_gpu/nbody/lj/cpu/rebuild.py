@@ -31,11 +31,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pympi_gpu.device.jitcache import sources
+from pympi_gpu.device.jitcache import guard_cache, sources
 from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj.cpu import kernels as kc
 from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
 from pympi_gpu.nbody.lj.cpu import records
+
+guard_cache()  # this module's kernels are cached: numba's cache mended first (see jitcache)
 
 __all__ = ["rebuild_brick", "warmup", "state", "DONE", "GROW", "LOST", "FAILED", "AGREE", "ST_N", "ST_HELD",
            "ST_NEED", "ST_STAY", "ST_WIDTHS", "ST_D", "ST_CHANGED", "ST_FINITE", "TALLY_SECONDS", "TALLY_BYTES",

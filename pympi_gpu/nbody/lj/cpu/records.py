@@ -42,8 +42,11 @@ import numpy as np
 from numba import njit, types
 from numba.experimental import structref
 
+from pympi_gpu.device.jitcache import guard_cache
 from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
+
+guard_cache()  # this module's kernels are cached: numba's cache mended first (see jitcache)
 
 __all__ = ["Rows", "Lists", "Build", "Plan", "Mpi", "Grid", "Work", "Bath", "make", "count", "idle", "idle_bath", "bath"]
 

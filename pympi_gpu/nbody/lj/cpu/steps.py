@@ -48,13 +48,15 @@ import functools
 import numpy as np
 from numba import njit
 
-from pympi_gpu.device.jitcache import keyed_by_code, sources
+from pympi_gpu.device.jitcache import guard_cache, keyed_by_code, sources
 from pympi_gpu.mpi import numba_calls
 from pympi_gpu.nbody.lj import thermostats
 from pympi_gpu.nbody.lj.cpu import kernels as kc
 from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
 from pympi_gpu.nbody.lj.cpu import rebuild as rebuild_cpu
 from pympi_gpu.nbody.lj.cpu import records
+
+guard_cache()  # this module's kernels are cached: numba's cache mended first (see jitcache)
 
 __all__ = ["make_run_steps", "kernel", "warm", "warmup", "REBUILDING", "REBUILT", "H_N", "H_HELD",
            "H_REBUILDS"]
