@@ -34,6 +34,26 @@ def pytest_collection_modifyitems(items):
     items.sort(key=tiers.container_tier)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the README's command): two workers, one where this process may run on one CPU;
+    ``PYMPI_TEST_WORKERS`` sets the number (:func:`tiers.workers`)."""
+    return tiers.workers()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist, a file's tests one after the other on one worker, and the system tier's all on
+    one (:func:`tiers.worker_group`); the groups handed out in the order collected."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return tiers.worker_group(nodeid)
+
+    return ByGroup(config, log)
+
+
 def pytest_itemcollected(item):
     """Mark the SLOW table's cases (helpers/tiers.py) ``slow``, before -m selects (after collection)."""
     if tiers.slow_case(item):
@@ -108,4 +128,5 @@ def pytest_runtest_protocol(item, nextitem):
     yield
     with open(path, "a") as fh:
         fh.write(json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - t0, 3),
-                             "cpu": round(cpu() - c0, 3)}) + "\n")
+                             "cpu": round(cpu() - c0, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", "")})
+                 + "\n")

@@ -66,3 +66,27 @@ def test_the_quick_tier_keeps_every_files_tests_and_the_slow_table_names_real_te
     assert files and files == set(quick), f"files left without a quick test: {sorted(files - set(quick))}"
     suite = {(i["name"], i["params"].get("ranks")) for i in quick["tests/cli/test_mpi_suite.py"]}
     assert {("test_mpi_suite", "3"), ("test_mpi_suite_under_the_cuda_simulator", "3")} <= suite
+
+
+def test_two_workers_keep_a_file_together_and_the_system_tier_on_one():
+    """`-n auto`: two workers, each file's tests on one of them (a run of three files with pytest-xdist,
+    each test's worker recorded by PYMPI_TEST_CPU); every system test in one group."""
+    import tempfile
+    from pathlib import Path
+
+    from helpers import tiers
+
+    assert tiers.worker_group("tests/cli/test_a.py::test_x[1-2]") == "tests/cli/test_a.py"
+    assert tiers.worker_group("tests/system/test_slurm.py::t") == tiers.worker_group("tests/system/x.py::u")
+    with tempfile.TemporaryDirectory() as tmp:
+        record = Path(tmp) / "ran.jsonl"
+        out = run([sys.executable, "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider", "-q",
+                   "tests/unit/test_rng.py", "tests/unit/test_counts.py", "tests/unit/test_launch_plan.py"],
+                  env=clean_env(PYMPI_TEST_WORKERS="2", PYMPI_TEST_CPU=str(record)), cwd=ROOT, timeout=600)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        lines = [json.loads(line) for line in record.read_text().splitlines()]
+    workers = defaultdict(set)
+    for line in lines:
+        workers[line["test"].split("::")[0]].add(line["worker"])
+    assert len(workers) == 3 and all(len(w) == 1 for w in workers.values()), dict(workers)
+    assert set().union(*workers.values()) == {"gw0", "gw1"}

@@ -8,6 +8,7 @@ the scratch venv the same mpi4py runs on that MPI, started by that MPI's own ``m
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -74,6 +75,15 @@ def make_venv(mpi: MPI) -> MPIVenv:
     done = prefix / ".pympi-complete"
     if done.exists():
         return MPIVenv(mpi, prefix)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{mpi.name}-{key}.lock", "a") as lock:  # two test workers may ask at once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():  # made by the other while this one waited
+            return MPIVenv(mpi, prefix)
+        return _make(mpi, prefix, site, done)
+
+
+def _make(mpi: MPI, prefix: Path, site: str, done: Path) -> MPIVenv:
     if prefix.exists():
         subprocess.run(["rm", "-rf", str(prefix)], check=True)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=120)

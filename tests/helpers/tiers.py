@@ -21,6 +21,32 @@ def container_tier(item) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- two at a time
+
+#: The tests run two at a time (pytest-xdist, ``-n auto`` in the README's command): most are a sequence of
+#: process starts, each keeping one core busy, and CI's machine has two.  No more than two, whatever the
+#: machine: a test's MPI jobs take two or three cores of their own.
+WORKERS = 2
+
+
+def workers() -> int:
+    """How many pytest-xdist workers ``-n auto`` starts: ``PYMPI_TEST_WORKERS``, else :data:`WORKERS`, at
+    most the CPUs this process may run on."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return int(os.environ.get("PYMPI_TEST_WORKERS") or min(WORKERS, cpus))
+
+
+def worker_group(nodeid: str) -> str:
+    """The group of tests (by node id) that run one after the other on one worker: a file's (its
+    module-scoped fixtures made once, its order kept); the system tier's all together (one local Slurm,
+    one podman, one Apptainer: their tests in the order collected, the container tiers last, never two
+    at once)."""
+    path = nodeid.split("::", 1)[0]
+    return "tests/system" if path.startswith("tests/system/") else path
+
+
 # ---------------------------------------------------------------- the quick tier
 
 #: The heavy variants of tests whose lighter variants stay in the quick tier
