@@ -36,7 +36,7 @@ def pytest_collection_modifyitems(items):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto`` (the README's command): two workers, one where this process may run on one CPU;
+    """``-n auto``: two workers, one where this process may run on one CPU;
     ``PYMPI_TEST_WORKERS`` sets the number (:func:`tiers.workers`)."""
     return tiers.workers()
 

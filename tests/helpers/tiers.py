@@ -23,8 +23,8 @@ def container_tier(item) -> int:
 
 # ---------------------------------------------------------------- two at a time
 
-#: The tests run two at a time (pytest-xdist, ``-n auto`` in the README's command): most are a sequence of
-#: process starts, each keeping one core busy, and CI's machine has two.  No more than two, whatever the
+#: The tests two at a time (pytest-xdist, ``python -m pytest -n auto``; CI runs them one at a time): most are
+#: a sequence of process starts, each keeping one core busy.  No more than two, whatever the
 #: machine: a test's MPI jobs take two or three cores of their own.
 WORKERS = 2
 
