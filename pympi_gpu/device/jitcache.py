@@ -100,8 +100,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["configure", "guard_cache", "cache_dir_writable", "installed", "user_cache_dir", "tune_cpu", "host_cpu", "keyed_by_code",
-           "sources"]
+__all__ = ["configure", "guard_cache", "cache_dir_writable", "installed", "user_cache_dir", "tune_cpu", "host_cpu",
+           "keyed_by_code", "sources"]
 
 
 def _writable(path: Path) -> bool:

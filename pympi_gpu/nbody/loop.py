@@ -51,7 +51,8 @@ from pympi_gpu.nbody.blowup import BlowUp
 from pympi_gpu.run.phases import PhaseClock, Phases, Traffic, summarise
 
 __all__ = ["RunOptions", "Labels", "System", "Writer", "ThermoRows", "Frames", "Checkpoints", "Progress", "agree",
-           "LoopResult", "run", "simulate", "standard_writers", "save_and_raise", "files_lost", "save_new", "STATE_SUFFIXES"]
+           "LoopResult", "run", "simulate", "standard_writers", "save_and_raise", "files_lost", "save_new",
+           "STATE_SUFFIXES"]
 
 
 #: the longest a batch of quiet steps may take (seconds, as the last step took): as long a stop request waits
