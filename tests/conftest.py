@@ -54,6 +54,47 @@ def pytest_xdist_make_scheduler(config, log):
     return ByGroup(config, log)
 
 
+@pytest.hookimpl(hookwrapper=True, tryfirst=True, specname="pytest_runtest_protocol")
+def pytest_alone_or_together(item, nextitem):
+    """Under pytest-xdist, a test of :data:`tiers.ALONE` runs while no other worker runs one: every test holds
+    a shared lock for its setup, call and teardown, those tests an exclusive one.  Each takes its turn
+    through a second lock first, so that a test waiting for the exclusive lock keeps the other worker from
+    starting a new test meanwhile (it would wait for ever, the shared lock never free)."""
+    workerinput = getattr(item.config, "workerinput", None)  # an xdist worker's own (never its children's)
+    if workerinput is None:
+        yield
+        return
+    import fcntl
+
+    base = _lock_base(workerinput)
+    with open(base + ".turn", "a") as turn, open(base + ".lock", "a") as lock:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if tiers.alone(item.nodeid) else fcntl.LOCK_SH)
+        fcntl.flock(turn, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _lock_base(workerinput) -> str:
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"pympi-tests-{workerinput['testrunuid']}")
+
+
+def pytest_sessionfinish(session):
+    """A worker done with its tests removes the locks (a worker still running makes them again if it needs
+    them; none but it is left to share them)."""
+    workerinput = getattr(session.config, "workerinput", None)
+    if workerinput is not None:
+        for end in (".turn", ".lock"):
+            try:
+                os.unlink(_lock_base(workerinput) + end)
+            except FileNotFoundError:
+                pass
+
+
 def pytest_itemcollected(item):
     """Mark the SLOW table's cases (helpers/tiers.py) ``slow``, before -m selects (after collection)."""
     if tiers.slow_case(item):
@@ -124,9 +165,10 @@ def pytest_runtest_protocol(item, nextitem):
         me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
-    t0, c0 = time.monotonic(), cpu()
+    start, t0, c0 = time.time(), time.monotonic(), cpu()
     yield
     with open(path, "a") as fh:
-        fh.write(json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - t0, 3),
+        fh.write(json.dumps({"test": item.nodeid, "start": round(start, 6), "end": round(time.time(), 6),
+                             "wall": round(time.monotonic() - t0, 3),
                              "cpu": round(cpu() - c0, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", "")})
                  + "\n")

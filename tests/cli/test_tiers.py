@@ -90,3 +90,29 @@ def test_two_workers_keep_a_file_together_and_the_system_tier_on_one():
         workers[line["test"].split("::")[0]].add(line["worker"])
     assert len(workers) == 3 and all(len(w) == 1 for w in workers.values()), dict(workers)
     assert set().union(*workers.values()) == {"gw0", "gw1"}
+
+
+def test_a_test_that_times_a_job_runs_while_no_other_test_runs():
+    """`-n auto`: the tests of :data:`tiers.ALONE` files run while the other worker runs none (their start
+    and end, recorded by PYMPI_TEST_CPU, overlap no other test's), and every test still runs."""
+    import tempfile
+    from pathlib import Path
+
+    from helpers import tiers
+
+    alone, other = "tests/unit/test_jitcache_dirs.py", "tests/unit/test_lj_model.py"
+    assert tiers.alone(f"{alone}::t[1]") and not tiers.alone(f"{other}::t")
+    with tempfile.TemporaryDirectory() as tmp:
+        record = Path(tmp) / "ran.jsonl"
+        out = run([sys.executable, "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider", "-q", alone, other],
+                  env=clean_env(PYMPI_TEST_WORKERS="2", PYMPI_TEST_CPU=str(record)), cwd=ROOT, timeout=600)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        lines = [json.loads(line) for line in record.read_text().splitlines()]
+    spans = defaultdict(list)
+    for line in lines:
+        spans[line["test"].split("::")[0]].append((line["start"], line["end"], line["worker"]))
+    assert len(spans[alone]) >= 3 and len(spans[other]) >= 10, {k: len(v) for k, v in spans.items()}
+    assert {w for *_, w in spans[alone]} != {w for *_, w in spans[other]}  # the two files on the two workers
+    for a0, a1, _ in spans[alone]:
+        overlapping = [(b0, b1) for b0, b1, _ in spans[other] if b0 < a1 and a0 < b1]
+        assert overlapping == [], (a0, a1, overlapping)

@@ -1,7 +1,7 @@
 """The test run's schedule for numba's CUDA simulator (``tests/data/cudasim/sitecustomize.py``): the
 same results as the simulator's own, threads one after the other where a kernel's threads do not
-depend on one another, real threads and a barrier where they do, and a thread's error raised with
-where it came from."""
+depend on one another, greenlets of the launching thread meeting at the block's barrier where they do,
+and a thread's error raised with where it came from."""
 
 from __future__ import annotations
 
@@ -47,9 +47,23 @@ def sums(a, out, counts):  # its threads meet at the device function's barriers
     threads_seen.add(threading.get_ident())
     s = block_sum(a[i] if i < a.size else 0.0, buf)
     c = cuda.syncthreads_count(i % 3 == 0)
+    every = cuda.syncthreads_and(i < 70)
+    some = cuda.syncthreads_or(i == 40)
     if cuda.threadIdx.x == 0:
         out[cuda.blockIdx.x] = s
         counts[cuda.blockIdx.x] = c
+        counts[3 + cuda.blockIdx.x] = every
+        counts[6 + cuda.blockIdx.x] = some
+
+@cuda.jit
+def early(out):  # threads that return before the barrier no longer count at it (the simulator's rule)
+    buf = cuda.shared.array(32, np.float64)
+    t = cuda.threadIdx.x
+    if t >= 20:
+        return
+    buf[t] = t
+    cuda.syncthreads()
+    out[t] = buf[19 - t]
 
 @cuda.jit
 def fails(a):
@@ -69,8 +83,10 @@ out = np.zeros(80)
 scale[3, 32](a, out)
 plain = sorted(threads_seen)  # ran in the launching (main) thread?
 threads_seen.clear()
-got, counts = np.zeros(3), np.zeros(3, np.int64)
+got, counts = np.zeros(3), np.zeros(9, np.int64)
 sums[3, 32](a, got, counts)
+back = np.full(32, -1.0)
+early[1, 32](back)
 try:
     fails[3, 32](np.zeros(96))
     error = None
@@ -82,7 +98,7 @@ try:
 except IndexError as exc:
     barrier_error = str(exc)
 print(json.dumps({"barrier_error": barrier_error, "a": a.tolist(), "scale": out.tolist(), "sums": got.tolist(),
-                  "counts": counts.tolist(),
+                  "counts": counts.tolist(), "early": back.tolist(),
                   "plain_threads": plain, "block_threads": len(threads_seen),
                   "main": threading.main_thread().ident in threads_seen, "error": error}))
 '''
@@ -119,11 +135,16 @@ def test_both_schedules_give_the_kernels_results(tmp_path, schedule):
     assert a == pytest.approx([i ** 1.5 for i in range(80)], rel=1e-15, abs=0)
     assert got["scale"] == [2.0 * a[i] + a[(i + 1) % 80] for i in range(80)]
     assert got["sums"] == [_tree(a[b:b + 32]) for b in (0, 32, 64)]
-    assert got["counts"] == [sum(i % 3 == 0 for i in range(b, b + 32)) for b in (0, 32, 64)]
+    assert got["counts"] == [sum(i % 3 == 0 for i in range(b, b + 32)) for b in (0, 32, 64)] + [1, 1, 0] + [0, 1, 0]
+    assert got["early"] == [19.0 - t for t in range(20)] + [-1.0] * 12
     assert got["error"].startswith("tid=[5, 0, 0] ctaid=[1, 0, 0]"), got["error"]
     assert got["barrier_error"].startswith("tid=[3, 0, 0] ctaid=[0, 0, 0]"), got["barrier_error"]
-    # a kernel that synchronises keeps a thread per CUDA thread (32 a block, one block at a time)
-    assert got["block_threads"] >= 32 and not got["main"]
+    # a kernel that synchronises: under the test schedule its CUDA threads are greenlets of the launching
+    # thread (no OS thread started), under numba's an OS thread each (32 a block, one block at a time)
+    if schedule == "tests":
+        assert got["block_threads"] == 1 and got["main"], got
+    else:
+        assert got["block_threads"] >= 32 and not got["main"], got
     # one that does not runs in the launching thread under the test schedule, in threads of its own under
     # numba's (thread idents are reused once a thread has ended: which thread, not how many)
     assert got["plain_threads"] == ([True] if schedule == "tests" else [False]), got

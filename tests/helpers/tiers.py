@@ -47,6 +47,25 @@ def worker_group(nodeid: str) -> str:
     return "tests/system" if path.startswith("tests/system/") else path
 
 
+#: Files whose tests time a job against a limit or load every core themselves: under ``-n auto`` each of their
+#: tests runs while no other test does (:func:`alone`, the lock in tests/conftest.py), as in a run one at a
+#: time.  Two workers each starting MPI jobs on 2 cores, with the image builds, took a job stopped by SIGTERM
+#: past its 48 s and put the Slurm scaling model's prediction 54 % off.
+ALONE = (
+    "tests/cli/test_stop_signals.py",  # a stop's grace period, SIGTERM on a loaded machine
+    "tests/cli/test_stop_launchers.py",  # the launchers' stops on a loaded machine
+    "tests/cli/test_faults.py",  # a killed rank ends the job within END_WITHIN
+    "tests/system/test_scale_slurm.py",  # a scaling model fitted on one node predicts two
+    "tests/system/test_slurm_signals.py",  # Slurm's real time limits and warnings
+    "tests/unit/test_jitcache_dirs.py",  # savers racing on a loaded machine
+)
+
+
+def alone(nodeid: str) -> bool:
+    """Whether the test runs while no other test does (:data:`ALONE`)."""
+    return nodeid.split("::", 1)[0] in ALONE
+
+
 # ---------------------------------------------------------------- the quick tier
 
 #: The heavy variants of tests whose lighter variants stay in the quick tier
