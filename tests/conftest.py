@@ -43,9 +43,13 @@ def pytest_xdist_auto_num_workers(config):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under pytest-xdist, a file's tests one after the other on one worker, and the system tier's all on
-    one (:func:`tiers.worker_group`); the groups handed out in the order collected."""
+    """Under pytest-xdist, a file's tests one after the other on one worker, and the system tier's Slurm
+    tests on one, its container tiers' on one (:func:`tiers.worker_group`); the groups handed out in the
+    order collected (not xdist's default, the largest first: that sent the container tiers out first, to
+    wait for their images)."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class ByGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

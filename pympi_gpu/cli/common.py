@@ -423,6 +423,9 @@ def run_command(command: click.Command, prog_name: str | None = None,
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # one rank failed: end the whole job
+        signals = sys.modules.get("pympi_gpu.cli.signals")  # loaded where a run took the stop signals
+        if _from_mpi(exc) and signals is not None:
+            signals.after_an_interrupt()  # the job ending at once on a second Ctrl-C: this rank says nothing
         click.echo(_error_line(prog, rank_now(), exc), err=True)
         if os.environ.get("PYMPI_DEBUG"):
             traceback.print_exc()
@@ -466,6 +469,12 @@ def no_terminal_reset_at_exit() -> None:
         atexit.unregister(init.reset_all)
 
 
+def _from_mpi(exc: Exception) -> bool:
+    """Whether MPI itself raised ``exc``."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi is not None and isinstance(exc, mpi.Exception)
+
+
 def _error_line(prog: str, rank: int, exc: Exception) -> str:
     """The one line of an unexpected error on ``rank``.
 
@@ -474,8 +483,7 @@ def _error_line(prog: str, rank: int, exc: Exception) -> str:
     is said so, rather than "error on rank 0", which blamed the rank that
     noticed.  The launcher's own message names the rank that died.
     """
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and isinstance(exc, mpi.Exception):
+    if _from_mpi(exc):
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         return (f"{prog}: MPI error on rank {rank} ({first}): usually another rank failed or was killed first "
                 "(the launcher's message names it); ending the job")

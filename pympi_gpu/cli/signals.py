@@ -75,7 +75,7 @@ from pympi_gpu.cli.common import abort_job, rank_now
 
 __all__ = ["Stop", "STOP_SIGNALS", "REPEAT_WINDOW", "INTERRUPTED", "GRACE_VARIABLE", "DEFAULT_GRACE",
            "RELAY_VARIABLE", "CLOSED_OUTPUT", "CLOSED_STREAMS", "UNTOLD", "CLOSED_WHY", "exit_status", "closed_status",
-           "grace_from_env", "signal_name", "GuardedStream", "guard_outputs"]
+           "grace_from_env", "signal_name", "GuardedStream", "guard_outputs", "after_an_interrupt"]
 
 #: every signal that asks a run to stop
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -190,6 +190,8 @@ class Stop:
             signal.signal(s, _note)
         threading.Thread(target=self._watch, args=(read,), name="pympi-signals", daemon=True).start()
         self._installed = True
+        global _taken
+        _taken = self
         return self
 
     def guard_streams(self) -> Stop:
@@ -329,6 +331,23 @@ class Stop:
                          f"the job with MPI_Abort, nothing more written\n")
         sys.stderr.flush()
         abort_job(OVERDUE)
+
+
+_taken: Stop | None = None  # the Stop that took this process's signals
+
+
+def after_an_interrupt(seconds: float = OTHERS_WAIT) -> bool:
+    """An error from MPI on a rank a Ctrl-C reached: most likely the other ranks ending at once on a second
+    Ctrl-C (:meth:`Stop.end_now`: rank 0's ``MPI_Abort``) that has not reached this rank yet, or whose abort
+    has not killed it yet (under load either comes late; the rank then printed "MPI error" beside rank 0's
+    "interrupted twice").  Wait for them up to ``seconds``: the second Ctrl-C ends this process from the
+    signals' thread, the launcher kills it on the abort.  Returns False at once where no Ctrl-C came (the
+    error is told as any other), True if the wait ran out (told as any other too)."""
+    stop = _taken
+    if stop is None or stop.signal is None or not stop._twice(stop.signal):
+        return False
+    time.sleep(seconds)
+    return True
 
 
 def _note(signum, frame) -> None:

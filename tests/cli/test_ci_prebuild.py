@@ -161,7 +161,7 @@ def _ci_run(tmp_path, **env):
 
 START = "python3 -m tests.system.containers prebuild --background"
 STOP = "python3 -m tests.system.containers prebuild --stop"
-TESTS = "python -m pytest -n auto"
+TESTS = "python -m pytest"
 
 
 def test_ci_starts_the_prebuild_before_the_tests_and_stops_it_at_exit(tmp_path):

@@ -31,7 +31,10 @@ def _run(argv, venv: MPIVenv, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=venv.env(), cwd=ROOT)
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
+#: 3 ranks, the odd split (MPICH runs the tier at 2 and 3: tests/cli/test_mpi_suite.py).  2 ranks were added
+#: back here while a segmentation fault in a cold run was unexplained; it was numba issue 9938, mended by
+#: pympi_gpu.device.jitcache.guard_cache and tested in tests/cli/test_jitcache.py
+@pytest.mark.parametrize("ranks", [3])
 def test_mpi_suite_under(mpi_venv, ranks):
     # rank 0 prints for all: the ranks' own lines may interleave mid-line under some launchers
     probe = ("from mpi4py import MPI; import pympi_gpu; c = MPI.COMM_WORLD; "

@@ -78,6 +78,8 @@ def test_two_workers_keep_a_file_together_and_the_system_tier_on_one():
 
     assert tiers.worker_group("tests/cli/test_a.py::test_x[1-2]") == "tests/cli/test_a.py"
     assert tiers.worker_group("tests/system/test_slurm.py::t") == tiers.worker_group("tests/system/x.py::u")
+    containers = {tiers.worker_group(f"tests/system/{name}::t") for name in tiers.CONTAINER_TIERS}
+    assert len(containers) == 1 and containers != {tiers.worker_group("tests/system/x.py::u")}
     with tempfile.TemporaryDirectory() as tmp:
         record = Path(tmp) / "ran.jsonl"
         out = run([sys.executable, "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider", "-q",

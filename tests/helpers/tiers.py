@@ -40,11 +40,15 @@ def workers() -> int:
 
 def worker_group(nodeid: str) -> str:
     """The group of tests (by node id) that run one after the other on one worker: a file's (its
-    module-scoped fixtures made once, its order kept); the system tier's all together (one local Slurm,
-    one podman, one Apptainer: their tests in the order collected, the container tiers last, never two
-    at once)."""
+    module-scoped fixtures made once, its order kept); the system tier's Slurm tests together (one local
+    Slurm), and the container tiers' together (one podman, one Apptainer), each in the order collected,
+    never two at once.  The groups are handed out in the order their first test is collected, so the
+    container tiers' goes last (:func:`container_tier`), when the background prebuild has made most of
+    their images: handed out early, a worker sat waiting for the images 10 minutes of a cold run."""
     path = nodeid.split("::", 1)[0]
-    return "tests/system" if path.startswith("tests/system/") else path
+    if not path.startswith("tests/system/"):
+        return path
+    return "tests/system containers" if path.rsplit("/", 1)[-1] in CONTAINER_TIERS else "tests/system"
 
 
 #: Files whose tests time a job against a limit or load every core themselves: under ``-n auto`` each of their

@@ -11,7 +11,8 @@ each test's teardown, Python's ways of starting a process (``subprocess.Popen``,
 ``os.forkpty``, ``os.posix_spawn``, ``os.posix_spawnp``, ``os.system``, and the ``fork_exec`` that
 multiprocessing's spawn calls) fail the test that called them, with a failure an ``except
 Exception`` cannot swallow; and after each test this process has no child it did not have before
-(one started below Python, by a C library).
+(one started below Python, by a C library).  A process started by another tier's code (a session fixture of
+tests/system/ that a unit test's teardown happens to end, as under pytest-xdist) is theirs, not the test's.
 
 This file imports nothing of the project: tests/cli/test_unit_tier.py runs a copy of it on tests
 that start processes in each of these ways, and each must fail.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import _posixsubprocess
@@ -38,8 +40,26 @@ STARTS = [(subprocess.Popen, "__init__", "subprocess.Popen"), (os, "fork", "os.f
           (_posixsubprocess, "fork_exec", "_posixsubprocess.fork_exec")]
 
 
-def _refused(what: str):
+#: the other tiers' folders: a fixture of theirs that a unit test's teardown finalises (under pytest-xdist the last
+#: test of a worker's session, after which its session fixtures end: the local Slurm's ``scancel``) is theirs
+OTHER_TIERS = tuple(HERE.parent / tier for tier in ("cli", "gpu", "mpi", "system"))
+
+
+def _from_another_tier() -> bool:
+    """Whether the process is started by code of another tier (a session fixture of theirs ending)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = Path(frame.f_code.co_filename)
+        if any(tier == path.parent or tier in path.parents for tier in OTHER_TIERS):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _refused(what: str, start):
     def refuse(*args, **kwargs):
+        if _from_another_tier():
+            return start(*args, **kwargs)
         if args and isinstance(args[0], subprocess.Popen):  # Popen.__init__(self, args, ...)
             args[0]._child_created = False  # what Popen.__del__ looks at: the refused object goes quietly
             args = args[1:]
@@ -53,7 +73,7 @@ def no_process():
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in STARTS if hasattr(owner, name)]
     for owner, name, what in STARTS:
         if hasattr(owner, name):
-            setattr(owner, name, _refused(what))
+            setattr(owner, name, _refused(what, getattr(owner, name)))
     try:
         yield
     finally:

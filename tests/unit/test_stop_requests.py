@@ -9,6 +9,8 @@ import os
 import signal
 import time
 
+import pytest
+
 
 def test_stop_unit_rules():
     """The exit statuses, and the grace period: read from the environment, stretched by a slow step."""
@@ -106,3 +108,19 @@ def test_a_request_heard_during_a_batch_of_compiled_steps_ends_it_at_the_next_st
         cart.Free()
     assert agreed == signal.SIGTERM and took < 5.0, (agreed, took)
     assert len(times) < 1_000_000 and system.timestep == 10 + len(times)
+
+
+@pytest.mark.parametrize("heard, waits", [(None, False), (signal.SIGTERM, False), (signal.SIGINT, True)])
+def test_an_mpi_error_after_a_ctrl_c_waits_for_the_job_ending_at_once(monkeypatch, heard, waits):
+    """An MPI error on a rank a Ctrl-C reached (the others ending at once on a second one, whose abort has
+    not killed this rank yet) waits for that end before it is told; after no Ctrl-C it is told at once."""
+    from pympi_gpu.cli import signals
+
+    stop = signals.Stop("pympi-nbody")
+    stop.signal = heard
+    monkeypatch.setattr(signals, "_taken", stop)
+    t0 = time.monotonic()
+    assert signals.after_an_interrupt(0.3) is waits
+    assert (time.monotonic() - t0 >= 0.3) is waits
+    monkeypatch.setattr(signals, "_taken", None)
+    assert signals.after_an_interrupt(0.3) is False
