@@ -138,6 +138,13 @@ def _lock_shared_arrays() -> None:
     kernelapi.FakeCUDAShared.array = array
 
 
+def _become(me, point, dims, dim3) -> None:
+    """The launching thread ``me`` takes CUDA thread ``point``'s indices, as the simulator's ``BlockThread``
+    holds them (``cuda.threadIdx`` and ``laneid`` read them from the current thread)."""
+    me.threadIdx = dim3(*point)
+    me.thread_id = point[0] + dims[0] * (point[1] + dims[1] * point[2])
+
+
 def _greenlet():
     """greenlet's module, or None where it is not installed."""
     try:
@@ -182,8 +189,7 @@ def _in_greenlets(greenlet, manager, grid_point, args) -> None:
         while live:  # a round: each thread not ended runs to the barrier or its end
             waiting = []
             for point, g in live:
-                me.threadIdx = sim.Dim3(*point)
-                me.thread_id = point[0] + dims[0] * (point[1] + dims[1] * point[2])
+                _become(me, point, dims, sim.Dim3)
                 try:
                     g.switch()
                 except Exception as exc:
@@ -218,8 +224,7 @@ def install() -> None:
         plain = [_plain(a) for a in args]
         try:
             for point in np.ndindex(*dims):
-                me.threadIdx = sim.Dim3(*point)
-                me.thread_id = point[0] + dims[0] * (point[1] + dims[1] * point[2])
+                _become(me, point, dims, sim.Dim3)
                 try:
                     self._f(*plain)
                 except Exception as exc:
