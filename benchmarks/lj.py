@@ -46,6 +46,7 @@ project's.
 
     python benchmarks/lj.py                 # set-up if needed, then CPU
     python benchmarks/lj.py --quick         # 500 and 32,000 atoms only, 3 repeats
+    python benchmarks/lj.py --mixed         # pympi's --precision mixed raced too, beside its double run
     python benchmarks/lj.py --mode profile  # where one run's time goes, phase by phase (1 rank;
                                             # under mpiexec -n 2 for 2)
     mpiexec -n 2 python benchmarks/lj.py --mode trace   # which rank waits for which, step by step
@@ -155,10 +156,11 @@ def run_lammps(venv: Path, ranks: int, config: LjConfig, data: Path, steps: int,
 
 
 def run_pympi(ranks: int, atoms: int, steps: int, backend: str = "numba", pair: str = "lj/cut",
-              policy: tuple[int, bool] = (1, True)) -> dict:
+              policy: tuple[int, bool] = (1, True), precision: str = "fp64") -> dict:
     argv = [_exe("mpiexec"), "-n", str(ranks), _exe("pympi-nbody"), str(atoms), "--model", "lj", "--steps",
             str(steps), "--thermo", str(steps), "--backend", backend, "--threads", "1", "--json",
-            "--pair", pair, "--neigh-every", str(policy[0]), "--neigh-check", "yes" if policy[1] else "no"]
+            "--pair", pair, "--neigh-every", str(policy[0]), "--neigh-check", "yes" if policy[1] else "no",
+            "--precision", precision]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=3600, env=_env())
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({out.returncode}): {out.stderr[-2000:]}")
@@ -173,9 +175,11 @@ def run_pympi(ranks: int, atoms: int, steps: int, backend: str = "numba", pair: 
 
 
 def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = "lj/cut",
-             policy: tuple[int, bool] = (1, True)) -> list[dict]:
+             policy: tuple[int, bool] = (1, True), mixed: bool = False) -> list[dict]:
     """The CPU race: both codes from the same state, with the same pair style and lists' policy
-    (``(neigh_every, neigh_check)``, LAMMPS's ``neigh_modify every K check yes|no``)."""
+    (``(neigh_every, neigh_check)``, LAMMPS's ``neigh_modify every K check yes|no``); ``mixed``: pympi's
+    ``--precision mixed`` too, interleaved with the others (its rows ``pympi-mixed``, ``vs_fp64`` its rate
+    over the double run's per CPU-second)."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="pympi-lj-bench-") as tmp:
         work = Path(tmp)
@@ -187,11 +191,14 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = 
             steps = steps_for(atoms)
             for ranks in (1, 2):
                 load = os.getloadavg()[0]
-                runs = {"pympi": [], **{v: [] for v in LAMMPS_VARIANTS}}
+                runs = {"pympi": [], **{v: [] for v in LAMMPS_VARIANTS}, **({"pympi-mixed": []} if mixed else {})}
                 for _ in range(repeats):  # interleaved: every code sees the same machine load
                     for variant in LAMMPS_VARIANTS:
                         runs[variant].append(run_lammps(venv, ranks, config, data, steps, work, variant))
                     runs["pympi"].append(run_pympi(ranks, atoms, steps, pair=pair, policy=policy))
+                    if mixed:
+                        runs["pympi-mixed"].append(run_pympi(ranks, atoms, steps, pair=pair, policy=policy,
+                                                             precision="mixed"))
                 first_row = len(rows)
                 for code, rs in runs.items():
                     last, first = rs[0]["thermo"][-1], rs[0]["thermo"][0]
@@ -208,14 +215,14 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = 
                                  "mean_over_median": _median(r["step_s"] / r["median_step_s"] for r in rs
                                                              if r.get("median_step_s")),
                                  "per_rebuild_s": _median(r.get("per_rebuild_s") for r in rs),
-                                 "timed_rebuilds": rs[0]["rebuilds"] if code != "pympi" else None,
+                                 "timed_rebuilds": rs[0]["rebuilds"] if not code.startswith("pympi") else None,
                                  "runs": [r["rate"] for r in rs], "thermo_first": first, "thermo_last": last,
                                  "cpu_use_percent": [r["cpu_use_percent"] for r in rs],
                                  # atom-steps per CPU-second: what a core delivers while it runs
                                  "per_cpu_second": statistics.median(r["rate"] * 100 / r["cpu_use_percent"]
                                                                      for r in rs if r["cpu_use_percent"]),
                                  **({"comm_per_step_s": statistics.median(r["comm_per_step_s"] for r in rs),
-                                     "rebuilds": rs[0]["rebuilds"]} if code == "pympi" else {})})
+                                     "rebuilds": rs[0]["rebuilds"]} if code.startswith("pympi") else {})})
                 group = rows[first_row:]
                 p = group[0]
                 lammps = [r for r in group if r["code"] in LAMMPS_VARIANTS]
@@ -232,6 +239,11 @@ def cpu_rows(venv: Path, sizes: list[int], repeats: int, steps_for, pair: str = 
                 p["fastest_lammps_wall"] = max(lammps, key=lambda r: r["rate"])["code"]
                 p["vs_fastest_wall"] = p["rate"] / max(r["rate"] for r in lammps)
                 p["thermo_rel_diff"] = plain["thermo_rel_diff"]
+                for m in (r for r in group if r["code"] == "pympi-mixed"):
+                    m["vs_fp64"] = m["per_cpu_second"] / p["per_cpu_second"]
+                    m["vs_fastest_per_cpu_second"] = m["per_cpu_second"] / fastest["per_cpu_second"]
+                    m["vs_fastest_wall"] = m["rate"] / max(r["rate"] for r in lammps)
+                    m["thermo_rel_diff_fp64"] = _rel_diff(p["thermo_last"], m["thermo_last"])
     for r in rows:
         if r["ranks"] == 2:
             one = next(q for q in rows if q["code"] == r["code"] and q["atoms"] == r["atoms"] and q["ranks"] == 1)
@@ -714,7 +726,9 @@ def table(rows: list[dict]) -> str:
            f"{'pympi/this':>15} {'mean step':>9} {'median':>8} {'rebuild':>8} {'CPU%':>5} {'load':>4}  thermo diff"
     lines = [head, "-" * len(head)]
     for r in rows:
-        if r["code"] == "pympi" and "vs_fastest_per_cpu_second" in r:
+        if r["code"] == "pympi-mixed":
+            ratio = f"{r['vs_fastest_per_cpu_second']:.2f}x* {r['vs_fp64']:.2f}d"
+        elif r["code"] == "pympi" and "vs_fastest_per_cpu_second" in r:
             ratio = f"{r['vs_fastest_per_cpu_second']:.2f}x* {r['vs_fastest_wall']:.2f}w"
         elif "vs_pympi" in r:
             pympi = next(q for q in rows if q["code"] == "pympi" and q["atoms"] == r["atoms"]
@@ -724,7 +738,8 @@ def table(rows: list[dict]) -> str:
             ratio = ""
         us = lambda v: f"{1e6 * v:.1f}" if v else "-"  # noqa: E731
         cpu = statistics.median(c for c in r["cpu_use_percent"] if c) if any(r["cpu_use_percent"]) else 0
-        diff = f"{max(r['thermo_rel_diff'].values()):.1e}" if "thermo_rel_diff" in r and r["code"] != "pympi" else ""
+        diff = f"{max(r['thermo_rel_diff'].values()):.1e}" if "thermo_rel_diff" in r and r["code"] != "pympi" else \
+            f"{max(r['thermo_rel_diff_fp64'].values()):.1e} (fp64)" if "thermo_rel_diff_fp64" in r else ""
         lines.append(f"{r['code']:<10} {r['atoms']:>7,} {r['ranks']:>5} {r['steps']:>5} {r['per_core']:>9.3e} "
                      f"{r['per_cpu_second'] / r['ranks']:>9.3e} {ratio:>15} {us(r['step_s']):>9} "
                      f"{us(r['median_step_s']):>8} {us(r['per_rebuild_s']):>8} {cpu:>5.0f} "
@@ -732,7 +747,7 @@ def table(rows: list[dict]) -> str:
     lines.append("per core: atom-steps/s per rank by the wall clock; /CPU-s: over the share of a core the ranks got; "
                  "times in us")
     lines.append("* pympi over the fastest LAMMPS variant at that size and rank count per CPU-second (w: by the wall "
-                 "clock)")
+                 "clock; d: --precision mixed over the double run, per CPU-second)")
     ratios = [f"{r['atoms']:,} atoms on {r['ranks']}: {r['mean_over_median']:.3f}" for r in rows
               if r.get("mean_over_median")]
     if ratios:
@@ -763,6 +778,8 @@ def main() -> int:
     ap.add_argument("--neigh-check", choices=["yes", "no"], default="yes",
                     help="and rebuild there if an atom moved half the skin, or always (in.lj: every 20 check "
                          "no) [yes]")
+    ap.add_argument("--mixed", action="store_true",
+                    help="race pympi's --precision mixed too, beside its double run (rows pympi-mixed)")
     ap.add_argument("--out", default=None, help="JSON output [benchmarks/results/lj-<host>.json]")
     args = ap.parse_args()
     if args.mode == "profile":
@@ -818,7 +835,7 @@ def main() -> int:
         atoms = [int(a) for a in args.sizes.split(",")] if args.sizes else \
             [500, 32000] if args.quick else [500, 4000, 32000, 256000]
         result["rows"] += cpu_rows(venv, [cells_for(a) for a in atoms], repeats,
-                                   lambda n: args.steps or STEPS.get(n, 50), args.pair, policy)
+                                   lambda n: args.steps or STEPS.get(n, 50), args.pair, policy, args.mixed)
         result["profiles"] = [run_profile(ranks, min(atoms), STEPS.get(min(atoms), 1000)) for ranks in (1, 2)]
     if args.mode in ("all", "gpu"):
         ok, why = gpu_usable()

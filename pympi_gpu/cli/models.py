@@ -137,8 +137,9 @@ def _shared(found: list[tuple[str, click.Option]]) -> click.Option:
     for _name, opt in found:
         default = f" [default: {opt.default}]" if opt.default is not None and opt.show_default else ""
         helps.append(f"{(opt.help or '').rstrip('.')}{default}.")
-    metavar = "|".join(dict.fromkeys(opt.metavar or ("|".join(opt.type.choices) if isinstance(opt.type, click.Choice)
-                                                     else opt.type.name.upper()) for _, opt in found))
+    metavar = "|".join(dict.fromkeys(part for _, opt in found for part in (
+        opt.metavar or ("|".join(opt.type.choices) if isinstance(opt.type, click.Choice)
+                        else opt.type.name.upper())).split("|")))
     return click.Option(first.opts, type=PerModel({name: opt.type for name, opt in found}), default=None,
                         metavar=metavar, help=" ".join(helps))
 

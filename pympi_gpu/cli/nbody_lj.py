@@ -12,6 +12,7 @@ from pympi_gpu.cli.models import Restart
 from pympi_gpu.cli.options import IntRange, PositiveFloat, given, step_problem
 from pympi_gpu.cli.simulation import format_tail, restart_values
 from pympi_gpu.nbody.lj import pairs, thermostats
+from pympi_gpu.nbody.lj import precision as precisions
 from pympi_gpu.nbody.lj.box import Edges, finite, text, volume
 from pympi_gpu.nbody.lj.config import DEFAULT_SEED, FileStart, LjConfig, half_lists
 
@@ -67,7 +68,8 @@ def lj_title(config, ranks: int, grid) -> str:
             if config.thermostat != thermostats.DEFAULT else "")
     return (f"lj: {config.atoms:,} atoms {system}, {ranks} rank(s) as a {'x'.join(map(str, grid))} grid, "
             f"{velocities}, dt {config.dt:g}, pair {pairs.style(config.pair).describe(config.pair_coeffs)} "
-            f"cut at {config.cutoff:g} + skin {config.skin:g}{bath}")
+            f"cut at {config.cutoff:g} + skin {config.skin:g}{bath}"
+            + ("" if config.precision == precisions.DEFAULT else f", {config.precision} precision"))
 
 
 def _init_of(config) -> dict | None:
@@ -87,7 +89,9 @@ def format_lj(run, threads: int, shown: bool = False) -> str:
     thermo = columns(thermostats.style(run.thermostat).couples)
     lines = [] if shown else [lj_title(run, run.ranks, run.grid)]
     lines.append(f"  steps      {run.steps} (step {run.first_step} -> {run.last_step})"
-                 + (f", restarted from {run.restarted_from}" if run.restarted_from else ""))
+                 + (f", restarted from {run.restarted_from}" if run.restarted_from else "")
+                 + (f" (written in {run.written_in}, continued in {run.precision})"
+                    if run.restarted_from and run.written_in not in (None, run.precision) else ""))
     lines.append(f"  backend    {run.backend} ({run.backend_reason}), threads/rank {threads}, "
                  f"{'half lists, Newton across bricks' if run.newton else 'full lists'}, transport {run.transport} "
                  f"({run.transport_reason})" + (f", MPI calls from {run.step_mpi}" if run.step_mpi else ""))
@@ -134,7 +138,7 @@ def _config(args) -> LjConfig:
                       seed=LjConfig.seed if args.seed is None else args.seed, pair=own["pair"],
                       pair_coeffs=tuple(own["pair_coeff"]), neigh_every=own["neigh_every"],
                       neigh_check=own["neigh_check"] == "yes", start=FileStart(init) if init else None,
-                      thermostat=own["thermostat"],
+                      thermostat=own["thermostat"], precision=own["precision"],
                       tdamp=thermostats.default_tdamp(dt) if own["tdamp"] is None else own["tdamp"])
     if not args.restart:  # a restart's coefficients and thermostat are its checkpoint's (_restart_pair, ...)
         _check_thermostat(config, own["tdamp"] is not None, args.verify)
@@ -265,6 +269,7 @@ def _restart(ctx, cart, args, config: LjConfig):
     fixed.update(_restart_pair(ctx, path, meta, config))
     fixed.update(_restart_policy(ctx, path, meta, config))
     fixed.update(_restart_thermostat(ctx, path, meta, config))
+    fixed["precision"] = _restart_precision(ctx, path, meta, config)
     restarted = dataclasses.replace(config, **fixed)
     if why := _too_large(restarted):
         unusable(path, why)
@@ -273,6 +278,22 @@ def _restart(ctx, cart, args, config: LjConfig):
         fail(f"--restart: {path!r} is at step {meta['step']}, beyond --steps {args.steps}")
     _check_thermostat(restarted, False, args.verify)
     return Restart(restarted, meta, local, initial)
+
+
+def _restart_precision(ctx, path: str, meta: dict, config: LjConfig) -> str:
+    """The precision a restart runs in: ``--precision`` where given (another than the checkpoint's is allowed,
+    and the summary says so), else the checkpoint's (one written before precisions: fp64)."""
+    from pympi_gpu.cli.simulation import unusable
+
+    written = written_precision(meta)
+    if written not in precisions.PRECISIONS:
+        unusable(path, f"its precision {written!r} is none of {', '.join(precisions.PRECISIONS)}")
+    return config.precision if given(ctx, "precision") else written
+
+
+def written_precision(meta: dict) -> str:
+    """The precision a checkpoint's run was in (one written before precisions: fp64)."""
+    return meta.get("precision", precisions.DEFAULT)
 
 
 def _restart_thermostat(ctx, path: str, meta: dict, config: LjConfig) -> dict:
@@ -484,18 +505,20 @@ def _system(cart, config: LjConfig, device, restart):
         return LjSystem(cart, config, *initial_arrays(config, brick, cart), device=device)
     local = restart.local
     state = restart.meta.get("thermostat_state") if config.thermostatted else None
+    written = written_precision(restart.meta) if "format" in restart.meta else None  # (None: a file's start)
     return LjSystem(cart, config, local["x"], local["v"], local["id"], local["f"], device=device,
                     timestep=restart.meta["step"], initial=restart.initial,
                     bath_state=None if state is None else [float(x) for x in state], reference=local.get("x0"),
-                    built_at=restart.meta.get("built_at"))
+                    built_at=restart.meta.get("built_at"), written_in=written)
 
 
 def _verify(cart, system, config: LjConfig, run, args):
     from pympi_gpu.nbody.lj.verify import DRIFT_BOUND, verify
 
     tolerance = DRIFT_BOUND if args.energy_tolerance is None else args.energy_tolerance
+    bounds = precisions.precision(config.precision)
     result = verify(cart, system.atoms.owned(), config.box, config.cutoff, run.energy_drift, run.momentum_change,
-                    tolerance, config.pair_term)
+                    tolerance, config.reference_term, bounds.force_bound, bounds.momentum_bound)
     return dataclasses.replace(run, verification=result)
 
 
@@ -535,6 +558,10 @@ class Lj:
         click.Option(["--pair"], type=click.Choice(sorted(pairs.styles())), default=LjConfig.pair, show_default=True,
                      help="lj: the pair style, as LAMMPS names it: "
                           + "; ".join(f"{s.name}: {s.summary}" for s in pairs.styles().values()) + "."),
+        click.Option(["--precision"], type=click.Choice(list(precisions.PRECISIONS)), default=precisions.DEFAULT,
+                     show_default=True, help="lj: the precision of the pair forces: "
+                     + "; ".join(f"{p.name}: {p.summary}" for p in precisions.PRECISIONS.values())
+                     + " (a restart keeps its checkpoint's unless given)."),
         click.Option(["--neigh-every"], type=IntRange(1, 10**6), default=LjConfig.neigh_every, show_default=True,
                      metavar="K", help="lj: look at the Verlet lists every K steps after the last build, as "
                                        "LAMMPS's neigh_modify every K (1: every step)."),

@@ -259,6 +259,42 @@ def test_fp64_gravity_clamp_and_rsqrt_out_of_the_loop():
     assert got == {"max.f64": 1, "rsqrt.approx.ftz.f64": 8, "call.uni": 0, "__nv_rsqrt": 0}, got
 
 
+LJ_PTX = textwrap.dedent("""
+    import json, types
+    import numba.cuda.dispatcher as dispatcher
+    from numba import cuda
+    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+    from pympi_gpu.nbody.lj.config import LjConfig
+    from pympi_gpu.nbody.lj.gpu import kernels as kg
+    got = {}
+    for precision in ("fp64", "mixed"):
+        k = kg.force_kernels(LjConfig(cells=1, precision=precision).pair_term)
+        for name in ("forces", "forces_newton", "forces_kick"):
+            sig = kg.FORCES_KICK_SIGNATURE if name == "forces_kick" else kg.FORCES_SIGNATURE
+            ptx, _ = cuda.compile_ptx(getattr(k, name).py_func, sig, cc=(9, 0))
+            got[precision + " " + name] = {op: ptx.count(op) for op in ("mul.f32", "mul.f64", "cvt.rn.f32.f64")}
+    print(json.dumps(got))
+""")
+
+
+def test_lj_mixed_precision_kernels_compute_in_single_precision():
+    """On a GPU target (PTX for sm_90): the mixed kernels' pair arithmetic is single precision (the distances
+    rounded to it once each), the double kernels' double, the same three kernels of one code."""
+    try:
+        import numba_cuda  # noqa: F401
+    except ImportError:
+        pytest.skip("numba-cuda is not installed (pip install -e .[gpu-cu13])")
+    out = run([sys.executable, "-c", LJ_PTX], env=clean_env(), timeout=300)
+    if out.returncode != 0 and ("nvrtc" in out.stderr.lower() or "nvvm" in out.stderr.lower()):
+        pytest.skip(f"numba-cuda cannot compile here: {out.stderr.strip()[-300:]}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    for name in ("forces", "forces_newton", "forces_kick"):
+        double, mixed = got["fp64 " + name], got["mixed " + name]
+        assert double["mul.f32"] == double["cvt.rn.f32.f64"] == 0 and double["mul.f64"] >= 6, (name, double)
+        assert mixed["cvt.rn.f32.f64"] == 4 and mixed["mul.f32"] >= 5 and mixed["mul.f64"] <= 1, (name, mixed)
+
+
 def test_fp64_gravity_unchanged_where_the_clamp_moved():
     """Under the simulator: the kernel with eps2 clamped once gives what the per-pair clamp gave, at the
     smallest softening and at an ordinary one (the self term included)."""

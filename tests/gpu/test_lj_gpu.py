@@ -54,6 +54,19 @@ def test_gpu_two_ranks_both_transports(cpu, transport):
     _agree(doc, cpu)
 
 
+def test_gpu_mixed_precision_is_the_cpus_bit_for_bit():
+    """``--precision mixed`` on the device: the CPU's single-precision pair term and order of operations, so
+    the CPU's full lists (several threads) give the same thermo bit for bit; and within 1e-5 of double's."""
+    mixed = ["--precision", "mixed"]
+    gpu = _doc([NBODY, *ARGS, "--backend", "gpu", *mixed])
+    cpu = _doc([NBODY, *ARGS, "--backend", "numba", "--threads", "2", *mixed], env=clean_env())
+    assert (gpu["precision"], gpu["newton"], cpu["newton"]) == ("mixed", False, False)
+    assert gpu["thermo"] == cpu["thermo"] and gpu["rebuilds"] == cpu["rebuilds"] >= 1
+    double = _doc([NBODY, *ARGS, "--backend", "numba", "--threads", "2"], env=clean_env())
+    assert gpu["thermo"][-1]["e_pair"] == pytest.approx(double["thermo"][-1]["e_pair"], rel=1e-5)
+    assert gpu["thermo"][-1]["e_pair"] != double["thermo"][-1]["e_pair"]
+
+
 def test_device_transport_refused_without_cuda_aware_mpi():
     out = run(mpiexec_argv(2) + [NBODY, *ARGS, "--backend", "gpu", "--transport", "device"],
               env=clean_env(PYMPI_CUDA_AWARE="0", **SIM), timeout=300)

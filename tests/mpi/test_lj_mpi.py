@@ -83,6 +83,25 @@ def test_ranks_agree_with_one_brick(cells):
     assert run.momentum_change < 1e-12 * config.atoms
 
 
+def test_mixed_precision_ranks_agree_with_one_brick_and_with_double():
+    """``--precision mixed`` over the world's bricks and on one: after 100 steps the thermo within 1e-6 of each
+    other (their sums in single precision are taken in other orders), and within 1e-5 of the double run's."""
+    from mpi4py import MPI
+
+    config = LjConfig(cells=5, precision="mixed")
+    options = RunOptions(steps=100, thermo_every=50)
+    run, full = _run(MPI.COMM_WORLD, config, options)
+    ref, rfull = _run(MPI.COMM_SELF, config, options)
+    double, _ = _run(MPI.COMM_SELF, LjConfig(cells=5), options)
+    assert [t.step for t in run.thermo] == [0, 50, 100] and run.rebuilds >= 3
+    for a, b, c in zip(run.thermo, ref.thermo, double.thermo):
+        for f in ("temp", "e_pair", "etotal", "press"):
+            assert getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-6, abs=1e-6), f
+            assert getattr(a, f) == pytest.approx(getattr(c, f), rel=1e-5, abs=1e-5), f
+    dx, dv = _close(full, rfull, config.box)
+    assert dx < 1e-5 and dv < 1e-5
+
+
 def test_atoms_cross_several_bricks():
     """A uniform drift carries every atom across several bricks and the periodic boundary.
 
@@ -131,19 +150,19 @@ def _continues(case, steps):
         assert not np.array_equal(written["x"], written["x0"])  # the atoms had moved since the last rebuild
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_restart_continues_bit_for_bit(tmp_path_factory, agree, threads):
+@pytest.mark.parametrize("threads, precision", [(1, "fp64"), (2, "fp64"), (1, "mixed"), (2, "mixed")])
+def test_restart_continues_bit_for_bit(tmp_path_factory, agree, threads, precision):
     """Writing a checkpoint changes nothing, and a restart from it continues the run bit for bit: it makes
     the run's last rebuild again (the atoms on their ranks in their order, the ghosts, the lists) from the
     positions kept in it, then moves the atoms where they are (issue 60, item 21: a checkpoint made the next
     step rebuild, and the run it continued differed in the last digits).  Over the world's ranks and on one
-    (COMM_SELF), with one thread a rank (half lists) and two (full lists)."""
+    (COMM_SELF), with one thread a rank (half lists) and two (full lists), in double and mixed precision."""
     import numba
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     base = comm.bcast(str(tmp_path_factory.mktemp("lj") / "lj") if comm.Get_rank() == 0 else None)
-    config = LjConfig(cells=5, newton=threads == 1)
+    config = LjConfig(cells=5, newton=threads == 1, precision=precision)
     old = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
@@ -170,13 +189,16 @@ def test_gpu_restart_continues_bit_for_bit(tmp_path_factory, agree):
     agree(comm, lambda: _continues(world, 10))
 
 
-@pytest.mark.parametrize("cells, newton", [(5, True), (6, True), (5, False)], ids=["5 half", "6 half", "5 full"])
-def test_the_kernels_mpi_calls_are_pythons(cells, newton, monkeypatch):
+@pytest.mark.parametrize("cells, newton, precision", [(5, True, "fp64"), (6, True, "fp64"), (5, False, "fp64"),
+                                                      (5, True, "mixed")],
+                         ids=["5 half", "6 half", "5 full", "5 half mixed"])
+def test_the_kernels_mpi_calls_are_pythons(cells, newton, precision, monkeypatch):
     """A step's MPI calls made by its compiled kernels (persistent requests started from numba) and by
     Python between kernel pieces (``PYMPI_COMPILED_MPI=0``): the same states bit for bit, thermo, rebuilds
     and traffic, under whichever MPI runs the tier (mpi4py's MPICH here; Open MPI and Intel MPI in
-    tests/cli/test_mpi_matrix.py); half lists and full lists (several threads: the same step path)."""
-    config = LjConfig(cells=cells, newton=newton)
+    tests/cli/test_mpi_matrix.py); half lists and full lists (several threads: the same step path), and
+    mixed precision's programs."""
+    config = LjConfig(cells=cells, newton=newton, precision=precision)
     kernels = _kernels_as_python(config, RunOptions(steps=60, thermo_every=20), 3, monkeypatch)
     assert kernels.phases.waiting.max > 0 and kernels.phases.communication.max > 0
 

@@ -1,5 +1,6 @@
 """LJ model, serial: lattice, velocities, brick geometry, neighbour lists and forces against direct sums."""
 
+import dataclasses
 import functools
 import math
 
@@ -270,8 +271,8 @@ def test_engine_kernels_do_the_numpy_operations(edges):
     v1, x1 = v.copy(), x.copy()
     d2 = kc.kick_drift(v1, f, x1, x0, 0.0025, 0.005, n)
     v2, x2 = v.copy(), x.copy()
-    kc.kick(v2, f, 0.0025, n)
-    kc.drift(x2, v2, 0.005, n)
+    v2 += 0.0025 * f
+    x2 += 0.005 * v2
     assert v1.tobytes() == v2.tobytes() and x1.tobytes() == x2.tobytes()
     assert d2 == kc.max_displacement2(x2, x0, n)
     x1[5, 1] = np.nan
@@ -396,6 +397,39 @@ def test_forces_match_direct_sum_newton_and_one_sided():
     w_ref = 0.5 * np.sum(r6i * (48 * r6i - 24))
     for e, w in results:
         assert e == pytest.approx(e_ref, rel=1e-12) and w == pytest.approx(w_ref, rel=1e-12)
+
+
+def _pair_forces(forces, pos, n, half, box=7.0, cut=2.8, rc=2.5):
+    """Forces on the ``n`` owned atoms of ``pos`` (their images after) and the pairs' energy and virial."""
+    ncell = np.full(3, int(2 * (box + 2 * cut) / cut), np.int64)
+    lo, inv = np.full(3, -cut), np.full(3, int(2 * (box + 2 * cut) / cut) / (box + 2 * cut))
+    cell_of, start, atoms = kc.bin_atoms(pos, len(pos), lo, inv, ncell)
+    oc, on, gc, gn, _ = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, rc * rc, half, 200, 200)
+    f = np.zeros((len(pos), 3))
+    e1, w1 = forces.pair_forces(pos, f, 0, n, oc, on, rc * rc, half)
+    e2, w2 = forces.pair_forces(pos, f, 0, n, gc, gn, rc * rc, half)
+    s = 1.0 if half else 0.5
+    f = f.reshape(14, n, 3).sum(axis=0) if half else f[:n]
+    return f, s * (e1 + e2), s * (w1 + w2)
+
+
+@pytest.mark.parametrize("half", [True, False], ids=["half lists", "full lists"])
+def test_mixed_precision_forces_are_the_double_ones_to_single_precision(half):
+    """``--precision mixed``: on one state the forces within 1e-6 of double's (RMS over the atoms, relative
+    to the RMS force), the energy and virial within 1e-6; the kernels' other arithmetic is double's, so a
+    force kernel of a double term is the reference bit for bit (test above), and the mixed forces are no
+    copy of it (they differ)."""
+    own, pos = _random_system(box=7.0, half_shell=half)
+    n = len(own)
+    config = LjConfig(cells=1)
+    f64, e64, w64 = _pair_forces(kc.force_kernels(config.pair_term), pos, n, half)
+    mixed = dataclasses.replace(config, precision="mixed")
+    f32, e32, w32 = _pair_forces(kc.force_kernels(mixed.pair_term), pos, n, half)
+    rms = np.sqrt(np.mean(np.sum(f64 ** 2, axis=1)))
+    err = np.sqrt(np.mean(np.sum((f32 - f64) ** 2, axis=1))) / rms
+    assert 0 < err < 1e-6
+    assert e32 == pytest.approx(e64, rel=1e-6) and w32 == pytest.approx(w64, rel=1e-6)
+    assert e32 != e64
 
 
 def test_lammps_bench_step_zero():

@@ -65,3 +65,42 @@ def test_lammps_log_reader_refuses_an_unfinished_log():
 
     with pytest.raises(ValueError, match="no finished run"):
         read_log("LAMMPS (22 Jul 2025)\nStep Temp\n0 1.44\n")
+
+
+# -- precisions ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", STYLES)
+def test_each_style_computes_in_the_precision_it_is_made_for(name):
+    """A style's term made for ``mixed`` computes in single precision where numba compiles it (a bare
+    literal in its code, a double to numba, would make it double: the returned types say), within single
+    precision's rounding of the double term; it names its precision for the kernels."""
+    from numba import float32, float64, njit
+
+    style = pairs.style(name)
+    coeffs = scaled(name)
+    single, double = style.pair(coeffs, "mixed"), style.pair(coeffs)
+    assert (single.precision, double.precision) == ("mixed", "fp64") and single is not double
+    assert style.pair(coeffs, "mixed") is single
+    call32 = njit(lambda r2, f=pairs.compiled(single): f(r2))
+    call64 = njit(lambda r2, f=pairs.compiled(double): f(r2))
+    r2s = np.linspace(0.9, 2.5, 65) ** 2
+    out32 = [call32(np.float32(r2)) for r2 in r2s]
+    out64 = [call64(r2) for r2 in r2s]
+    assert call32.nopython_signatures[0].return_type.dtype == float32
+    assert call64.nopython_signatures[0].return_type.dtype == float64
+    for k in (0, 1):  # fpair, energy: within a few roundings of the term's largest
+        a, b = np.array([o[k] for o in out32], np.float64), np.array([o[k] for o in out64])
+        assert np.all(np.abs(a - b) <= 4e-7 * np.abs(b).max()), (name, k)
+
+
+def test_precisions_are_named_once():
+    from pympi_gpu.nbody.lj.precision import DEFAULT, PRECISIONS, precision
+
+    assert DEFAULT == "fp64" and list(PRECISIONS) == ["fp64", "mixed"]
+    assert precision("mixed").real is np.float32 and precision("fp64").real is np.float64
+    with pytest.raises(ValueError, match="unknown precision 'fp32' \\(known: fp64, mixed\\)"):
+        precision("fp32")
+    with pytest.raises(ValueError, match="unknown precision"):
+        pairs.style("lj/cut").pair({}, "half")
+    assert LjConfig(cells=1, precision="mixed").reference_term is LjConfig(cells=1).pair_term

@@ -11,6 +11,7 @@ import dataclasses
 import re
 
 from pympi_gpu.nbody.lj import pairs, thermostats
+from pympi_gpu.nbody.lj import precision as precisions
 from pympi_gpu.nbody.lj.box import Edges, edges, volume, word
 from pympi_gpu.run.outputs import RunIdentity
 
@@ -78,6 +79,8 @@ class LjConfig:
     (``neigh_check``), or always (not ``neigh_check``).  ``thermostat`` names
     the thermostat (:mod:`~pympi_gpu.nbody.lj.thermostats`: ``nve``, none, by
     default), which holds ``temperature`` with the damping time ``tdamp``.
+    ``precision`` names the precision of the pair forces
+    (:mod:`~pympi_gpu.nbody.lj.precision`: ``fp64``, ``mixed``).
     """
 
     cells: int
@@ -95,6 +98,7 @@ class LjConfig:
     thermostat: str = thermostats.DEFAULT
     tdamp: float = thermostats.default_tdamp(0.005)
     start: FileStart | None = None
+    precision: str = precisions.DEFAULT
 
     @classmethod
     def from_file(cls, start: FileStart, **params) -> LjConfig:
@@ -133,8 +137,13 @@ class LjConfig:
 
     @property
     def pair_term(self):
-        """The pair term ``r2 -> (fpair, energy)`` the kernels are compiled around."""
-        return self.style.pair(self.coefficients)
+        """The pair term ``r2 -> (fpair, energy)`` the kernels are compiled around, in the run's precision."""
+        return self.style.pair(self.coefficients, self.precision)
+
+    @property
+    def reference_term(self):
+        """The pair term in double precision: what ``--verify`` sums directly, whatever the run's precision."""
+        return self.style.pair(self.coefficients, precisions.DEFAULT)
 
     def identity(self) -> RunIdentity:
         """What names the run in its trajectory, thermo log and checkpoints (:mod:`pympi_gpu.run.outputs`)."""
@@ -173,4 +182,4 @@ class LjConfig:
                 "seed": self.seed, "pair": self.pair, "pair_coeffs": self.coefficients,
                 "neigh_every": self.neigh_every, "neigh_check": "yes" if self.neigh_check else "no",
                 **self._bath(), **({} if self.start is None else {"init": self.start.meta(), "box": list(self.box)}),
-                "run": self.identity().text()}
+                "precision": self.precision, "run": self.identity().text()}

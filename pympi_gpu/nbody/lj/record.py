@@ -75,7 +75,8 @@ class LjRun:
     time (None without one), ``temperature`` its target.  ``init``: where the run started from a file
     (``--init``): ``{"spec", "kind", "velocities"}``, the file as named, its
     format and whether its velocities were the file's (else drawn at
-    ``temperature``); None: the fcc lattice (``cells``).
+    ``temperature``); None: the fcc lattice (``cells``).  ``precision``: the pair forces' precision
+    (:mod:`~pympi_gpu.nbody.lj.precision`); ``written_in``: a restart's checkpoint's (None: no restart).
     """
 
     atoms: int
@@ -134,3 +135,5 @@ class LjRun:
     thermostat: str = "nve"
     tdamp: float | None = None
     init: dict | None = None
+    precision: str = "fp64"
+    written_in: str | None = None

@@ -120,12 +120,16 @@ class LjSystem:
     reference : ``(n, 3)`` a restart's positions at the run's last rebuild (the checkpoint's ``x0``), or
         None: the lists are made from them (see the module docstring)
     built_at : the step of that rebuild (a restart's; default ``timestep``)
+    written_in : the precision the restart's checkpoint was written in (the record's ``written_in``; None:
+        no restart)
     """
 
     def __init__(self, cart, config: LjConfig, x, v, ids, f=None, *, device=CPU, timestep: int = 0,
-                 initial=None, profile: bool = False, bath_state=None, reference=None, built_at: int | None = None):
+                 initial=None, profile: bool = False, bath_state=None, reference=None, built_at: int | None = None,
+                 written_in: str | None = None):
         self.cart = self.comm = cart
         self.config = config
+        self.written_in = written_in
         self.brick = brick_of(config.box, cart.Get_topo()[0], cart.Get_coords(cart.Get_rank()))
         self.grid = CellGrid.of(config, self.brick)
         self.timestep = timestep
@@ -477,7 +481,8 @@ class LjSystem:
             neigh_every=config.neigh_every, neigh_check=config.neigh_check,
             dangerous_builds=comm.allreduce(self.dangerous_builds, op=MPI.MAX) if config.neigh_check else None,
             thermostat=config.thermostat, tdamp=config.tdamp if config.thermostatted else None,
-            init=None if config.start is None else config.start.meta(),
+            init=None if config.start is None else config.start.meta(), precision=config.precision,
+            written_in=self.written_in,
             **self._rebuild_times(comm))
 
     def _rebuild_times(self, comm) -> dict:

@@ -22,8 +22,11 @@ that radius, searched two cells out):
   reverse communication; several threads per rank, and the GPU's full lists).
 
 The force kernels are compiled around a pair style's pair term by
-:func:`force_kernels` (:mod:`~pympi_gpu.nbody.lj.pairs`: LJ 12-6, ...);
-everything else here is the same for every style.  No ``fastmath``: the
+:func:`force_kernels` (:mod:`~pympi_gpu.nbody.lj.pairs`: LJ 12-6, ...), in
+the term's precision (:mod:`~pympi_gpu.nbody.lj.precision`: a pair's force
+and energy in double, or in single for ``mixed``; positions, stored forces and
+the sums over atoms always double); everything else here is the same for
+every style and precision.  No ``fastmath``: the
 results must not depend on how the compiler reassociates.
 """
 
@@ -43,11 +46,12 @@ from pympi_gpu.nbody.lj.cpu.lists import build as build_lists
 from pympi_gpu.nbody.lj.cpu.lists import cell_index as _cell_index
 from pympi_gpu.nbody.lj.cpu import records
 from pympi_gpu.nbody.lj.pairs import compiled
+from pympi_gpu.nbody.lj.precision import DEFAULT, precision
 
 guard_cache()  # this module's kernels are cached: numba's cache mended first (see jitcache)
 
-__all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "make_row", "kick", "drift",
-           "max_displacement2", "scale_rows", "square_sum", "kinetic_sums", "pack_rows", "add_rows", "warmup", "kick_drift", "kick_serial",
+__all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "make_row",
+           "max_displacement2", "scale_rows", "square_sum", "kinetic_sums", "warmup", "kick_drift", "kick_serial",
            "pack_migrants", "wrap_rows", "leaving_rows", "cell_order", "sort_migrants", "border_plan", "border_pack",
            "local_stages",
            "border_rows", "unpack_ghosts", "message_regions", "forward_stages", "reverse_stages", "copy_rows",
@@ -81,7 +85,9 @@ def bin_atoms(pos, n_all, lo, inv, ncell):
 
 @njit(parallel=True, nogil=True, cache=True)
 def neighbor_lists(pos, nlocal, cell_of, start, atoms, ncell, reach, cut2, rc2, half, cap_own, cap_gh):
-    """Verlet lists of the owned atoms, padded: ``(own_cnt, own_nbr, gh_cnt, gh_nbr, ok)``.
+    """Verlet lists of the owned atoms, padded: ``(own_cnt, own_nbr, gh_cnt, gh_nbr, ok)``: the reference
+    (with :func:`bin_atoms`) that the lists a run builds (:func:`~pympi_gpu.nbody.lj.cpu.lists.build`) are
+    tested to equal row for row; no run calls it, and the warm-up compiles it no more.
 
     ``own_nbr[i, :own_cnt[i]]`` are the owned neighbours of owned atom i (j > i
     if ``half``), ``gh_nbr[i, :gh_cnt[i]]`` its ghost neighbours (all of them:
@@ -242,17 +248,22 @@ class ForceKernels(NamedTuple):
         return self.one_sided(pos, f, i0, i1, cnt, nbr, rc2, eflag)
 
 
-def make_row(pair):
-    """The one-sided row of a pair term: force on atom i from its listed neighbours, their energy and virial."""
+def make_row(pair, real=np.float64):
+    """The one-sided row of a pair term: force on atom i from its listed neighbours, their energy and virial.
+
+    The pair's distance and cutoff test in double precision (the lists'), its force and energy in ``real``
+    (the pair term's type, :mod:`~pympi_gpu.nbody.lj.precision`), and so the row's sums; in double
+    precision every conversion is none, and the row is the model's reference bit for bit."""
+    zero = real(0.0)
 
     @register_jitable
     def row(pos, i, cnt, nbr, rc2):
         xi, yi, zi = pos[i, 0], pos[i, 1], pos[i, 2]
-        fx = 0.0
-        fy = 0.0
-        fz = 0.0
-        e = 0.0
-        w = 0.0
+        fx = zero
+        fy = zero
+        fz = zero
+        e = zero
+        w = zero
         for k in range(cnt[i]):
             j = nbr[i, k]
             dx = xi - pos[j, 0]
@@ -260,12 +271,13 @@ def make_row(pair):
             dz = zi - pos[j, 2]
             r2 = dx * dx + dy * dy + dz * dz
             if r2 < rc2:
-                fpair, u = pair(r2)
-                fx += dx * fpair
-                fy += dy * fpair
-                fz += dz * fpair
+                r2r = real(r2)
+                fpair, u = pair(r2r)
+                fx += real(dx) * fpair
+                fy += real(dy) * fpair
+                fz += real(dz) * fpair
                 e += u
-                w += r2 * fpair
+                w += r2r * fpair
         return fx, fy, fz, e, w
 
     return row
@@ -276,19 +288,22 @@ def force_kernels(pair) -> ForceKernels:
     """The CPU force kernels compiled around ``pair`` (a style's pair term, :mod:`~pympi_gpu.nbody.lj.pairs`).
 
     ``pair(r2) -> (fpair, energy)``; the force on i from j is ``fpair * (x_i -
-    x_j)`` and the pair's virial ``r2 * fpair``.  numba compiles on first use
+    x_j)`` and the pair's virial ``r2 * fpair``, computed in the term's precision
+    (``pair.precision``; a term without one is double).  numba compiles on first use
     (or loads from its cache, keyed by the pair term's code and coefficients).
     """
+    real = precision(getattr(pair, "precision", DEFAULT)).real
     pair = compiled(pair)
-    row = make_row(pair)
-    newton = make_newton(pair)
+    row = make_row(pair, real)
+    newton = make_newton(pair, real)
     linked = numba_calls.link()
     one_sided = make_one_sided(row)
     return ForceKernels(row, newton, one_sided, make_run_ops(newton, one_sided, linked), linked)
 
 
-def make_newton(pair):
-    """The half-list kernel of a pair term (Newton's third law, serial)."""
+def make_newton(pair, real=np.float64):
+    """The half-list kernel of a pair term (Newton's third law, serial), in ``real`` as :func:`make_row`."""
+    zero = real(0.0)
 
     @njit(nogil=True, cache=True)
     def newton(pos, f, i0, i1, cnt, nbr, rc2, eflag):
@@ -297,9 +312,9 @@ def make_newton(pair):
         w = 0.0
         for i in range(i0, i1):
             xi, yi, zi = pos[i, 0], pos[i, 1], pos[i, 2]
-            fx = 0.0
-            fy = 0.0
-            fz = 0.0
+            fx = zero
+            fy = zero
+            fz = zero
             for k in range(cnt[i]):
                 j = nbr[i, k]
                 dx = xi - pos[j, 0]
@@ -307,16 +322,20 @@ def make_newton(pair):
                 dz = zi - pos[j, 2]
                 r2 = dx * dx + dy * dy + dz * dz
                 if r2 < rc2:
-                    fpair, u = pair(r2)
-                    fx += dx * fpair
-                    fy += dy * fpair
-                    fz += dz * fpair
-                    f[j, 0] -= dx * fpair
-                    f[j, 1] -= dy * fpair
-                    f[j, 2] -= dz * fpair
+                    r2r = real(r2)
+                    fpair, u = pair(r2r)
+                    px = real(dx) * fpair
+                    py = real(dy) * fpair
+                    pz = real(dz) * fpair
+                    fx += px
+                    fy += py
+                    fz += pz
+                    f[j, 0] -= px
+                    f[j, 1] -= py
+                    f[j, 2] -= pz
                     if eflag:
                         e += u
-                        w += r2 * fpair
+                        w += r2r * fpair
             f[i, 0] += fx
             f[i, 1] += fy
             f[i, 2] += fz
@@ -499,40 +518,6 @@ def make_run_ops(newton, one_sided, linked: bool):
     return keyed_by_code(run_ops, sources(*thermostats.modules()))  # (closures over kernels: see jitcache)
 
 
-@njit(cache=True)
-def pack_rows(pos, idx, shift, out):
-    """``out[k] = pos[idx[k]] + shift``: a halo message, or the ghost rows of a brick's own periodic image."""
-    for k in range(idx.size):
-        j = idx[k]
-        for d in range(3):
-            out[k, d] = pos[j, d] + shift[d]
-
-
-@njit(cache=True)
-def add_rows(f, idx, rows):
-    """``f[idx[k]] += rows[k]`` (idx without repeats): ghost forces back into the rows they were copied from."""
-    for k in range(idx.size):
-        j = idx[k]
-        for d in range(3):
-            f[j, d] += rows[k, d]
-
-
-@njit(parallel=True, cache=True)
-def kick(v, f, h, n):
-    """v += h f for the first n rows (unit masses)."""
-    for i in prange(n):
-        for d in range(3):
-            v[i, d] += h * f[i, d]
-
-
-@njit(parallel=True, cache=True)
-def drift(x, v, dt, n):
-    """x += dt v for the first n rows."""
-    for i in prange(n):
-        for d in range(3):
-            x[i, d] += dt * v[i, d]
-
-
 @njit(parallel=True, cache=True)
 def max_displacement2(x, x0, n):
     """Largest squared displacement of the first n rows since ``x0``; infinite if one is not finite."""
@@ -555,7 +540,8 @@ def max_displacement2(x, x0, n):
 @njit(nogil=True, cache=True)
 def kick_drift(v, f, x, x0, h, dt, n):
     """``v += h f; x += dt v`` for the first n rows, then the largest squared displacement since ``x0``
-    (infinite if one is not finite): :func:`kick`, :func:`drift` and :func:`max_displacement2` in one pass."""
+    (infinite if one is not finite): NumPy's ``v += h * f``, ``x += dt * v`` and :func:`max_displacement2`
+    in one pass."""
     m = 0.0
     for i in range(n):
         for d in range(3):
@@ -952,20 +938,13 @@ def warmup(forces: ForceKernels) -> None:
     lo = np.zeros(3)
     inv = np.full(3, 1.0)
     ncell = np.full(3, 3, np.int64)
-    cell_of, start, atoms = bin_atoms(pos, 8, lo, inv, ncell)
     gid = np.arange(1, 9).astype(np.int64)
     for half in (True, False):
-        p = neighbor_lists(pos, 4, cell_of, start, atoms, ncell, 1, 1.0, 0.5, half, 8, 8)
+        p = build_lists(pos, 4, _Grid(lo, inv, ncell), 1.0, 0.5, half, widths=(8, 8))
         f = np.zeros((8, 3))
         for eflag in (True, False):
             forces.pair_forces(pos, f, 0, 4, p[0], p[1], 1.0, half, eflag)
             forces.pair_forces(pos, f, 0, 4, p[2], p[3], 1.0, half, eflag)
-    idx = np.arange(2)
-    pack_rows(pos, idx, np.zeros(3), f[4:6])
-    add_rows(f, idx, f[4:6])
-    v = np.zeros((8, 3))
-    kick(v, f, 0.1, 8)
-    drift(pos, v, 0.1, 8)
     max_displacement2(pos, pos, 8)
     _warm_engine(forces, pos, gid, lo, inv, ncell)
 

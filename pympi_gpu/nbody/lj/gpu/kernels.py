@@ -40,6 +40,7 @@ from numba import cuda, float64, int32, int64, uint32, uint64, void
 
 from pympi_gpu.device.buffers import quiet_small_grids
 from pympi_gpu.nbody.lj.pairs import compiled
+from pympi_gpu.nbody.lj.precision import DEFAULT, precision
 
 __all__ = ["BLOCK", "grid", "strided_grid", "CudaForceKernels", "force_kernels", "integrate", "kick", "gather_rows",
            "add_rows", "launch_bounds", "FORCES_SIGNATURE", "FORCES_KICK_SIGNATURE", "INTEGRATE_SIGNATURE", "KICK_SIGNATURE",
@@ -116,16 +117,20 @@ def force_kernels(pair) -> CudaForceKernels:
     """The CUDA force kernels compiled around ``pair`` (a style's pair term, :mod:`~pympi_gpu.nbody.lj.pairs`).
 
     ``pair(r2) -> (fpair, energy)``, as the CPU's
-    :func:`~pympi_gpu.nbody.lj.cpu.kernels.force_kernels` takes it; the
+    :func:`~pympi_gpu.nbody.lj.cpu.kernels.force_kernels` takes it, in its
+    precision (``pair.precision``: a pair's force and energy in single precision
+    for ``mixed``, the arrays and the stored sums double); the
     coefficients are folded in as constants.  Compiled on first launch.
     """
+    real = precision(getattr(pair, "precision", DEFAULT)).real
     pair = compiled(pair)
-    row = _make_row(pair)
-    return CudaForceKernels(_make_forces(row), _make_forces_newton(pair), _make_forces_kick(row))
+    row = _make_row(pair, real)
+    return CudaForceKernels(_make_forces(row), _make_forces_newton(pair, real), _make_forces_kick(row))
 
 
-def _make_row(pair):
-    """The one-sided row of a list around ``pair`` (a device function)."""
+def _make_row(pair, real=np.float64):
+    """The one-sided row of a list around ``pair`` (a device function), in ``real`` as the CPU's."""
+    zero = real(0.0)
 
     @cuda.jit(device=True, inline=True)
     def row(pos, i, nbr, stride, c, rc2):
@@ -140,11 +145,11 @@ def _make_row(pair):
         xi = pos[b]
         yi = pos[b + _1]
         zi = pos[b + _2]
-        fx = 0.0
-        fy = 0.0
-        fz = 0.0
-        e = 0.0
-        w = 0.0
+        fx = zero
+        fy = zero
+        fz = zero
+        e = zero
+        w = zero
         at = i
         end = i + c * stride
         while at < end:
@@ -155,12 +160,13 @@ def _make_row(pair):
             dz = zi - pos[j + _2]
             r2 = dx * dx + dy * dy + dz * dz
             if r2 < rc2:
-                fpair, u = pair(r2)
-                fx += dx * fpair
-                fy += dy * fpair
-                fz += dz * fpair
+                r2r = real(r2)
+                fpair, u = pair(r2r)
+                fx += real(dx) * fpair
+                fy += real(dy) * fpair
+                fz += real(dz) * fpair
                 e += u
-                w += r2 * fpair
+                w += r2r * fpair
         return fx, fy, fz, e, w
 
     return row
@@ -339,8 +345,9 @@ def add_rows(dst, idx, src, row0, m):
     dst[j + _2] += src[s + _2]
 
 
-def _make_forces_newton(pair):
-    """The half-list kernel around ``pair``: the reactions by atomic adds."""
+def _make_forces_newton(pair, real=np.float64):
+    """The half-list kernel around ``pair``: the reactions by atomic adds (in ``real`` as :func:`_make_row`)."""
+    zero = real(0.0)
 
     @cuda.jit
     def forces_newton(pos, f, e, w, i0, i1, cnt, nbr, rc2, add):
@@ -358,11 +365,11 @@ def _make_forces_newton(pair):
         xi = pos[b]
         yi = pos[b + _1]
         zi = pos[b + _2]
-        fx = 0.0
-        fy = 0.0
-        fz = 0.0
-        ei = 0.0
-        wi = 0.0
+        fx = zero
+        fy = zero
+        fz = zero
+        ei = zero
+        wi = zero
         at = i
         end = i + uint64(cnt[i]) * stride
         while at < end:
@@ -373,15 +380,19 @@ def _make_forces_newton(pair):
             dz = zi - pos[j + _2]
             r2 = dx * dx + dy * dy + dz * dz
             if r2 < rc2:
-                fpair, u = pair(r2)
-                fx += dx * fpair
-                fy += dy * fpair
-                fz += dz * fpair
-                cuda.atomic.add(f, j, -dx * fpair)
-                cuda.atomic.add(f, j + _1, -dy * fpair)
-                cuda.atomic.add(f, j + _2, -dz * fpair)
+                r2r = real(r2)
+                fpair, u = pair(r2r)
+                px = real(dx) * fpair
+                py = real(dy) * fpair
+                pz = real(dz) * fpair
+                fx += px
+                fy += py
+                fz += pz
+                cuda.atomic.add(f, j, -px)
+                cuda.atomic.add(f, j + _1, -py)
+                cuda.atomic.add(f, j + _2, -pz)
                 ei += u
-                wi += r2 * fpair
+                wi += r2r * fpair
         cuda.atomic.add(f, b, fx)
         cuda.atomic.add(f, b + _1, fy)
         cuda.atomic.add(f, b + _2, fz)

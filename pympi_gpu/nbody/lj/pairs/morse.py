@@ -17,14 +17,15 @@ from pympi_gpu.nbody.lj.pairs.style import Coeff, PairStyle
 __all__ = ["STYLE", "evaluator"]
 
 
-def evaluator(d0: float, alpha: float, r0: float):
-    """The pair term ``r2 -> (fpair, energy)`` of the Morse potential."""
-    morse1 = 2.0 * d0 * alpha
+def evaluator(d0: float, alpha: float, r0: float, real=float):
+    """The pair term ``r2 -> (fpair, energy)`` of the Morse potential, computed in ``real``."""
+    morse1 = real(2.0 * d0 * alpha)
+    d0, alpha, r0, two = real(d0), real(alpha), real(r0), real(2.0)
 
     def pair(r2):
         r = math.sqrt(r2)
         dexp = math.exp(-alpha * (r - r0))
-        return morse1 * (dexp * dexp - dexp) / r, d0 * (dexp * dexp - 2.0 * dexp)
+        return morse1 * (dexp * dexp - dexp) / r, d0 * (dexp * dexp - two * dexp)
 
     return pair
 

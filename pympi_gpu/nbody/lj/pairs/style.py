@@ -1,12 +1,19 @@
 """What a pair style is: its coefficients, its pair term, and how LAMMPS writes it (pure, no numba).
 
-The pair term is made by the style's ``evaluator(**coefficients)``: a plain
+The pair term is made by the style's ``evaluator(real=..., **coefficients)``: a plain
 Python function of ``r2`` that returns ``(fpair, energy)``, using only
 arithmetic and :mod:`math`, so that numba compiles it into the CPU kernels
 and numba.cuda into the GPU kernels, the coefficients folded in as
-constants.  :meth:`PairStyle.pair` returns the same function object for the
-same coefficients, so each set of kernels is compiled (or found in numba's
-cache, which keys closures by their contents) once.
+constants.  ``real`` is the NumPy scalar type the term computes in
+(:mod:`~pympi_gpu.nbody.lj.precision`: ``np.float64``, or ``np.float32`` for
+``--precision mixed``): every constant of the term is made one of it
+(``real(4.0 * epsilon)``, ``real(1.0)``, never a bare literal, which numba
+types as a double), so that the kernels, which hand it ``r2`` in that type,
+compute it in that type.  :meth:`PairStyle.pair` returns the same function
+object for the same coefficients and precision, so each set of kernels is
+compiled (or found in numba's cache, which keys closures by their contents)
+once; the term carries its precision's name (``pair.precision``), which the
+kernels read.
 """
 
 from __future__ import annotations
@@ -15,6 +22,9 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping
+
+from pympi_gpu.nbody.lj.precision import DEFAULT
+from pympi_gpu.nbody.lj.precision import precision as _precision
 
 __all__ = ["Coeff", "PairStyle"]
 
@@ -33,7 +43,7 @@ class Coeff:
 class PairStyle:
     """A pair style: ``name`` as LAMMPS's ``pair_style``, its coefficients in LAMMPS's ``pair_coeff`` order.
 
-    ``evaluator(**coefficients)`` returns the pair term (see the module
+    ``evaluator(real=..., **coefficients)`` returns the pair term (see the module
     docstring); ``summary`` is one line for ``--help``.
     """
 
@@ -59,9 +69,10 @@ class PairStyle:
             out[c.name] = v
         return out
 
-    def pair(self, coefficients: Mapping[str, float]):
-        """The pair term for these coefficients (the same object for the same values)."""
-        return _pair(self, tuple(self.values(coefficients).items()))
+    def pair(self, coefficients: Mapping[str, float], precision: str = DEFAULT):
+        """The pair term for these coefficients in ``precision`` (a name of
+        :data:`~pympi_gpu.nbody.lj.precision.PRECISIONS`; the same object for the same values)."""
+        return _pair(self, tuple(self.values(coefficients).items()), _precision(precision).name)
 
     def lammps(self, coefficients: Mapping[str, float], cutoff: float) -> tuple[str, str]:
         """LAMMPS's ``pair_style`` and ``pair_coeff`` lines for one atom type."""
@@ -76,5 +87,7 @@ class PairStyle:
 
 
 @functools.cache
-def _pair(style: PairStyle, items: tuple[tuple[str, float], ...]):
-    return style.evaluator(**dict(items))
+def _pair(style: PairStyle, items: tuple[tuple[str, float], ...], precision: str):
+    term = style.evaluator(real=_precision(precision).real, **dict(items))
+    term.precision = precision  # what the kernels compile it for
+    return term
