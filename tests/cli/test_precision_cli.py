@@ -33,6 +33,8 @@ def test_mixed_precision_is_double_to_single_precision_and_verified_against_doub
         for f in ("temp", "e_pair", "etotal", "press"):
             assert a[f] == pytest.approx(b[f], rel=1e-5, abs=1e-5), f
     assert mixed["thermo"][-1]["e_pair"] != double["thermo"][-1]["e_pair"]  # computed apart
+    # the lists are built in double in both: the same rebuilds, the same pairs
+    assert (mixed["rebuilds"], mixed["neighbors_per_atom"]) == (double["rebuilds"], double["neighbors_per_atom"])
     check = mixed["verification"]
     assert check["passed"] and check["error_bound"] == 1e-5 and 1e-9 < check["max_error"] < 1e-5
 
