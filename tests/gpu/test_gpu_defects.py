@@ -245,16 +245,22 @@ PTX = textwrap.dedent("""
 """)
 
 
-def test_fp64_gravity_clamp_and_rsqrt_out_of_the_loop():
+def _ptx_counts(script: str) -> dict:
+    """The JSON line ``script`` prints after compiling kernels to PTX with numba-cuda (no GPU asked for); the
+    test skips where numba-cuda is not installed or cannot compile here."""
     try:
         import numba_cuda  # noqa: F401
     except ImportError:
         pytest.skip("numba-cuda is not installed (pip install -e .[gpu-cu13])")
-    out = run([sys.executable, "-c", PTX], env=clean_env(), timeout=300)
+    out = run([sys.executable, "-c", script], env=clean_env(), timeout=300)
     if out.returncode != 0 and ("nvrtc" in out.stderr.lower() or "nvvm" in out.stderr.lower()):
         pytest.skip(f"numba-cuda cannot compile here: {out.stderr.strip()[-300:]}")
     assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_fp64_gravity_clamp_and_rsqrt_out_of_the_loop():
+    got = _ptx_counts(PTX)
     # eps2 clamped once per thread; 8 interactions per pass, each one approximation and one step
     assert got == {"max.f64": 1, "rsqrt.approx.ftz.f64": 8, "call.uni": 0, "__nv_rsqrt": 0}, got
 
@@ -280,15 +286,7 @@ LJ_PTX = textwrap.dedent("""
 def test_lj_mixed_precision_kernels_compute_in_single_precision():
     """On a GPU target (PTX for sm_90): the mixed kernels' pair arithmetic is single precision (the distances
     rounded to it once each), the double kernels' double, the same three kernels of one code."""
-    try:
-        import numba_cuda  # noqa: F401
-    except ImportError:
-        pytest.skip("numba-cuda is not installed (pip install -e .[gpu-cu13])")
-    out = run([sys.executable, "-c", LJ_PTX], env=clean_env(), timeout=300)
-    if out.returncode != 0 and ("nvrtc" in out.stderr.lower() or "nvvm" in out.stderr.lower()):
-        pytest.skip(f"numba-cuda cannot compile here: {out.stderr.strip()[-300:]}")
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _ptx_counts(LJ_PTX)
     for name in ("forces", "forces_newton", "forces_kick"):
         double, mixed = got["fp64 " + name], got["mixed " + name]
         assert double["mul.f32"] == double["cvt.rn.f32.f64"] == 0 and double["mul.f64"] >= 6, (name, double)
