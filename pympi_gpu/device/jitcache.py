@@ -80,6 +80,18 @@ Guarded, the pool is launched before any kernel is loaded from the cache (the
 code loaded is linked to the pool's entry points as it loads: after, is too
 late).
 
+A start-up that imports scipy's linear algebra
+----------------------------------------------
+numba's array functions (``numba.np.arraymath``, imported at a process's first
+compile or cache load) probe for a BLAS by importing ``scipy.linalg``, where
+scipy is installed (ase brings it): 0.3-0.6 CPU-s on every rank of every run,
+a tenth to a quarter of a short LJ run's start-up, for a library no kernel
+here calls.  :func:`guard_cache` imports that module with the probe answered
+"no BLAS" where ``scipy.linalg`` is not imported yet: a 1-D ``np.dot`` of
+floats in a compiled function (none here; a user's pair style might) then
+takes numba's own loop, and a 2-D one imports scipy when it compiles, as
+before.
+
 numba also keys an entry by the stamp of the kernel's own source file only: a
 kernel that calls kernels of other modules would be loaded as it was compiled
 when only those changed.  :func:`sources` is a key part for such a kernel
@@ -266,6 +278,7 @@ def guard_cache() -> bool:
     import numba
     from numba.core.caching import Cache, IndexDataCacheFile
 
+    _arraymath_without_blas_probe()
     load = Cache.load_overload
 
     def load_launched(self, sig, target_context):
@@ -306,6 +319,19 @@ def guard_cache() -> bool:
     save.unguarded = unguarded
     IndexDataCacheFile.save = save
     return True
+
+
+def _arraymath_without_blas_probe() -> None:
+    """Import ``numba.np.arraymath`` with its BLAS probe (an import of ``scipy.linalg``) answered "no",
+    where neither is imported yet (see module docs)."""
+    blas = "scipy.linalg.cython_blas"
+    if "numba.np.arraymath" in sys.modules or blas in sys.modules:
+        return
+    sys.modules[blas] = None  # an import of it raises ImportError: numba's probe says no BLAS
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        del sys.modules[blas]
 
 
 def keyed_by_code(kernel, *more):
