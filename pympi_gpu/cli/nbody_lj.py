@@ -494,12 +494,12 @@ def _need_cupy(comm) -> None:
 def _system(cart, config: LjConfig, device, restart):
     """This brick's :class:`~pympi_gpu.nbody.lj.system.LjSystem` on ``device`` (on a GPU: device-resident)."""
     from pympi_gpu.nbody.lj.domain import brick_of
-    from pympi_gpu.nbody.lj.system import LjSystem, initial_arrays
+    from pympi_gpu.nbody.lj.system import LjSystem, initial_arrays, kernels_call_mpi
 
     if not device.gpu:
         from pympi_gpu.nbody.lj.cpu import steps as steps_cpu
 
-        steps_cpu.warm(config.pair_term, device.compiled_mpi)
+        steps_cpu.warm(config.pair_term, device.compiled_mpi, kernels_call_mpi(cart, device))
     if restart is None:
         brick = brick_of(config.box, tuple(cart.Get_topo()[0]), cart.Get_coords(cart.Get_rank()))
         return LjSystem(cart, config, *initial_arrays(config, brick, cart), device=device)

@@ -19,6 +19,8 @@ from pympi_gpu.nbody.lj.domain import brick_of, make_cart
 from pympi_gpu.nbody.lj.system import LjConfig, LjSystem, initial_arrays
 from pympi_gpu.nbody.loop import RunOptions, simulate
 
+from .halo_checks import reverse
+
 pytestmark = pytest.mark.mpi(min_size=2)
 
 POS_TOL = 1e-11
@@ -294,6 +296,43 @@ def test_the_warmups_compile_what_a_run_calls():
     assert [set(k.signatures) for k in kernels] == warmed
 
 
+def test_the_warm_up_where_the_kernels_call_mpi_compiles_all_a_run_calls_and_no_more(monkeypatch):
+    """The command's warm-up where the step's kernels make its MPI calls (``steps_cpu.warm`` with
+    ``kernels_call_mpi``, the run's one path) compiles the step's program, the rebuild and the batch of
+    steps; the run then calls from Python no other kernel of the CPU modules (each replaced by one that
+    records the call: what the warm-up left out) and compiles no other signature of those three."""
+    from mpi4py import MPI
+    from numba.core.dispatcher import Dispatcher
+
+    from pympi_gpu.nbody.lj.cpu import kernels as kernels_cpu
+    from pympi_gpu.nbody.lj.cpu import lists as lists_cpu
+    from pympi_gpu.nbody.lj.cpu import rebuild as rebuild_cpu
+    from pympi_gpu.nbody.lj.cpu import steps as steps_cpu
+    from pympi_gpu.nbody.lj.system import kernels_call_mpi
+
+    config = LjConfig(cells=5)
+    assert kernels_call_mpi(MPI.COMM_WORLD)
+    steps_cpu.warm(config.pair_term, kernels_call_mpi=True)
+    forces = kernels_cpu.force_kernels(config.pair_term)
+    warmed = {k: set(k.signatures) for k in (forces.run_ops, rebuild_cpu.rebuild_brick, steps_cpu.kernel(forces))}
+    called = []
+
+    def recording(name, kernel):
+        def call(*args, **kw):
+            called.append(name)
+            return kernel(*args, **kw)
+        return call
+
+    for module in (kernels_cpu, lists_cpu, rebuild_cpu, steps_cpu):
+        for name, obj in list(vars(module).items()):
+            if isinstance(obj, Dispatcher) and obj not in warmed:
+                monkeypatch.setattr(module, name, recording(f"{module.__name__}.{name}", obj))
+    run, _ = _run(MPI.COMM_WORLD, config, RunOptions(steps=40))
+    assert run.step_mpi == "kernels" and run.rebuilds >= 3
+    assert called == []
+    assert {k: set(k.signatures) for k in warmed} == warmed
+
+
 def _counting_batches(monkeypatch):
     """``HostAtoms.steps`` counted: a list of the steps each call took, on this rank."""
     from pympi_gpu.nbody.lj.cpu import atoms as host_atoms
@@ -433,7 +472,7 @@ def _forces_at(comm, config, x, v, ids):
         system.pair_forces(system.f, eflag=True)
         ghost_share = float(np.abs(system.f[system.nlocal:]).sum())
         if config.newton:
-            system.halo.reverse(system.f)
+            reverse(system.halo, system.f)
         full = cart.bcast(ckpt.gather(cart, system.owned()), root=0)
         pairs = cart.allreduce(system.pairs)
         ghost_share = cart.allreduce(ghost_share)
@@ -471,7 +510,7 @@ def test_reverse_forces_equal_one_brick(cells):
 
 
 def test_reverse_sums_every_copy_of_a_ghost():
-    """Halo.reverse alone: each ghost row carries a value fixed by its atom's id; afterwards every atom
+    """The reverse pass alone (halo_checks.reverse, the step's kernels over the halo's plan): each ghost row carries a value fixed by its atom's id; afterwards every atom
     holds that value times the number of its ghost copies over all ranks (edges and corners arrive
     through forwarding, so their forces must travel back the same way)."""
     from mpi4py import MPI
@@ -488,7 +527,7 @@ def test_reverse_sums_every_copy_of_a_ghost():
         f = np.zeros_like(system.pos)
         f[n:] = gh[:, None] * np.array([1.0, -2.0, 0.5])
         f[:n] = 1000.0
-        system.halo.reverse(f)
+        reverse(system.halo, f)
         copies = np.bincount(np.concatenate(cart.allgather(gh)), minlength=config.atoms + 1)
         want = 1000.0 + (copies[system.ids] * system.ids)[:, None] * np.array([1.0, -2.0, 0.5])
         assert np.array_equal(f[:n], want)

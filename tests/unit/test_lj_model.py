@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from helpers import lj_lists as ref_lists
 from pympi_gpu.nbody.lj.cpu import kernels as kc
 from pympi_gpu.nbody.lj.config import LjConfig
 from pympi_gpu.nbody.lj.domain import brick_of, grid_problem, owner_coords, wrap
@@ -144,11 +145,11 @@ def test_neighbor_lists_match_brute_force(half):
     ncell = np.full(3, int(2 * (box + 2 * cut) / cut), np.int64)
     lo = np.full(3, -cut)
     inv = ncell / (box + 2 * cut)
-    cell_of, start, atoms = kc.bin_atoms(pos, len(pos), lo, inv, ncell)
-    oc, on, gc, gn, ok = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, 2.5 ** 2, half,
+    cell_of, start, atoms = ref_lists.bin_atoms(pos, len(pos), lo, inv, ncell)
+    oc, on, gc, gn, ok = ref_lists.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, 2.5 ** 2, half,
                                            4, 4)
     assert not ok  # capacities of 4 are too small: the caller must retry
-    oc, on, gc, gn, ok = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, 2.5 ** 2, half,
+    oc, on, gc, gn, ok = ref_lists.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, 2.5 ** 2, half,
                                            200, 200)
     assert ok
     d2 = ((pos[:n, None, :] - pos[None, :, :]) ** 2).sum(-1)
@@ -195,8 +196,8 @@ def test_serial_lists_equal_the_parallel_build_row_for_row(half, box, simd, bloc
     n = len(own)
     ncell = np.full(3, int(2 * (box + 2 * cut) / cut), np.int64)
     grid = CellGrid(lo=np.full(3, -cut), inv=ncell / (box + 2 * cut), ncell=ncell, reach=2, capacity=(4, 4))
-    cell_of, start, atoms = kc.bin_atoms(pos, len(pos), grid.lo, grid.inv, grid.ncell)
-    ref = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, 2.5 ** 2, half, 300, 300)
+    cell_of, start, atoms = ref_lists.bin_atoms(pos, len(pos), grid.lo, grid.inv, grid.ncell)
+    ref = ref_lists.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, 2.5 ** 2, half, 300, 300)
     assert ref[-1]
     lists = VerletLists((4, 4))
     for _ in range(2):  # the second build reuses the buffers the first grew
@@ -237,9 +238,9 @@ def test_serial_lists_decide_a_hair_from_either_radius_in_double(simd, flown, mo
     rel = (pos - lo).astype(np.float32)
     d32 = ((rel[:n, None, :] - rel[None, :, :]) ** 2).sum(-1, dtype=np.float32)
     assert np.any((d32 < rc * rc) != (d64 < rc * rc)) and np.any((d32 < cut * cut) != (d64 < cut * cut))
-    cell_of, start, atoms = kc.bin_atoms(pos, len(pos), grid.lo, grid.inv, grid.ncell)
+    cell_of, start, atoms = ref_lists.bin_atoms(pos, len(pos), grid.lo, grid.inv, grid.ncell)
     for half in (True, False):
-        ref = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, rc * rc, half, 300, 300)
+        ref = ref_lists.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, rc * rc, half, 300, 300)
         _same_rows(VerletLists((4, 4)).build(pos, n, grid, cut * cut, rc * rc, half), ref, n)
 
 
@@ -285,7 +286,7 @@ def test_engine_kernels_do_the_numpy_operations(edges):
     inv = ncell / box
     order = np.empty(n, np.int64)
     kc.cell_order(folded, ids, n, lo, inv, ncell, order, np.empty(n, np.int64), np.empty(65, np.int64))
-    cell_of = kc.bin_atoms(folded, n, lo, inv, ncell)[0]
+    cell_of = ref_lists.bin_atoms(folded, n, lo, inv, ncell)[0]
     assert np.array_equal(order, np.lexsort((ids, cell_of)))
     # what a rebuild moves: packed as [x v f id], the positions folded (the finite test on the way), then
     # sorted into the state
@@ -373,8 +374,8 @@ def test_forces_match_direct_sum_newton_and_one_sided():
         own, pos = _random_system(box=box, half_shell=half)
         n = len(own)
         ref, mag = reference_forces(own, box, rc, np.arange(n))
-        cell_of, start, atoms = kc.bin_atoms(pos, len(pos), lo, inv, ncell)
-        oc, on, gc, gn, ok = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, rc * rc,
+        cell_of, start, atoms = ref_lists.bin_atoms(pos, len(pos), lo, inv, ncell)
+        oc, on, gc, gn, ok = ref_lists.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, rc * rc,
                                                half, 200, 200)
         f = np.zeros((len(pos), 3))
         e1, w1 = forces.pair_forces(pos, f, 0, n, oc, on, rc * rc, half)
@@ -403,8 +404,8 @@ def _pair_forces(forces, pos, n, half, box=7.0, cut=2.8, rc=2.5):
     """Forces on the ``n`` owned atoms of ``pos`` (their images after) and the pairs' energy and virial."""
     ncell = np.full(3, int(2 * (box + 2 * cut) / cut), np.int64)
     lo, inv = np.full(3, -cut), np.full(3, int(2 * (box + 2 * cut) / cut) / (box + 2 * cut))
-    cell_of, start, atoms = kc.bin_atoms(pos, len(pos), lo, inv, ncell)
-    oc, on, gc, gn, _ = kc.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, rc * rc, half, 200, 200)
+    cell_of, start, atoms = ref_lists.bin_atoms(pos, len(pos), lo, inv, ncell)
+    oc, on, gc, gn, _ = ref_lists.neighbor_lists(pos, n, cell_of, start, atoms, ncell, 2, cut * cut, rc * rc, half, 200, 200)
     f = np.zeros((len(pos), 3))
     e1, w1 = forces.pair_forces(pos, f, 0, n, oc, on, rc * rc, half)
     e2, w2 = forces.pair_forces(pos, f, 0, n, gc, gn, rc * rc, half)

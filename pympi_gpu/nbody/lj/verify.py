@@ -54,14 +54,15 @@ def reference_forces(x: np.ndarray, box, cutoff: float, which: np.ndarray,
 
 @functools.cache
 def _direct_sum(pair):
-    """The direct sum of :func:`reference_forces`, compiled around ``pair``."""
+    """The direct sum of :func:`reference_forces`, compiled around ``pair``: each pair's body the model's
+    one (:func:`~pympi_gpu.nbody.lj.pairs.contribution`) in double precision."""
     from numba import njit
 
     from pympi_gpu.device.jitcache import guard_cache
-    from pympi_gpu.nbody.lj.pairs import compiled
+    from pympi_gpu.nbody.lj.pairs import contribution
 
     guard_cache()  # cached below: numba's cache mended first (see jitcache)
-    pair = compiled(pair)
+    contribute = contribution(pair, np.float64)
 
     @njit(cache=True)
     def direct(xw, box, rc2, which, out, mag):
@@ -74,13 +75,14 @@ def _direct_sum(pair):
                             dx = xw[i, 0] - xw[j, 0] - sx * box[0]
                             dy = xw[i, 1] - xw[j, 1] - sy * box[1]
                             dz = xw[i, 2] - xw[j, 2] - sz * box[2]
-                            r2 = dx * dx + dy * dy + dz * dz
-                            if 0.0 < r2 < rc2:
-                                fpair, _ = pair(r2)
-                                out[n, 0] += fpair * dx
-                                out[n, 1] += fpair * dy
-                                out[n, 2] += fpair * dz
-                                mag[n] += abs(fpair) * np.sqrt(r2)
+                            if dx == 0.0 and dy == 0.0 and dz == 0.0:
+                                continue  # the atom itself (or one on top of it)
+                            inside, px, py, pz, _, _ = contribute(dx, dy, dz, rc2)
+                            if inside:
+                                out[n, 0] += px
+                                out[n, 1] += py
+                                out[n, 2] += pz
+                                mag[n] += np.sqrt(px * px + py * py + pz * pz)
 
     return direct
 

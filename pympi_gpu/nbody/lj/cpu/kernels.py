@@ -16,7 +16,7 @@ that radius, searched two cells out):
   (LAMMPS's ``newton on``): the halo is a half shell, so each pair between
   bricks has its ghost on one side only and is listed once over all ranks;
   its force is added to the ghost's row too, and
-  :meth:`~pympi_gpu.nbody.lj.cpu.halo.Halo.reverse` sends the ghosts' forces back
+  the step's reverse pass (:data:`OPS`) sends the ghosts' forces back
   to their owners.  ``half=False`` (the full shell): listed on the owned side
   only, on both ranks; the pair's energy and virial count half on each (no
   reverse communication; several threads per rank, and the GPU's full lists).
@@ -45,156 +45,17 @@ from pympi_gpu.nbody.lj import thermostats
 from pympi_gpu.nbody.lj.cpu.lists import build as build_lists
 from pympi_gpu.nbody.lj.cpu.lists import cell_index as _cell_index
 from pympi_gpu.nbody.lj.cpu import records
-from pympi_gpu.nbody.lj.pairs import compiled
+from pympi_gpu.nbody.lj.pairs import contribution
 from pympi_gpu.nbody.lj.precision import DEFAULT, precision
 
 guard_cache()  # this module's kernels are cached: numba's cache mended first (see jitcache)
 
-__all__ = ["bin_atoms", "neighbor_lists", "ForceKernels", "force_kernels", "make_row",
-           "max_displacement2", "scale_rows", "square_sum", "kinetic_sums", "warmup", "kick_drift", "kick_serial",
+__all__ = ["ForceKernels", "force_kernels", "make_row",
+           "max_displacement2", "scale_rows", "square_sum", "kinetic_sums", "warmup", "warm_program", "kick_drift", "kick_serial",
            "pack_migrants", "wrap_rows", "leaving_rows", "cell_order", "sort_migrants", "border_plan", "border_pack",
            "local_stages",
            "border_rows", "unpack_ghosts", "message_regions", "forward_stages", "reverse_stages", "copy_rows",
            "put_rows", "stage_region", "ghosts_in"]
-
-
-@njit(nogil=True, cache=True)
-def bin_atoms(pos, n_all, lo, inv, ncell):
-    """Counting sort of atoms into cells: ``(cell_of, start, atoms)``.
-
-    ``cell_of[i]`` is atom i's cell; the atoms of cell c are
-    ``atoms[start[c]:start[c + 1]]``, in increasing index.
-    """
-    ncells = ncell[0] * ncell[1] * ncell[2]
-    cell_of = np.empty(n_all, np.int64)
-    start = np.zeros(ncells + 1, np.int64)
-    for i in range(n_all):
-        c = _cell_index(pos, i, lo, inv, ncell)
-        cell_of[i] = c
-        start[c + 1] += 1
-    for c in range(ncells):
-        start[c + 1] += start[c]
-    fill = start[:-1].copy()
-    atoms = np.empty(n_all, np.int64)
-    for i in range(n_all):
-        c = cell_of[i]
-        atoms[fill[c]] = i
-        fill[c] += 1
-    return cell_of, start, atoms
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def neighbor_lists(pos, nlocal, cell_of, start, atoms, ncell, reach, cut2, rc2, half, cap_own, cap_gh):
-    """Verlet lists of the owned atoms, padded: ``(own_cnt, own_nbr, gh_cnt, gh_nbr, ok)``: the reference
-    (with :func:`bin_atoms`) that the lists a run builds (:func:`~pympi_gpu.nbody.lj.cpu.lists.build`) are
-    tested to equal row for row; no run calls it, and the warm-up compiles it no more.
-
-    ``own_nbr[i, :own_cnt[i]]`` are the owned neighbours of owned atom i (j > i
-    if ``half``), ``gh_nbr[i, :gh_cnt[i]]`` its ghost neighbours (all of them:
-    with ``half`` the halo's half shell holds each pair between bricks on one
-    side only, see :class:`~pympi_gpu.nbody.lj.cpu.halo.Halo`).  Cells within ``reach`` cells in each
-    direction are searched.  With ``half`` the owned atoms must be sorted by cell
-    (as :meth:`LjSystem.rebuild` leaves them): the owned atoms of cells before
-    atom i's are then skipped unread.  Each row lists the pairs within ``rc2``
-    first (at the positions of the build), then the rest, so that the force
-    loop's cutoff test mostly goes one way.  ``ok`` is False if some atom has
-    more neighbours than the capacities ``cap_own``/``cap_gh`` (the caller
-    retries with larger ones).
-    """
-    own_cnt = np.zeros(nlocal, np.int64)
-    gh_cnt = np.zeros(nlocal, np.int64)
-    # one spare column: the search writes every candidate, and counts only those kept (no branch)
-    own_nbr = np.empty((nlocal, cap_own + 1), np.int32)
-    gh_nbr = np.empty((nlocal, cap_gh + 1), np.int32)
-    # positions in cell order: the search reads them contiguously
-    sp = np.empty((atoms.size, 3))
-    for k in prange(atoms.size):
-        for d in range(3):
-            sp[k, d] = pos[atoms[k], d]
-    # end of the owned atoms of each cell (atoms[] lists a cell's atoms by index: owned first)
-    ncells = start.size - 1
-    own_end = np.empty(ncells, np.int64)
-    for cc in prange(ncells):
-        k = start[cc]
-        while k < start[cc + 1] and atoms[k] < nlocal:
-            k += 1
-        own_end[cc] = k
-    # one pass per cell: a stencil cell's atoms are read once for all the owned atoms of the cell
-    for c in prange(ncells):
-        m0 = start[c]
-        m1 = own_end[c]
-        if m1 == m0:
-            continue
-        cz = c % ncell[2]
-        cy = (c // ncell[2]) % ncell[1]
-        cx = c // (ncell[1] * ncell[2])
-        for ax in range(max(cx - reach, 0), min(cx + reach + 1, ncell[0])):
-            for ay in range(max(cy - reach, 0), min(cy + reach + 1, ncell[1])):
-                base = (ax * ncell[1] + ay) * ncell[2]
-                z0 = base + max(cz - reach, 0)
-                z1 = base + min(cz + reach + 1, ncell[2])
-                # the row's cells are consecutive: their atoms are one run of atoms[], except that
-                # with half lists the owned atoms of cells before c (all j < i, sorted by cell) are skipped
-                for cc in range(z0, z1):
-                    if half and cc < c:
-                        k0 = own_end[cc]
-                        k1 = start[cc + 1]
-                    elif cc == z0 or (half and cc - 1 < c):
-                        k0 = start[cc]
-                        k1 = start[z1]
-                    else:
-                        break
-                    for m in range(m0, m1):
-                        i = atoms[m]
-                        xi = sp[m, 0]
-                        yi = sp[m, 1]
-                        zi = sp[m, 2]
-                        no = own_cnt[i]
-                        ng = gh_cnt[i]
-                        for k in range(k0, k1):
-                            j = atoms[k]
-                            dx = xi - sp[k, 0]
-                            dy = yi - sp[k, 1]
-                            dz = zi - sp[k, 2]
-                            inside = dx * dx + dy * dy + dz * dz < cut2
-                            keep_own = j > i if half else j != i
-                            is_own = j < nlocal
-                            own_nbr[i, min(no, cap_own)] = j
-                            gh_nbr[i, min(ng, cap_gh)] = j
-                            no += inside and is_own and keep_own
-                            ng += inside and not is_own
-                        own_cnt[i] = no
-                        gh_cnt[i] = ng
-    over = 0
-    nchunk = min(nlocal, 64)
-    for t in prange(nchunk):
-        tmp = np.empty(max(cap_own, cap_gh) + 1, np.int32)
-        for i in range(t * nlocal // nchunk, (t + 1) * nlocal // nchunk):
-            if own_cnt[i] > cap_own or gh_cnt[i] > cap_gh:
-                over += 1
-            else:
-                _inside_first(pos, i, own_nbr, own_cnt[i], rc2, tmp)
-                _inside_first(pos, i, gh_nbr, gh_cnt[i], rc2, tmp)
-    return own_cnt, own_nbr, gh_cnt, gh_nbr, over == 0
-
-
-@njit(cache=True, inline="always")
-def _inside_first(pos, i, nbr, cnt, rc2, tmp):
-    """Reorder ``nbr[i, :cnt]``: the neighbours within ``rc2`` of atom i first (stable)."""
-    a = 0
-    b = 0
-    for k in range(cnt):
-        j = nbr[i, k]
-        dx = pos[i, 0] - pos[j, 0]
-        dy = pos[i, 1] - pos[j, 1]
-        dz = pos[i, 2] - pos[j, 2]
-        near = dx * dx + dy * dy + dz * dz < rc2
-        nbr[i, a] = j
-        tmp[b] = j
-        a += near
-        b += not near
-    for k in range(b):
-        nbr[i, a + k] = tmp[k]
 
 
 #: the operations of :meth:`ForceKernels.run_ops`, in the order a step with half lists runs them: the
@@ -251,9 +112,11 @@ class ForceKernels(NamedTuple):
 def make_row(pair, real=np.float64):
     """The one-sided row of a pair term: force on atom i from its listed neighbours, their energy and virial.
 
-    The pair's distance and cutoff test in double precision (the lists'), its force and energy in ``real``
-    (the pair term's type, :mod:`~pympi_gpu.nbody.lj.precision`), and so the row's sums; in double
-    precision every conversion is none, and the row is the model's reference bit for bit."""
+    Each pair's body is the model's one (:func:`~pympi_gpu.nbody.lj.pairs.contribution`: the distance and
+    cutoff test in double precision, the lists', the force and energy in ``real``, the pair term's type,
+    :mod:`~pympi_gpu.nbody.lj.precision`), and so the row's sums; in double precision every conversion
+    is none, and the row is the model's reference bit for bit."""
+    contribute = contribution(pair, real)
     zero = real(0.0)
 
     @register_jitable
@@ -266,18 +129,13 @@ def make_row(pair, real=np.float64):
         w = zero
         for k in range(cnt[i]):
             j = nbr[i, k]
-            dx = xi - pos[j, 0]
-            dy = yi - pos[j, 1]
-            dz = zi - pos[j, 2]
-            r2 = dx * dx + dy * dy + dz * dz
-            if r2 < rc2:
-                r2r = real(r2)
-                fpair, u = pair(r2r)
-                fx += real(dx) * fpair
-                fy += real(dy) * fpair
-                fz += real(dz) * fpair
+            inside, px, py, pz, u, v = contribute(xi - pos[j, 0], yi - pos[j, 1], zi - pos[j, 2], rc2)
+            if inside:
+                fx += px
+                fy += py
+                fz += pz
                 e += u
-                w += r2r * fpair
+                w += v
         return fx, fy, fz, e, w
 
     return row
@@ -293,7 +151,6 @@ def force_kernels(pair) -> ForceKernels:
     (or loads from its cache, keyed by the pair term's code and coefficients).
     """
     real = precision(getattr(pair, "precision", DEFAULT)).real
-    pair = compiled(pair)
     row = make_row(pair, real)
     newton = make_newton(pair, real)
     linked = numba_calls.link()
@@ -302,7 +159,8 @@ def force_kernels(pair) -> ForceKernels:
 
 
 def make_newton(pair, real=np.float64):
-    """The half-list kernel of a pair term (Newton's third law, serial), in ``real`` as :func:`make_row`."""
+    """The half-list kernel of a pair term (Newton's third law, serial), each pair's body as :func:`make_row`'s."""
+    contribute = contribution(pair, real)
     zero = real(0.0)
 
     @njit(nogil=True, cache=True)
@@ -317,16 +175,8 @@ def make_newton(pair, real=np.float64):
             fz = zero
             for k in range(cnt[i]):
                 j = nbr[i, k]
-                dx = xi - pos[j, 0]
-                dy = yi - pos[j, 1]
-                dz = zi - pos[j, 2]
-                r2 = dx * dx + dy * dy + dz * dz
-                if r2 < rc2:
-                    r2r = real(r2)
-                    fpair, u = pair(r2r)
-                    px = real(dx) * fpair
-                    py = real(dy) * fpair
-                    pz = real(dz) * fpair
+                inside, px, py, pz, u, v = contribute(xi - pos[j, 0], yi - pos[j, 1], zi - pos[j, 2], rc2)
+                if inside:
                     fx += px
                     fy += py
                     fz += pz
@@ -335,7 +185,7 @@ def make_newton(pair, real=np.float64):
                     f[j, 2] -= pz
                     if eflag:
                         e += u
-                        w += r2r * fpair
+                        w += v
             f[i, 0] += fx
             f[i, 1] += fy
             f[i, 2] += fz
@@ -874,7 +724,7 @@ def reverse_stages(f, pidx, poff, pstart, d0, d1, buf, gap):
     With ``buf`` of no rows, from the ghost rows themselves (a brick's own
     image); otherwise from ``buf``, one stage's message region (the first
     entry's rows from its row 0, the second's from row ``gap``).  Entries in
-    order within a stage, as :meth:`Halo.reverse`.
+    order within a stage, as the step's reverse pass (:func:`make_run_ops`).
     """
     from_self = buf.shape[0] == 0
     for d in range(d1 - 1, d0 - 1, -1):
@@ -978,7 +828,13 @@ def _warm_engine(forces: ForceKernels, pos, gid, lo, inv, ncell) -> None:
     reverse_stages(f, pidx, poff, pstart, 0, 3, none, 0)
     for half in (True, False):
         build_lists(pos, n, _Grid(lo, inv, ncell), 1.0, 0.5, half, widths=(8, 8))
-    # every operation but those that call MPI (compiled all the same), on the records of a brick of no atoms
+    warm_program(forces)
+
+
+def warm_program(forces: ForceKernels) -> None:
+    """Compile (or load from the cache) the step's program, ``forces.run_ops``, for the record types the run
+    gives it: every operation but those that call MPI (compiled all the same), on the records of a brick
+    of no atoms, with and without the energy sums."""
     every = np.array([[op, 0] for op in range(len(OPS)) if op not in (OP_POST, OP_WAIT, OP_SEND_BACK)], np.int64)
     rows, _, lists, _, plan, mpi, grid, work = records.idle(np.zeros(0, np.int64))
     for eflag in (True, False):

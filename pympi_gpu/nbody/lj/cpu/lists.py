@@ -1,7 +1,7 @@
-"""The Verlet lists of one brick on one CPU thread: the same rows as ``kernels_cpu.neighbor_lists``, faster.
+"""The Verlet lists of one brick, built on one CPU thread.
 
-The rows are those of :func:`~pympi_gpu.nbody.lj.cpu.kernels.neighbor_lists`
-(the parallel build, which several threads per rank keep), entry for entry
+The rows are those of a plain cell search in double precision (the tests'
+reference, ``tests/helpers/lj_lists.py``), entry for entry
 and in the same order, so that the GPU's build still equals the CPU's row
 for row: owned atoms in cells of half the list radius, searched two cells
 out, the stencil's rows of cells (x, then y) scanned in order and each row's
@@ -536,7 +536,7 @@ class VerletLists:
     build finds a longer row.  :meth:`build` returns ``(own_cnt, own_nbr,
     gh_cnt, gh_nbr)``, views of the kept buffers: ``own_nbr[i, :own_cnt[i]]``
     are the owned neighbours of owned atom i, ``gh_nbr[i, :gh_cnt[i]]`` its
-    ghosts, as :func:`~pympi_gpu.nbody.lj.cpu.kernels.neighbor_lists` returns them.
+    ghosts, as the tests' reference search returns them.
     """
 
     def __init__(self, widths: tuple[int, int]):

@@ -128,11 +128,22 @@ def warmup(forces) -> None:
     kernel(forces)(ops, ops, 0, 0.1, 1.0, 1.0, True, *records.idle(rebuild_cpu.state(0)), records.idle_bath())
 
 
-def warm(pair, compiled_mpi: bool = True) -> None:
+def warm(pair, compiled_mpi: bool = True, kernels_call_mpi: bool = False) -> None:
     """Compile (or load from numba's cache) every kernel a CPU run of pair term ``pair`` calls, before
-    the run: the force kernels and the rest (``kernels_cpu.warmup``), and where the kernels may call
-    MPI (``compiled_mpi``: the device's word) the rebuild and the batch of steps."""
+    the run.
+
+    Where the step's kernels make its MPI calls (``kernels_call_mpi``: the ranks' word,
+    :func:`~pympi_gpu.nbody.lj.system.kernels_call_mpi`) a run calls four compiled functions from Python,
+    the records' constructors, the step's program, the rebuild and the batch of steps: those only (the
+    seventeen kernels of Python's step, loaded from the cache, cost each rank 0.2 CPU-s at start-up, a
+    tenth of a short run's).  Otherwise everything Python's step calls (``kernels_cpu.warmup``) and,
+    where the kernels may call MPI (``compiled_mpi``: the device's word), the rebuild and the batch."""
     forces = kc.force_kernels(pair)
+    if kernels_call_mpi and forces.linked:
+        kc.warm_program(forces)
+        rebuild_cpu.warmup()
+        warmup(forces)
+        return
     kc.warmup(forces)
     if compiled_mpi:
         rebuild_cpu.warmup()

@@ -39,7 +39,7 @@ import numpy as np
 from numba import cuda, float64, int32, int64, uint32, uint64, void
 
 from pympi_gpu.device.buffers import quiet_small_grids
-from pympi_gpu.nbody.lj.pairs import compiled
+from pympi_gpu.nbody.lj.pairs import contribution
 from pympi_gpu.nbody.lj.precision import DEFAULT, precision
 
 __all__ = ["BLOCK", "grid", "strided_grid", "CudaForceKernels", "force_kernels", "integrate", "kick", "gather_rows",
@@ -123,13 +123,14 @@ def force_kernels(pair) -> CudaForceKernels:
     coefficients are folded in as constants.  Compiled on first launch.
     """
     real = precision(getattr(pair, "precision", DEFAULT)).real
-    pair = compiled(pair)
     row = _make_row(pair, real)
     return CudaForceKernels(_make_forces(row), _make_forces_newton(pair, real), _make_forces_kick(row))
 
 
 def _make_row(pair, real=np.float64):
-    """The one-sided row of a list around ``pair`` (a device function), in ``real`` as the CPU's."""
+    """The one-sided row of a list around ``pair`` (a device function), each pair's body the model's one
+    (:func:`~pympi_gpu.nbody.lj.pairs.contribution`), in ``real`` as the CPU's."""
+    contribute = contribution(pair, real)
     zero = real(0.0)
 
     @cuda.jit(device=True, inline=True)
@@ -155,18 +156,13 @@ def _make_row(pair, real=np.float64):
         while at < end:
             j = _3 * uint64(uint32(nbr[at]))  # list entries are row numbers, >= 0
             at += stride
-            dx = xi - pos[j]
-            dy = yi - pos[j + _1]
-            dz = zi - pos[j + _2]
-            r2 = dx * dx + dy * dy + dz * dz
-            if r2 < rc2:
-                r2r = real(r2)
-                fpair, u = pair(r2r)
-                fx += real(dx) * fpair
-                fy += real(dy) * fpair
-                fz += real(dz) * fpair
+            inside, px, py, pz, u, v = contribute(xi - pos[j], yi - pos[j + _1], zi - pos[j + _2], rc2)
+            if inside:
+                fx += px
+                fy += py
+                fz += pz
                 e += u
-                w += r2r * fpair
+                w += v
         return fx, fy, fz, e, w
 
     return row
@@ -346,7 +342,8 @@ def add_rows(dst, idx, src, row0, m):
 
 
 def _make_forces_newton(pair, real=np.float64):
-    """The half-list kernel around ``pair``: the reactions by atomic adds (in ``real`` as :func:`_make_row`)."""
+    """The half-list kernel around ``pair``: the reactions by atomic adds, each pair's body as :func:`_make_row`'s."""
+    contribute = contribution(pair, real)
     zero = real(0.0)
 
     @cuda.jit
@@ -375,16 +372,8 @@ def _make_forces_newton(pair, real=np.float64):
         while at < end:
             j = _3 * uint64(uint32(nbr[at]))
             at += stride
-            dx = xi - pos[j]
-            dy = yi - pos[j + _1]
-            dz = zi - pos[j + _2]
-            r2 = dx * dx + dy * dy + dz * dz
-            if r2 < rc2:
-                r2r = real(r2)
-                fpair, u = pair(r2r)
-                px = real(dx) * fpair
-                py = real(dy) * fpair
-                pz = real(dz) * fpair
+            inside, px, py, pz, u, v = contribute(xi - pos[j], yi - pos[j + _1], zi - pos[j + _2], rc2)
+            if inside:
                 fx += px
                 fy += py
                 fz += pz
@@ -392,7 +381,7 @@ def _make_forces_newton(pair, real=np.float64):
                 cuda.atomic.add(f, j + _1, -py)
                 cuda.atomic.add(f, j + _2, -pz)
                 ei += u
-                wi += r2r * fpair
+                wi += v
         cuda.atomic.add(f, b, fx)
         cuda.atomic.add(f, b + _1, fy)
         cuda.atomic.add(f, b + _2, fz)

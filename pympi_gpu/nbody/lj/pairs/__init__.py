@@ -6,8 +6,11 @@ the pair term, a scalar function of the squared distance ``r2`` giving
 ``(fpair, energy)`` (the force on i from j is ``fpair * (x_i - x_j)``).  The
 force kernels of the CPU (:mod:`~pympi_gpu.nbody.lj.cpu.kernels`) and of the
 GPU (:mod:`~pympi_gpu.nbody.lj.gpu.kernels`) are compiled around the pair
-term by one factory each, and ``--verify``'s direct sum calls the same term
-(HOOMD-blue's evaluators, LAMMPS's ``pair_*.cpp``).
+term, and ``--verify``'s direct sum calls the same term (HOOMD-blue's
+evaluators, LAMMPS's ``pair_*.cpp``).  Every one of their pair loops, half
+lists and full, on the CPU and the GPU, in each precision, takes its body
+from :func:`contribution`: the distance, the cutoff, the term, the force's
+components, the energy and the virial, written once.
 
 A new style is its module beside these and one line in :data:`MODULES`.
 """
@@ -19,7 +22,7 @@ import importlib
 
 from pympi_gpu.nbody.lj.pairs.style import Coeff, PairStyle
 
-__all__ = ["MODULES", "styles", "style", "compiled", "Coeff", "PairStyle"]
+__all__ = ["MODULES", "styles", "style", "compiled", "contribution", "Coeff", "PairStyle"]
 
 #: the modules of the pair styles, each defining ``STYLE``: a new style is one line here
 MODULES = (
@@ -50,3 +53,31 @@ def compiled(pair):
     from numba.extending import register_jitable
 
     return register_jitable(pair)
+
+
+@functools.cache
+def contribution(pair, real):
+    """The body of every pair loop (CPU and GPU, half lists and full, each precision), made once for the
+    pair term ``pair`` and the precision's type ``real``: a jitable function
+    ``(dx, dy, dz, rc2) -> (inside, fx, fy, fz, energy, virial)`` of a pair's separation ``x_i - x_j``.
+
+    The squared distance and the cutoff test in the separation's type (double: the lists'); within the
+    cutoff the term, the force on i (``fpair * (x_i - x_j)``), the energy and the virial ``r2 * fpair``
+    in ``real`` (:mod:`~pympi_gpu.nbody.lj.precision`: in double every conversion is none); beyond it
+    ``inside`` is False and the rest zeros, which the loops do not add.  The loops add the sums in the
+    order they list the pairs, so each is bit for bit the loop it replaced."""
+    from numba.extending import register_jitable
+
+    term = compiled(pair)
+    zero = real(0.0)
+
+    @register_jitable
+    def contribute(dx, dy, dz, rc2):
+        r2 = dx * dx + dy * dy + dz * dz
+        if r2 < rc2:
+            r2r = real(r2)
+            fpair, u = term(r2r)
+            return True, real(dx) * fpair, real(dy) * fpair, real(dz) * fpair, u, r2r * fpair
+        return False, zero, zero, zero, zero, zero
+
+    return contribute
