@@ -10,6 +10,90 @@ from . import halo_cases as hc
 LAYOUTS = ["x", "y", "z", "self"]
 
 
+class CpuHalo:
+    """The CPU :class:`~pympi_gpu.nbody.lj.cpu.halo.Halo` driven from Python, stage by stage, as the device
+    halo's adapter (test_halo_device_mpi.py) drives that one: the migration and the ghost plan through the
+    halo's own methods, the forward and reverse passes through the kernels the step's compiled program
+    calls (``forward_stages``, ``reverse_stages``, ``ghosts_in``) over the plan and its persistent
+    requests, started and waited for by mpi4py where the program calls MPI itself."""
+
+    def __init__(self, halo):
+        self.halo = halo
+
+    @property
+    def ghosts(self):
+        return self.halo.ghosts
+
+    @property
+    def _stages(self):
+        return self.halo._stages
+
+    def migrate(self, x, rows):
+        """Owned positions ``x`` and what travels with them (``rows``) to the bricks that own them: ``(x, rows)``."""
+        both = self.halo.migrate_rows(np.column_stack([np.asarray(x, dtype=np.float64), rows]))
+        return np.ascontiguousarray(both[:, :3]), np.ascontiguousarray(both[:, 3:])
+
+    def borders(self, x, ids):
+        """The ghost plan of owned positions ``x``, ids ``ids``: ``(pos, gid)``, owned rows then ghosts."""
+        n = x.shape[0]
+        pos = np.empty((max(2 * n, 64), 3))
+        gid = np.empty(pos.shape[0], np.int64)
+        pos[:n] = x
+        gid[:n] = ids
+        pos, gid, n_all = self.halo.build(pos, gid, n)
+        return pos[:n_all], gid[:n_all]
+
+    def forward(self, pos, work=None):
+        """Refresh the ghost rows of ``pos`` from their owners, stage by stage; ``work(stage)`` while that
+        stage's messages travel."""
+        forward(self.halo, pos, work)
+
+    def reverse(self, f):
+        reverse(self.halo, f)
+
+
+def forward(halo, pos, work=None):
+    """The step's forward pass over ``halo``'s plan (see :class:`CpuHalo`)."""
+    from pympi_gpu.nbody.lj.cpu import kernels as kc
+
+    none = np.empty((0, 3))
+    for d in range(3):
+        stage = halo._stages.get(d)
+        if stage is None:
+            kc.forward_stages(pos, halo.pidx, halo.poff, halo.pshift, halo.pstart, d, d + 1, none, 0)
+        else:
+            kc.forward_stages(pos, halo.pidx, halo.poff, halo.pshift, halo.pstart, d, d + 1,
+                              *kc.stage_region(halo.fsend, halo.soff, d))
+            MPI.Prequest.Startall(stage.fwd)
+        if work is not None:
+            work(d)
+        if stage is not None:
+            MPI.Request.Waitall(stage.fwd)
+            kc.ghosts_in(pos, halo.pstart, halo.nrecv, d, halo.frecv, halo.roff, False)
+
+
+def reverse(halo, f):
+    """The step's reverse pass over ``halo``'s plan: the forces on the ghost rows of ``f`` ``(n_all, 3)``
+    added into the rows they came from, stage by stage z, y, x (the ghost rows left as they were)."""
+    from pympi_gpu.nbody.lj.cpu import kernels as kc
+
+    none = np.empty((0, 3))
+    d1 = 3
+    for d in (2, 1, 0):
+        stage = halo._stages.get(d)
+        if stage is None:
+            continue
+        if d + 1 < d1:  # the brick's own images above this stage, together
+            kc.reverse_stages(f, halo.pidx, halo.poff, halo.pstart, d + 1, d1, none, 0)
+        kc.ghosts_in(f, halo.pstart, halo.nrecv, d, halo.rsend, halo.roff, True)
+        MPI.Prequest.Startall(stage.rev)
+        MPI.Request.Waitall(stage.rev)
+        kc.reverse_stages(f, halo.pidx, halo.poff, halo.pstart, d, d + 1, *kc.stage_region(halo.rrecv, halo.soff, d))
+        d1 = d
+    if d1 > 0:
+        kc.reverse_stages(f, halo.pidx, halo.poff, halo.pstart, 0, d1, none, 0)
+
+
 def make_cart(layout):
     base = MPI.COMM_SELF if layout == "self" else MPI.COMM_WORLD
     return hc.cart_with(base, "x" if layout == "self" else layout)

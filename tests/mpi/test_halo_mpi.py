@@ -26,7 +26,7 @@ import pytest
 from pympi_gpu.nbody.lj.cpu.halo import Halo
 
 from . import halo_cases as hc
-from .halo_checks import LAYOUTS, check_borders, check_forward, check_migrate, check_reverse, make_cart, run_halo
+from .halo_checks import LAYOUTS, CpuHalo, check_borders, check_forward, check_migrate, check_reverse, make_cart, run_halo
 
 pytestmark = pytest.mark.mpi(min_size=2)
 
@@ -39,7 +39,7 @@ def cpu(request):
     layout, shell, replanned = request.param
     cart = make_cart(layout)
     half = shell == "half"
-    yield cart, run_halo(cart, lambda c, b: Halo(c, b, hc.CUT, half_shell=half), half_shell=half,
+    yield cart, run_halo(cart, lambda c, b: CpuHalo(Halo(c, b, hc.CUT, half_shell=half)), half_shell=half,
                          replan=bool(replanned))
     cart.Free()
 

@@ -1,20 +1,21 @@
 """Ghost atoms and migration between bricks; collective over the Cartesian communicator.
 
-``migrate``: atoms that left the brick go to the neighbour brick they entered,
+Migration (:meth:`Halo.migrate_rows`): atoms that left the brick go to the neighbour brick they entered,
 one dimension after another (x, then y, then z), so that an atom crossing an
 edge or a corner arrives in two or three hops.  Atoms move at most half the
 skin between rebuilds, far less than a brick, so one hop per dimension is enough.
 
-``borders``: in three stages (x, y, z), each rank sends the atoms within the
+Ghosts (:meth:`Halo.build`, LAMMPS's ``Comm::borders``): in three stages (x, y, z), each rank sends the atoms within the
 neighbour cutoff of its low face to the lower neighbour and those near its
 high face to the upper one, shifted by the box edge across the periodic
 boundary.  A stage sends the ghosts received in the earlier stages too
-(forwarding), so that edge and corner ghosts arrive without diagonal messages:
-LAMMPS's ``Comm::borders``.  Along a dimension with one brick, the brick's
+(forwarding), so that edge and corner ghosts arrive without diagonal messages.  Along a dimension with one brick, the brick's
 neighbour is its own periodic image: every stage copies those rows in place
 instead of sending messages to itself (as LAMMPS does).  The plan (which rows
-go where) is kept, and between rebuilds ``forward`` sends only the new
-positions of the same rows: ``Comm::forward_comm``.
+go where) is kept, and between rebuilds the step's *forward* pass sends only the new
+positions of the same rows: ``Comm::forward_comm``.  The step's passes are operations of its compiled
+program (:data:`~pympi_gpu.nbody.lj.cpu.kernels.OPS`: pack, post, wait, put), over this plan and its
+persistent requests (:meth:`Halo.kernel_handles`); no Python runs between them.
 
 With half lists (Newton's third law across bricks) the halo is a *half
 shell*: a stage sends its owned atoms down only, and up only the ghosts of
@@ -27,10 +28,10 @@ come from the stages the ghost travelled, not from its rounded coordinates,
 so this holds exactly.  Half the ghosts of the full shell, half the
 messages' rows, and the lists scan half the ghosts.
 
-``forward`` starts each stage's messages without blocking and runs a piece of
-the caller's work (the owned-owned forces) while they travel.
+The forward pass starts each stage's messages without blocking and runs a piece of
+the step's work (the owned-owned forces) while they travel.
 
-``reverse`` (with Newton's third law across bricks) is ``forward`` backwards:
+The *reverse* pass (with Newton's third law across bricks) is the forward one backwards:
 the forces accumulated on the ghost rows go back to the rows they were copied
 from, stage by stage in reverse order (z, y, x), each rank adding what it
 receives into its owned rows or into ghost rows of an earlier stage, which the
@@ -228,7 +229,7 @@ class Halo:
     half_shell : the ghosts of half lists (module docstring), else every image within ``cutneigh``
     kernels : compiled calls make the rebuild's messages (the same messages; every rank alike)
 
-    The plan, after :meth:`build` (or :meth:`borders`), flat for the kernels:
+    The plan, after :meth:`build`, flat for the kernels:
     entry ``e`` (``2d`` for stage d's low face, sent to the lower neighbour,
     ``2d + 1`` for its high face) sends rows ``pidx[poff[e]:poff[e + 1]]``
     shifted by ``pshift[e]``, and its ghosts (``counts[e]`` rows, from the
@@ -296,17 +297,9 @@ class Halo:
         return not any(self.remote)
 
     # -- migration ----------------------------------------------------------
-    def migrate(self, x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Wrap positions into the box and send atoms to the bricks that own them.
-
-        ``x`` ``(n, 3)`` positions, ``rows`` ``(n, k)`` what travels with them
-        (velocities, forces, ids as float64).  Returns the new ``(x, rows)``.
-        """
-        both = self.migrate_rows(np.column_stack([np.asarray(x, dtype=np.float64), rows]))
-        return np.ascontiguousarray(both[:, :3]), np.ascontiguousarray(both[:, 3:])
-
     def migrate_rows(self, rows: np.ndarray, n: int | None = None, wrapped: bool = False) -> np.ndarray:
-        """:meth:`migrate` of rows ``(n, 3 + k)`` whose first three columns are the positions, in place.
+        """Wrap the atoms into the box and send those that left to the bricks that own them, in place: rows
+        ``(n, 3 + k)`` whose first three columns are the positions, the rest what travels with them.
 
         ``rows``: a buffer whose first ``n`` rows (all, if None) are the
         atoms (a view is copied first).  Returns the rows this brick owns afterwards: the first rows
@@ -343,19 +336,6 @@ class Halo:
         return came.base, came.shape[0]  # (the rows of a buffer that owns its memory, as ``rows`` does)
 
     # -- the ghost plan -----------------------------------------------------
-    def borders(self, x: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Build the ghost plan for owned positions ``x`` and global ids ``ids``.
-
-        Returns ``(pos, gid)``: owned rows then ghosts, positions and ids.
-        """
-        n = x.shape[0]
-        pos = np.empty((max(2 * n, 64), 3))
-        gid = np.empty(pos.shape[0], np.int64)
-        pos[:n] = x
-        gid[:n] = ids
-        pos, gid, n_all = self.build(pos, gid, n)
-        return pos[:n_all], gid[:n_all]
-
     def build(self, pos: np.ndarray, gid: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, int]:
         """The ghost plan of the owned rows ``pos[:n]``, ``gid[:n]``: the ghosts appended in place.
 
@@ -547,7 +527,8 @@ class Halo:
         self.requests, self.request_at = _NO_REQUESTS, np.zeros((6, 2), np.int64)
 
     def post(self, d: int, back: bool = False) -> None:
-        """Start stage d's messages (``back``: the reverse ones), their rows already packed."""
+        """Start stage d's messages (``back``: the reverse ones), their rows already packed (the step's
+        program packs them; Python starts them where the kernels make no MPI calls)."""
         t0 = time.perf_counter()
         stage = self._stages[d]
         if back:
@@ -568,72 +549,6 @@ class Halo:
         dt = time.perf_counter() - t0
         self.comm_time += dt
         self.clock.add("waiting", dt)
-
-    # -- between rebuilds ---------------------------------------------------
-    def forward(self, pos: np.ndarray, work=None) -> None:
-        """Refresh the ghost rows of ``pos`` from their owners, stage by stage.
-
-        ``work(stage)`` (stage 0, 1, 2) runs while that stage's messages are
-        in flight.  Collective over the Cartesian communicator.
-        """
-        from mpi4py import MPI
-
-        busy = waited = 0.0
-        t0 = time.perf_counter()
-        for d in range(3):
-            stage = self._stages.get(d)
-            if stage is None:
-                kc.forward_stages(pos, self.pidx, self.poff, self.pshift, self.pstart, d, d + 1, _NONE, 0)
-            else:
-                kc.forward_stages(pos, self.pidx, self.poff, self.pshift, self.pstart, d, d + 1,
-                                  *kc.stage_region(self.fsend, self.soff, d))
-                MPI.Prequest.Startall(stage.fwd)
-                self.clock.sent(stage.fsend.nbytes, stage.messages)
-            if work is not None:
-                tw = time.perf_counter()
-                work(d)
-                busy += time.perf_counter() - tw
-            if stage is not None:
-                tw = time.perf_counter()
-                MPI.Request.Waitall(stage.fwd)
-                waited += time.perf_counter() - tw
-                kc.ghosts_in(pos, self.pstart, self.nrecv, d, self.frecv, self.roff, False)
-        self.comm_time += time.perf_counter() - t0 - busy
-        self.clock.add("waiting", waited)
-        self.clock.add("communication", time.perf_counter() - t0 - busy - waited)
-
-    def reverse(self, f: np.ndarray) -> None:
-        """Add the forces on the ghost rows of ``f`` ``(n_all, 3)`` into the rows they came from.
-
-        Stage by stage in reverse order; afterwards the owned rows hold the
-        whole forces (the ghost rows are left as they were).  Collective over
-        the Cartesian communicator.
-        """
-        from mpi4py import MPI
-
-        t0 = time.perf_counter()
-        waited = 0.0
-        d1 = 3
-        for d in (2, 1, 0):
-            stage = self._stages.get(d)
-            if stage is None:
-                continue
-            if d + 1 < d1:  # the brick's own images above this stage, together
-                kc.reverse_stages(f, self.pidx, self.poff, self.pstart, d + 1, d1, _NONE, 0)
-            kc.ghosts_in(f, self.pstart, self.nrecv, d, self.rsend, self.roff, True)
-            MPI.Prequest.Startall(stage.rev)
-            self.clock.sent(stage.rsend.nbytes, stage.messages)
-            tw = time.perf_counter()
-            MPI.Request.Waitall(stage.rev)
-            waited += time.perf_counter() - tw
-            kc.reverse_stages(f, self.pidx, self.poff, self.pstart, d, d + 1,
-                              *kc.stage_region(self.rrecv, self.soff, d))
-            d1 = d
-        if d1 > 0:
-            kc.reverse_stages(f, self.pidx, self.poff, self.pstart, 0, d1, _NONE, 0)
-        self.comm_time += time.perf_counter() - t0
-        self.clock.add("waiting", waited)
-        self.clock.add("communication", time.perf_counter() - t0 - waited)
 
     @property
     def ghosts(self) -> int:

@@ -27,7 +27,7 @@ and one wait for the device, and one launch per run of the brick's own images
 (:func:`~pympi_gpu.nbody.lj.gpu.rebuild_kernels.gather_images`).
 
 With half lists (Newton's third law across bricks) :meth:`DeviceHalo.reverse`
-sends the ghosts' forces back to their owners, as the CPU's ``Halo.reverse``.
+sends the ghosts' forces back to their owners, as the CPU step's reverse pass.
 """
 
 from __future__ import annotations
