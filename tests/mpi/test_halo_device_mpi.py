@@ -17,7 +17,7 @@ import pytest
 from pympi_gpu.nbody.lj.cpu.halo import Halo
 
 from . import halo_cases as hc
-from .halo_checks import LAYOUTS, check_borders, check_forward, check_migrate, check_reverse, make_cart, run_halo
+from .halo_checks import LAYOUTS, CpuHalo, check_borders, check_forward, check_migrate, check_reverse, make_cart, run_halo
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.cudasim]
 
@@ -108,7 +108,7 @@ def layout(request):
 @pytest.fixture(scope="module")
 def cpu(layout):
     cart = make_cart(layout[0])
-    yield run_halo(cart, lambda c, b: Halo(c, b, hc.CUT, half_shell=layout[1]), half_shell=layout[1])
+    yield run_halo(cart, lambda c, b: CpuHalo(Halo(c, b, hc.CUT, half_shell=layout[1])), half_shell=layout[1])
     cart.Free()
 
 
